@@ -1,0 +1,137 @@
+//! Configuration of a port.
+
+use crate::addr::{JobKey, ProcessAddr};
+use crate::rtt::RtoConfig;
+use crate::sack::RX_WINDOW;
+use crate::wire::HEADER_LEN;
+use std::time::Duration;
+
+/// Everything that shapes one port's protocol behaviour. [`PortConfig::new`]
+/// gives sane defaults; [`PortConfig::validate`] explains any bad value.
+#[derive(Clone, Debug)]
+pub struct PortConfig {
+    /// This port's process address.
+    pub local: ProcessAddr,
+    /// The job; frames of other jobs are dropped.
+    pub job: JobKey,
+    /// Incarnation number, different each time a process opens this address
+    /// (the progress engine picks a random one).
+    pub epoch: u32,
+    /// Largest message the system channel carries (default 16 KiB).
+    pub eager_limit: usize,
+    /// Blocks in the receive ring (default 4096).
+    pub ring_blocks: u32,
+    /// Bytes per ring block (default 256): ring size is blocks × size.
+    pub ring_block_size: usize,
+    /// Frames in flight per peer, at most [`RX_WINDOW`] (default 128).
+    pub tx_window: u32,
+    /// Sends outstanding (queued or unacknowledged) per port; beyond it
+    /// `send` reports back-pressure (default 4096).
+    pub max_outstanding_sends: usize,
+    /// Peers a port will keep state for; frames from further new peers are
+    /// dropped and counted (default 65536).
+    pub max_peers: usize,
+    /// Acknowledge at once after this many in-order frames (default 16).
+    pub ack_every: u32,
+    /// Otherwise acknowledge at most this long after a frame arrived, unless
+    /// a reply carried the acknowledgement first (default 20 µs).
+    pub ack_delay: Duration,
+    /// Retransmission timeout bounds.
+    pub rto: RtoConfig,
+    /// Consecutive timeouts without progress after which a peer's sends fail
+    /// (default 30).
+    pub max_timeouts: u32,
+    /// First back-off after the receiver reports a full ring (default 20 µs);
+    /// it doubles while the ring stays full, up to `rto.max`.
+    pub ring_full_backoff: Duration,
+    /// Compute and require CRC32C on frames (default true). A port whose
+    /// methods all guarantee integrity may turn it off.
+    pub crc: bool,
+    /// First sequence number this port sends to each peer (default 0; tests
+    /// start near `u32::MAX` to exercise wrap-around).
+    pub initial_seq: u32,
+}
+
+/// A configuration value that cannot work, named.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("invalid port configuration: {field} {problem}")]
+pub struct ConfigError {
+    /// The offending field.
+    pub field: &'static str,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+impl PortConfig {
+    /// Defaults for a port at `local` in `job`.
+    pub fn new(local: ProcessAddr, job: JobKey) -> Self {
+        PortConfig {
+            local,
+            job,
+            epoch: 1,
+            eager_limit: 16 * 1024,
+            ring_blocks: 4096,
+            ring_block_size: 256,
+            tx_window: 128,
+            max_outstanding_sends: 4096,
+            max_peers: 65536,
+            ack_every: 16,
+            ack_delay: Duration::from_micros(20),
+            rto: RtoConfig::default(),
+            max_timeouts: 30,
+            ring_full_backoff: Duration::from_micros(20),
+            crc: true,
+            initial_seq: 0,
+        }
+    }
+
+    /// Checks that the values can work together and, given a method's MTU,
+    /// that the eager limit fits that method's frames.
+    pub fn validate(&self, mtu: Option<usize>) -> Result<(), ConfigError> {
+        let bad = |field, problem: String| Err(ConfigError { field, problem });
+        if self.tx_window == 0 || self.tx_window > RX_WINDOW {
+            return bad("tx_window", format!("is {}, must be 1..={RX_WINDOW}", self.tx_window));
+        }
+        if self.ring_blocks == 0 || self.ring_block_size == 0 {
+            return bad("ring_blocks", "and ring_block_size must be positive".into());
+        }
+        let ring_bytes = self.ring_blocks as usize * self.ring_block_size;
+        if self.eager_limit > ring_bytes {
+            return bad(
+                "eager_limit",
+                format!("{} exceeds the ring size {ring_bytes}", self.eager_limit),
+            );
+        }
+        if self.eager_limit > u32::MAX as usize {
+            return bad("eager_limit", "must fit in 32 bits".into());
+        }
+        if let Some(mtu) = mtu {
+            if mtu <= HEADER_LEN {
+                return bad("mtu", format!("{mtu} leaves no room after the {HEADER_LEN}-byte header"));
+            }
+            let frags = self.eager_limit.div_ceil(mtu - HEADER_LEN);
+            if frags > RX_WINDOW as usize {
+                return bad(
+                    "eager_limit",
+                    format!(
+                        "{} needs {frags} frames at MTU {mtu}, more than the {RX_WINDOW}-frame window",
+                        self.eager_limit
+                    ),
+                );
+            }
+        }
+        if self.max_outstanding_sends == 0 {
+            return bad("max_outstanding_sends", "must be positive".into());
+        }
+        if self.ack_every == 0 {
+            return bad("ack_every", "must be positive".into());
+        }
+        if self.rto.min > self.rto.max || self.rto.min.is_zero() {
+            return bad("rto", "needs 0 < min <= max".into());
+        }
+        if self.max_timeouts == 0 {
+            return bad("max_timeouts", "must be positive".into());
+        }
+        Ok(())
+    }
+}

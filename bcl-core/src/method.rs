@@ -1,0 +1,238 @@
+//! The method interface: what a transport backend offers the core.
+//!
+//! A *method* (Nexus's word) is one way of moving BCL frames between
+//! processes: shared memory, AF_XDP, a VFIO-driven NIC, AF_PACKET, UDP, or
+//! the simulated fabric. Every method implements [`Method`], the Nexus
+//! function table: probe, export a descriptor, open a link to a peer's
+//! descriptor, move frames in bursts, report its MTU and guarantees, shut
+//! down.
+//!
+//! Frames cross this interface as bytes that start with the BCL header (see
+//! [`crate::wire`]); link-layer framing (Ethernet, UDP/IP) is the method's
+//! business. Buffers are *lent*: on receive the method shows the core each
+//! frame in place; on transmit it hands the core a buffer of its own (a UMEM
+//! frame, a DMA buffer, a shared-memory slot) to write the frame into. The
+//! interface is batch-oriented: one call moves a burst of frames.
+
+use std::fmt;
+use std::os::fd::RawFd;
+use std::str::FromStr;
+
+/// A method's handle for one peer it can send to.
+///
+/// Links are numbered by the method that opened them; the core stores the
+/// number with the peer and hands it back on every frame for that peer, so
+/// sending never looks anything up by address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LinkId(pub u32);
+
+/// Where the frames for one peer go: which of a port's methods, and which
+/// link of that method.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Route {
+    /// Index of the method in the port's method list.
+    pub method: u8,
+    /// The link inside that method.
+    pub link: LinkId,
+}
+
+/// How a process can be reached by one method: the method's name and an
+/// address in that method's own syntax.
+///
+/// The text form is `METHOD:ADDRESS` (for example `udp:10.0.0.2:7000` or
+/// `sim:3`), a single token without spaces, so it can be printed by one
+/// process and pasted to another.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Descriptor {
+    /// The method's name, as returned by [`Method::name`].
+    pub method: String,
+    /// The address, parsed only by that method.
+    pub address: String,
+}
+
+impl Descriptor {
+    /// A descriptor for `method` with `address`.
+    pub fn new(method: impl Into<String>, address: impl Into<String>) -> Self {
+        Self {
+            method: method.into(),
+            address: address.into(),
+        }
+    }
+}
+
+impl fmt::Display for Descriptor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.method, self.address)
+    }
+}
+
+/// Error from parsing a [`Descriptor`].
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("bad descriptor {0:?}: expected METHOD:ADDRESS without spaces, e.g. udp:10.0.0.2:7000")]
+pub struct DescriptorParseError(pub String);
+
+impl FromStr for Descriptor {
+    type Err = DescriptorParseError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = || DescriptorParseError(s.to_string());
+        if s.chars().any(char::is_whitespace) {
+            return Err(err());
+        }
+        let (method, address) = s.split_once(':').ok_or_else(err)?;
+        if method.is_empty() || address.is_empty() {
+            return Err(err());
+        }
+        Ok(Descriptor::new(method, address))
+    }
+}
+
+/// What a method guarantees and how large its frames may be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MethodCaps {
+    /// Largest BCL frame (header plus payload) the method carries, in bytes.
+    /// Link-layer headers are not included.
+    pub mtu: usize,
+    /// The medium itself guarantees that bytes arrive as sent (shared
+    /// memory does; a wire does not, even with an Ethernet FCS, because
+    /// veth and software bridges never check one). When true, the core may
+    /// leave out its CRC32C.
+    pub integrity: bool,
+    /// The method never loses, duplicates or reorders frames (shared
+    /// memory). When true, the core skips sequence numbers, acknowledgements
+    /// and retransmission for links of this method.
+    pub reliable: bool,
+}
+
+/// Whether a method can be used on this host, and why not.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Availability {
+    /// The method can be opened here.
+    Usable,
+    /// The method cannot be opened here; the text says why, for a person
+    /// (for example "needs CAP_NET_RAW").
+    NotUsable(String),
+}
+
+/// A failure inside a method.
+#[derive(Debug, thiserror::Error)]
+pub enum MethodError {
+    /// A descriptor was for another method or its address did not parse.
+    #[error("descriptor {descriptor} is not usable by method {method}: {reason}")]
+    BadDescriptor {
+        /// The method asked to open the link.
+        method: &'static str,
+        /// The descriptor it was given.
+        descriptor: Descriptor,
+        /// Why it cannot be used.
+        reason: String,
+    },
+    /// The method cannot run here.
+    #[error("method {method} is not usable here: {reason}")]
+    NotUsable {
+        /// The method.
+        method: &'static str,
+        /// Why not.
+        reason: String,
+    },
+    /// An operating-system call failed.
+    #[error("method {method}: {context}: {source}")]
+    Io {
+        /// The method.
+        method: &'static str,
+        /// What the method was doing.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Anything else, described for a person.
+    #[error("method {method}: {reason}")]
+    Other {
+        /// The method.
+        method: &'static str,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+/// One frame written by the core into a buffer lent by the method.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TxFrame {
+    /// The link to send it on.
+    pub link: LinkId,
+    /// Bytes written at the start of the lent buffer.
+    pub len: usize,
+}
+
+/// A transport backend (see the module documentation).
+///
+/// All calls are non-blocking. A progress engine calls
+/// [`rx_burst`](Method::rx_burst) and [`tx_burst`](Method::tx_burst) in a
+/// loop (busy polling) or sleeps on [`readiness_fd`](Method::readiness_fd)
+/// between rounds (blocking mode).
+pub trait Method: Send {
+    /// The method's name: `sim`, `shm`, `afxdp`, `vfio`, `packet` or `udp`.
+    fn name(&self) -> &'static str;
+
+    /// Frame size and guarantees of this method.
+    fn caps(&self) -> MethodCaps;
+
+    /// This endpoint's own address, to be published to peers.
+    fn descriptor(&self) -> Descriptor;
+
+    /// Prepares sending to the peer at `peer` and returns the link to use.
+    /// Opening the same descriptor twice returns the same link.
+    fn open_link(&mut self, peer: &Descriptor) -> Result<LinkId, MethodError>;
+
+    /// Shows the core up to `budget` received frames, each in place.
+    ///
+    /// `sink` is called once per frame with the link of its sender (the
+    /// method allocates a link the first time it hears from a new source,
+    /// so the core can answer) and the frame's bytes starting at the BCL
+    /// header. The bytes are valid only during the call. Returns the number
+    /// of frames shown.
+    fn rx_burst(
+        &mut self,
+        budget: usize,
+        sink: &mut dyn FnMut(LinkId, &[u8]),
+    ) -> Result<usize, MethodError>;
+
+    /// Lends transmit buffers to the core until it has nothing more to send
+    /// or the method runs out of buffers, then sends them as one batch.
+    ///
+    /// `source` is called with a buffer of at least [`MethodCaps::mtu`]
+    /// bytes; it writes a frame at the start and returns where to send it,
+    /// or returns `None` when it has nothing more to send (the buffer is
+    /// then unused). Returns the number of frames sent.
+    fn tx_burst(
+        &mut self,
+        source: &mut dyn FnMut(&mut [u8]) -> Option<TxFrame>,
+    ) -> Result<usize, MethodError>;
+
+    /// A file descriptor that becomes readable when frames arrive, for the
+    /// blocking mode of a progress engine; `None` if the method can only be
+    /// polled.
+    fn readiness_fd(&self) -> Option<RawFd> {
+        None
+    }
+
+    /// Releases the method's resources. Further calls may fail.
+    fn shutdown(&mut self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descriptor_text_form_round_trips() {
+        let d: Descriptor = "udp:10.0.0.2:7000".parse().unwrap();
+        assert_eq!(d.method, "udp");
+        assert_eq!(d.address, "10.0.0.2:7000");
+        assert_eq!(d.to_string(), "udp:10.0.0.2:7000");
+        assert!("udp".parse::<Descriptor>().is_err());
+        assert!(":x".parse::<Descriptor>().is_err());
+        assert!("udp: 1".parse::<Descriptor>().is_err());
+    }
+}

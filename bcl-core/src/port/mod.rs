@@ -1,0 +1,379 @@
+//! The port: one communication endpoint's protocol state machine.
+//!
+//! A [`Port`] is sans-IO. The application calls [`Port::send`] and reads
+//! completions with [`Port::poll_send_event`] and [`Port::poll_delivery`]. A
+//! progress engine moves frames: it hands every received frame to
+//! [`Port::handle_frame`], asks [`Port::poll_transmit`] to fill transmit
+//! buffers that a method lends, calls [`Port::handle_timeout`] when
+//! [`Port::poll_timeout`] says so, and routes new peers ([`Port::next_unrouted`],
+//! [`Port::set_route`]). The port never reads a clock: every call that needs
+//! the time is given it.
+//!
+//! Reliability is per ordered pair of processes: 32-bit wrap-safe sequence
+//! numbers per frame, cumulative acknowledgement piggybacked on every frame
+//! plus delayed ACK frames with a selective bitmap, NAKs on gaps (fast
+//! retransmission) and on a full receive ring (back-off), a retransmission
+//! timeout from SRTT/RTTVAR with exponential back-off, duplicate suppression
+//! and in-order delivery. A send completes only when acknowledged.
+
+mod peer;
+mod recv;
+mod send;
+mod timer;
+
+use crate::addr::ProcessAddr;
+use crate::config::{ConfigError, PortConfig};
+use crate::event::{Delivery, SendEvent, SendHandle};
+use crate::method::{MethodCaps, Route};
+use crate::ring::{RingSlot, SystemRing};
+use crate::stats::{PeerStats, PortStats};
+use crate::time::Time;
+use crate::wire::{Expect, HEADER_LEN};
+use peer::{Peer, PeerIdx, RxWindow, TxWindow};
+use rustc_hash::FxHashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+
+/// Why [`Port::send`] refused a message. Nothing was queued.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    /// Larger than the system channel's eager limit.
+    #[error(
+        "message of {len} bytes exceeds the system channel's eager limit of {limit} bytes; \
+         send large messages through a normal channel (rendezvous)"
+    )]
+    TooLarge {
+        /// The message length.
+        len: usize,
+        /// The eager limit.
+        limit: usize,
+    },
+    /// Too many sends outstanding; poll for completions and retry.
+    #[error("{0} sends are outstanding, the configured maximum; wait for completions and retry")]
+    WouldBlock(usize),
+    /// The port already keeps state for the maximum number of peers.
+    #[error("the port already talks to {0} peers, the configured maximum")]
+    TooManyPeers(usize),
+    /// Sending to oneself through the network is not supported.
+    #[error("cannot send to the port's own address {0}")]
+    SelfSend(ProcessAddr),
+}
+
+/// Why [`Port::set_route`] refused a route.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RouteError {
+    /// The route names a method index never registered with
+    /// [`Port::add_method`].
+    #[error("method index {0} is not registered with this port")]
+    UnknownMethod(u8),
+    /// No state could be created for the peer.
+    #[error(transparent)]
+    Peer(SendError),
+}
+
+/// Why [`Port::release`] refused a slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("ring slot {0:?} is not a live delivery (already released?)")]
+pub struct ReleaseError(pub RingSlot);
+
+/// What the port knows about one peer, for tools and tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerInfo {
+    /// The peer.
+    pub addr: ProcessAddr,
+    /// Its route, if assigned.
+    pub route: Option<Route>,
+    /// Frames in flight to it.
+    pub in_flight: u32,
+    /// Current retransmission timeout.
+    pub rto: std::time::Duration,
+    /// Smoothed round-trip time, once measured.
+    pub srtt: Option<std::time::Duration>,
+    /// Its counters.
+    pub stats: PeerStats,
+}
+
+/// An accepted message on its way out.
+struct OutMessage {
+    handle: SendHandle,
+    peer: PeerIdx,
+    data: Vec<u8>,
+    msg_id: u32,
+    /// Offset of the next fragment to frame.
+    next_offset: u32,
+    /// Next message in the peer's queue.
+    next: u32,
+}
+
+/// One endpoint's protocol state (see the module documentation).
+pub struct Port {
+    cfg: PortConfig,
+    expect: Expect,
+    /// MTU of each method, by method index.
+    method_mtu: Vec<usize>,
+    peers: Vec<Peer>,
+    peer_index: FxHashMap<ProcessAddr, PeerIdx>,
+    ring: SystemRing,
+    messages: Vec<Option<OutMessage>>,
+    free_messages: Vec<u32>,
+    buffers: Vec<Vec<u8>>,
+    tx_windows: Vec<Box<TxWindow>>,
+    rx_windows: Vec<Box<RxWindow>>,
+    /// Per method: peers with something to transmit, round robin.
+    ready: Vec<VecDeque<PeerIdx>>,
+    unrouted: VecDeque<PeerIdx>,
+    timers: BinaryHeap<Reverse<(Time, PeerIdx)>>,
+    send_events: VecDeque<SendEvent>,
+    deliveries: VecDeque<Delivery>,
+    next_handle: u64,
+    outstanding: usize,
+    stats: PortStats,
+}
+
+impl Port {
+    /// A port with configuration `cfg`. Methods are added with
+    /// [`Port::add_method`].
+    pub fn new(cfg: PortConfig) -> Result<Port, ConfigError> {
+        cfg.validate(None)?;
+        let max = cfg.max_outstanding_sends;
+        Ok(Port {
+            expect: Expect {
+                job: cfg.job,
+                local: cfg.local,
+                require_crc: cfg.crc,
+            },
+            method_mtu: Vec::new(),
+            peers: Vec::new(),
+            peer_index: FxHashMap::default(),
+            ring: SystemRing::new(cfg.ring_blocks, cfg.ring_block_size),
+            messages: (0..max).map(|_| None).collect(),
+            free_messages: (0..max as u32).rev().collect(),
+            buffers: Vec::with_capacity(max),
+            tx_windows: Vec::new(),
+            rx_windows: Vec::new(),
+            ready: Vec::new(),
+            unrouted: VecDeque::new(),
+            timers: BinaryHeap::new(),
+            send_events: VecDeque::with_capacity(max),
+            deliveries: VecDeque::with_capacity(cfg.ring_blocks as usize),
+            next_handle: 0,
+            outstanding: 0,
+            stats: PortStats::default(),
+            cfg,
+        })
+    }
+
+    /// This port's address.
+    pub fn local(&self) -> ProcessAddr {
+        self.cfg.local
+    }
+
+    /// The configuration the port runs with.
+    pub fn config(&self) -> &PortConfig {
+        &self.cfg
+    }
+
+    /// Port-wide counters.
+    pub fn stats(&self) -> &PortStats {
+        &self.stats
+    }
+
+    /// Sends (queued or unacknowledged) not completed yet.
+    pub fn outstanding_sends(&self) -> usize {
+        self.outstanding
+    }
+
+    /// Blocks of the receive ring not holding a message.
+    pub fn ring_free_blocks(&self) -> u32 {
+        self.ring.free_blocks()
+    }
+
+    /// Number of peers the port keeps state for.
+    pub fn peer_count(&self) -> usize {
+        self.peers.len()
+    }
+
+    /// Windows currently lent to active peers (sender, receiver): a measure
+    /// of the port's memory beyond its fixed pools.
+    pub fn active_windows(&self) -> (usize, usize) {
+        let tx = self.peers.iter().filter(|p| p.tx.is_some()).count();
+        let rx = self.peers.iter().filter(|p| p.rx.is_some()).count();
+        (tx, rx)
+    }
+
+    /// What the port knows about `addr`, if it has state for it.
+    pub fn peer_info(&self, addr: ProcessAddr) -> Option<PeerInfo> {
+        let p = &self.peers[*self.peer_index.get(&addr)? as usize];
+        Some(PeerInfo {
+            addr,
+            route: p.route,
+            in_flight: p.in_flight(),
+            rto: p.rtt.rto(&self.cfg.rto),
+            srtt: p.rtt.srtt(),
+            stats: p.stats,
+        })
+    }
+
+    /// All peers the port keeps state for.
+    pub fn peers(&self) -> impl Iterator<Item = ProcessAddr> + '_ {
+        self.peers.iter().map(|p| p.addr)
+    }
+
+    /// Next entry of the send-completion queue.
+    pub fn poll_send_event(&mut self) -> Option<SendEvent> {
+        self.send_events.pop_front()
+    }
+
+    /// Next entry of the receive-completion queue.
+    pub fn poll_delivery(&mut self) -> Option<Delivery> {
+        self.deliveries.pop_front()
+    }
+
+    /// The bytes of a delivered message, until it is released.
+    pub fn message(&self, delivery: &Delivery) -> Option<&[u8]> {
+        self.ring
+            .bytes(delivery.slot)
+            .map(|b| &b[..delivery.len as usize])
+    }
+
+    /// Gives a delivered message's ring blocks back.
+    pub fn release(&mut self, slot: RingSlot) -> Result<(), ReleaseError> {
+        if self.ring.free(slot) {
+            Ok(())
+        } else {
+            Err(ReleaseError(slot))
+        }
+    }
+
+    /// The next peer that needs a route before anything can be sent to it.
+    pub fn next_unrouted(&mut self) -> Option<ProcessAddr> {
+        while let Some(idx) = self.unrouted.pop_front() {
+            let p = &mut self.peers[idx as usize];
+            p.awaiting_route = false;
+            if p.route.is_none() {
+                return Some(p.addr);
+            }
+        }
+        None
+    }
+
+    /// Registers a method the port's frames may travel by and returns its
+    /// index, the `method` of [`Route`]s through it.
+    pub fn add_method(&mut self, caps: MethodCaps) -> Result<u8, ConfigError> {
+        self.cfg.validate(Some(caps.mtu))?;
+        let index = u8::try_from(self.method_mtu.len()).map_err(|_| ConfigError {
+            field: "methods",
+            problem: "more than 256 methods on one port".into(),
+        })?;
+        self.method_mtu.push(caps.mtu);
+        self.ready.push(VecDeque::new());
+        Ok(index)
+    }
+
+    /// Sets the route to `addr`: frames to the peer go there from now on.
+    /// Creates the peer's state if needed.
+    pub fn set_route(&mut self, now: Time, addr: ProcessAddr, route: Route) -> Result<(), RouteError> {
+        if usize::from(route.method) >= self.method_mtu.len() {
+            return Err(RouteError::UnknownMethod(route.method));
+        }
+        let idx = self.peer_idx_or_create(addr).map_err(RouteError::Peer)?;
+        self.apply_route(idx, route);
+        self.schedule(idx, now);
+        self.arm_timer(idx);
+        Ok(())
+    }
+
+    /// Whether the port has frames for method `method` to send now.
+    pub fn wants_transmit(&self, method: u8) -> bool {
+        self.ready
+            .get(method as usize)
+            .is_some_and(|q| !q.is_empty())
+    }
+
+    /// Sets a peer's route; the method index must be registered.
+    fn apply_route(&mut self, idx: PeerIdx, route: Route) {
+        let mtu = self.method_mtu[usize::from(route.method)];
+        let max_payload = mtu.saturating_sub(HEADER_LEN).clamp(1, usize::from(u16::MAX));
+        let p = &mut self.peers[idx as usize];
+        p.route = Some(route);
+        p.frag_payload = max_payload as u16;
+    }
+
+    fn peer_idx(&self, addr: ProcessAddr) -> Option<PeerIdx> {
+        self.peer_index.get(&addr).copied()
+    }
+
+    fn peer_idx_or_create(&mut self, addr: ProcessAddr) -> Result<PeerIdx, SendError> {
+        if let Some(idx) = self.peer_idx(addr) {
+            return Ok(idx);
+        }
+        if self.peers.len() >= self.cfg.max_peers {
+            return Err(SendError::TooManyPeers(self.cfg.max_peers));
+        }
+        let idx = self.peers.len() as PeerIdx;
+        self.peers.push(Peer::new(addr, self.cfg.initial_seq));
+        self.peer_index.insert(addr, idx);
+        Ok(idx)
+    }
+
+    /// Puts the peer where the engine will find it: in its method's ready
+    /// queue if it can transmit, in the unrouted list if it has no route.
+    fn schedule(&mut self, idx: PeerIdx, now: Time) {
+        let window = self.cfg.tx_window;
+        let p = &mut self.peers[idx as usize];
+        if !p.wants_tx(now, window) {
+            return;
+        }
+        match p.route {
+            None => {
+                if !p.awaiting_route {
+                    p.awaiting_route = true;
+                    self.unrouted.push_back(idx);
+                }
+            }
+            Some(route) => {
+                if !p.queued {
+                    p.queued = true;
+                    self.ready[route.method as usize].push_back(idx);
+                }
+            }
+        }
+    }
+
+    /// Returns pooled windows of a peer that has gone idle.
+    fn recycle_windows(&mut self, idx: PeerIdx) {
+        let p = &mut self.peers[idx as usize];
+        if p.tx.is_some() && p.tx_idle() && !p.retx_pending() {
+            if let Some(w) = p.tx.take() {
+                self.tx_windows.push(w);
+            }
+        }
+        if p.rx.as_ref().is_some_and(|w| w.is_idle()) {
+            if let Some(w) = p.rx.take() {
+                self.rx_windows.push(w);
+            }
+        }
+    }
+
+    fn take_buffer(&mut self, data: &[u8]) -> Vec<u8> {
+        let mut b = self.buffers.pop().unwrap_or_default();
+        b.clear();
+        b.extend_from_slice(data);
+        b
+    }
+
+    fn free_message(&mut self, m: u32) -> Option<OutMessage> {
+        let msg = self.messages[m as usize].take()?;
+        self.free_messages.push(m);
+        self.outstanding -= 1;
+        Some(msg)
+    }
+
+    fn recycle_buffer(&mut self, data: Vec<u8>) {
+        self.buffers.push(data);
+    }
+}
+
+#[cfg(test)]
+mod tests;

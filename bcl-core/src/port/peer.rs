@@ -1,0 +1,280 @@
+//! Per-peer state: small when idle, with pooled windows while active.
+//!
+//! BCL-3's scalable flow control keeps no per-peer credits, so what a port
+//! must remember about a peer it is not currently exchanging frames with is a
+//! handful of counters: sequence positions, the round-trip estimate, the
+//! route, statistics. That is [`Peer`], checked to stay within 256 bytes.
+//! The per-frame bookkeeping of an active exchange — the sender's window of
+//! unacknowledged frames ([`TxWindow`]) and the receiver's reassembly table
+//! ([`RxWindow`]) — is borrowed from port-wide pools while needed and handed
+//! back when the peer goes idle.
+
+use crate::addr::ProcessAddr;
+use crate::method::Route;
+use crate::ring::RingSlot;
+use crate::rtt::RttEstimator;
+use crate::sack::{SackBitmap, RX_WINDOW};
+use crate::seq::Seq;
+use crate::stats::PeerStats;
+use crate::time::Time;
+use crate::wire::NakReason;
+
+/// Index of a peer in the port's peer table.
+pub(crate) type PeerIdx = u32;
+
+/// "No message" in intrusive message lists.
+pub(crate) const NO_MSG: u32 = u32::MAX;
+
+/// Reassembly entries: messages overlapping the receive window, indexed by
+/// message id modulo this size. Twice the window, because a message whose
+/// first frame is still undelivered can reach back one window.
+pub(crate) const RX_MSGS: usize = 2 * RX_WINDOW as usize;
+
+/// One frame the sender has sent and not yet seen cumulatively acknowledged.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct TxSlot {
+    /// Index of the message in the port's message table.
+    pub msg: u32,
+    /// Offset of the fragment in the message.
+    pub offset: u32,
+    /// Payload bytes of the fragment.
+    pub len: u16,
+    /// Times sent (for Karn's rule).
+    pub sent_count: u8,
+    /// This is the message's last fragment: acknowledging it completes the
+    /// message.
+    pub last_of_msg: bool,
+    /// Selectively acknowledged: do not resend.
+    pub sacked: bool,
+    /// When it was last sent.
+    pub last_sent: Time,
+}
+
+/// The sender's window: frames in flight to one peer, indexed by sequence
+/// number modulo the window.
+pub(crate) struct TxWindow {
+    pub slots: [TxSlot; RX_WINDOW as usize],
+}
+
+impl TxWindow {
+    pub fn new() -> Box<Self> {
+        Box::new(TxWindow {
+            slots: [TxSlot::default(); RX_WINDOW as usize],
+        })
+    }
+
+    pub fn slot(&self, seq: Seq) -> &TxSlot {
+        &self.slots[seq.0 as usize % RX_WINDOW as usize]
+    }
+
+    pub fn slot_mut(&mut self, seq: Seq) -> &mut TxSlot {
+        &mut self.slots[seq.0 as usize % RX_WINDOW as usize]
+    }
+}
+
+/// A message being reassembled in the ring.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RxMsg {
+    /// The fragment at offset 0 has arrived, so `first_seq` is known.
+    pub has_first: bool,
+    pub msg_id: u32,
+    pub slot: RingSlot,
+    pub len: u32,
+    pub received: u32,
+    pub first_seq: Seq,
+    pub last_seq: Seq,
+}
+
+/// The receiver's window for one peer: which frames past the next wanted one
+/// have arrived, and the messages being reassembled.
+pub(crate) struct RxWindow {
+    pub bitmap: SackBitmap,
+    pub active_msgs: u32,
+    pub msgs: [Option<RxMsg>; RX_MSGS],
+}
+
+impl RxWindow {
+    pub fn new() -> Box<Self> {
+        Box::new(RxWindow {
+            bitmap: SackBitmap::new(),
+            active_msgs: 0,
+            msgs: [None; RX_MSGS],
+        })
+    }
+
+    pub fn entry(&self, msg_id: u32) -> &Option<RxMsg> {
+        &self.msgs[msg_id as usize % RX_MSGS]
+    }
+
+    pub fn entry_mut(&mut self, msg_id: u32) -> &mut Option<RxMsg> {
+        &mut self.msgs[msg_id as usize % RX_MSGS]
+    }
+
+    /// Whether the window holds nothing worth keeping.
+    pub fn is_idle(&self) -> bool {
+        self.active_msgs == 0 && self.bitmap.is_empty()
+    }
+}
+
+/// Everything a port keeps about one remote process.
+pub(crate) struct Peer {
+    pub addr: ProcessAddr,
+    pub route: Option<Route>,
+    /// Payload bytes per frame on the route (MTU minus header).
+    pub frag_payload: u16,
+    /// In its method's ready queue.
+    pub queued: bool,
+    /// In the port's unrouted list.
+    pub awaiting_route: bool,
+
+    // ---- sending ----
+    pub tx: Option<Box<TxWindow>>,
+    /// Next sequence number to assign.
+    pub next_seq: Seq,
+    /// Oldest sequence number not cumulatively acknowledged.
+    pub una: Seq,
+    /// Id of the next message to this peer.
+    pub next_msg_id: u32,
+    /// Messages accepted and not fully framed yet (intrusive list).
+    pub queue_head: u32,
+    pub queue_tail: u32,
+    pub rtt: RttEstimator,
+    pub consecutive_timeouts: u16,
+    /// Doublings of the ring-full back-off.
+    pub busy_shift: u8,
+    pub rto_deadline: Time,
+    /// No data to this peer before this instant (its ring was full).
+    pub busy_until: Time,
+    /// Frames in `[retx_from, retx_to)` are candidates for resending.
+    pub retx_from: Seq,
+    pub retx_to: Seq,
+    /// Resend candidates regardless of when they were last sent (timeout,
+    /// ring full) rather than only if they are older than half an RTT (NAK).
+    pub retx_all: bool,
+
+    // ---- receiving ----
+    pub rx: Option<Box<RxWindow>>,
+    /// We have heard from this peer and know where its sequence starts.
+    pub rx_known: bool,
+    pub rx_epoch: u32,
+    /// Next sequence number wanted (everything before it has arrived).
+    pub expected: Seq,
+    /// First frame of the next message to deliver.
+    pub deliver_seq: Seq,
+    /// Id of the next message to deliver, once known.
+    pub deliver_msg_id: Option<u32>,
+    /// In-order frames not acknowledged yet.
+    pub unacked: u32,
+    /// An acknowledgement should go out at the next opportunity.
+    pub ack_now: bool,
+    /// A NAK should go out: reason and, for a full ring, the dropped frame.
+    pub nak: NakReason,
+    pub nak_dropped: Seq,
+    /// A delayed acknowledgement is due at this instant.
+    pub ack_deadline: Time,
+
+    /// Earliest instant for which a timer entry is queued.
+    pub timer_armed: Time,
+    pub stats: PeerStats,
+}
+
+impl Peer {
+    pub fn new(addr: ProcessAddr, initial_seq: u32) -> Self {
+        Peer {
+            addr,
+            route: None,
+            frag_payload: 0,
+            queued: false,
+            awaiting_route: false,
+            tx: None,
+            next_seq: Seq(initial_seq),
+            una: Seq(initial_seq),
+            next_msg_id: 0,
+            queue_head: NO_MSG,
+            queue_tail: NO_MSG,
+            rtt: RttEstimator::new(),
+            consecutive_timeouts: 0,
+            busy_shift: 0,
+            rto_deadline: Time::NEVER,
+            busy_until: Time::ZERO,
+            retx_from: Seq(initial_seq),
+            retx_to: Seq(initial_seq),
+            retx_all: false,
+            rx: None,
+            rx_known: false,
+            rx_epoch: 0,
+            expected: Seq(0),
+            deliver_seq: Seq(0),
+            deliver_msg_id: None,
+            unacked: 0,
+            ack_now: false,
+            nak: NakReason::None,
+            nak_dropped: Seq(0),
+            ack_deadline: Time::NEVER,
+            timer_armed: Time::NEVER,
+            stats: PeerStats::default(),
+        }
+    }
+
+    /// Frames sent and not cumulatively acknowledged.
+    pub fn in_flight(&self) -> u32 {
+        self.next_seq.since(self.una).unwrap_or(0)
+    }
+
+    /// Whether a retransmission sweep has candidates left.
+    pub fn retx_pending(&self) -> bool {
+        self.retx_from.before(self.retx_to)
+    }
+
+    /// Whether an ACK or NAK frame is wanted.
+    pub fn ack_wanted(&self) -> bool {
+        self.ack_now || self.nak != NakReason::None
+    }
+
+    /// Whether the sender side holds nothing: no frame in flight, no message
+    /// waiting.
+    pub fn tx_idle(&self) -> bool {
+        self.una == self.next_seq && self.queue_head == NO_MSG
+    }
+
+    /// Whether this peer could put a frame on the wire at `now`.
+    pub fn wants_tx(&self, now: Time, window: u32) -> bool {
+        if self.ack_wanted() {
+            return true;
+        }
+        if now < self.busy_until {
+            return false;
+        }
+        self.retx_pending() || (self.queue_head != NO_MSG && self.in_flight() < window)
+    }
+
+    /// The earliest instant something about this peer must happen.
+    pub fn next_deadline(&self) -> Time {
+        let mut t = self.rto_deadline.min(self.ack_deadline);
+        if self.busy_until != Time::ZERO && (self.retx_pending() || self.queue_head != NO_MSG) {
+            t = t.min(self.busy_until);
+        }
+        t
+    }
+
+    /// Widens the retransmission sweep to cover `[from, to)`.
+    pub fn add_retx_range(&mut self, from: Seq, to: Seq, all: bool) {
+        let from = if from.before(self.una) { self.una } else { from };
+        if !from.before(to) {
+            return;
+        }
+        if self.retx_pending() {
+            if from.before(self.retx_from) {
+                self.retx_from = from;
+            }
+            if self.retx_to.before(to) {
+                self.retx_to = to;
+            }
+            self.retx_all |= all;
+        } else {
+            self.retx_from = from;
+            self.retx_to = to;
+            self.retx_all = all;
+        }
+    }
+}

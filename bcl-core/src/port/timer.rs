@@ -1,0 +1,68 @@
+//! Timers: retransmission timeouts, delayed acknowledgements and ring-full
+//! back-off, one lazily maintained heap entry per peer.
+//!
+//! A peer's deadlines change often (every acknowledgement restarts the
+//! retransmission timer), so the heap is not updated on every change. Each
+//! peer remembers the earliest instant it has an entry for; a new entry is
+//! pushed only when a deadline moves earlier. When an entry fires, the peer
+//! handles whatever is due and re-arms for its next deadline; an entry that
+//! no longer matches the peer's armed instant is stale and skipped.
+
+use super::peer::PeerIdx;
+use super::Port;
+use crate::time::Time;
+use std::cmp::Reverse;
+
+impl Port {
+    /// The earliest instant at which [`Port::handle_timeout`] has work, if
+    /// any. May be early (a deadline moved later); never late.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        self.timers.peek().map(|Reverse((t, _))| *t)
+    }
+
+    /// Runs everything due at `now`: retransmission timeouts, delayed
+    /// acknowledgements, the end of ring-full back-offs.
+    pub fn handle_timeout(&mut self, now: Time) {
+        while let Some(&Reverse((t, idx))) = self.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            let p = &mut self.peers[idx as usize];
+            if p.timer_armed != t {
+                continue;
+            }
+            p.timer_armed = Time::NEVER;
+            if p.ack_deadline <= now {
+                p.ack_deadline = Time::NEVER;
+                if p.rx_known {
+                    p.ack_now = true;
+                }
+            }
+            if p.rto_deadline <= now {
+                if p.una != p.next_seq {
+                    self.on_retransmission_timeout(idx, now);
+                } else {
+                    self.peers[idx as usize].rto_deadline = Time::NEVER;
+                }
+            }
+            let p = &mut self.peers[idx as usize];
+            if p.busy_until != Time::ZERO && p.busy_until <= now {
+                p.busy_until = Time::ZERO;
+            }
+            self.schedule(idx, now);
+            self.arm_timer(idx);
+            self.recycle_windows(idx);
+        }
+    }
+
+    /// Makes sure a heap entry exists for peer `idx`'s next deadline.
+    pub(super) fn arm_timer(&mut self, idx: PeerIdx) {
+        let p = &mut self.peers[idx as usize];
+        let next = p.next_deadline();
+        if next < p.timer_armed {
+            p.timer_armed = next;
+            self.timers.push(Reverse((next, idx)));
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! Statistics counters, per port and per peer.
+
+use crate::wire::FrameError;
+
+/// Frames dropped before delivery, by reason.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BadFrames {
+    /// Shorter than a header.
+    pub truncated: u64,
+    /// Unknown version.
+    pub bad_version: u64,
+    /// Unknown frame type, or a type this port does not handle yet.
+    pub bad_type: u64,
+    /// Unknown flag bits.
+    pub bad_flags: u64,
+    /// Inconsistent lengths or message fields.
+    pub bad_length: u64,
+    /// CRC32C mismatch.
+    pub bad_checksum: u64,
+    /// No CRC32C where one is required.
+    pub missing_checksum: u64,
+    /// Another job's frame.
+    pub wrong_job: u64,
+    /// Addressed to another process.
+    pub wrong_destination: u64,
+    /// A sequence number outside the receive window.
+    pub out_of_window: u64,
+    /// An acknowledgement for frames never sent, or a malformed ACK body.
+    pub bad_ack: u64,
+    /// From a new peer beyond the peer limit.
+    pub too_many_peers: u64,
+}
+
+impl BadFrames {
+    /// Total of all reasons.
+    pub fn total(&self) -> u64 {
+        self.truncated
+            + self.bad_version
+            + self.bad_type
+            + self.bad_flags
+            + self.bad_length
+            + self.bad_checksum
+            + self.missing_checksum
+            + self.wrong_job
+            + self.wrong_destination
+            + self.out_of_window
+            + self.bad_ack
+            + self.too_many_peers
+    }
+
+    /// Counts one frame rejected by the parser.
+    pub fn count(&mut self, e: FrameError) {
+        let c = match e {
+            FrameError::Truncated(_) => &mut self.truncated,
+            FrameError::BadVersion(_) => &mut self.bad_version,
+            FrameError::BadType(_) => &mut self.bad_type,
+            FrameError::BadFlags(_) => &mut self.bad_flags,
+            FrameError::BadLength => &mut self.bad_length,
+            FrameError::BadChecksum => &mut self.bad_checksum,
+            FrameError::MissingChecksum => &mut self.missing_checksum,
+            FrameError::WrongJob(_) => &mut self.wrong_job,
+            FrameError::WrongDestination => &mut self.wrong_destination,
+        };
+        *c += 1;
+    }
+}
+
+/// Counters of one port.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortStats {
+    /// Frames handed to methods.
+    pub frames_sent: u64,
+    /// Frames received that passed validation.
+    pub frames_received: u64,
+    /// DATA frames sent for the first time.
+    pub data_frames_sent: u64,
+    /// DATA frames sent again.
+    pub retransmits: u64,
+    /// ACK frames sent (not counting acknowledgements piggybacked on data).
+    pub acks_sent: u64,
+    /// NAK frames sent.
+    pub naks_sent: u64,
+    /// Retransmission timeouts that fired.
+    pub timeouts: u64,
+    /// DATA frames received again and dropped.
+    pub duplicates: u64,
+    /// DATA frames dropped because the ring was full.
+    pub ring_full_drops: u64,
+    /// NAK(ring full) received: times this port had to back off.
+    pub ring_full_backoffs: u64,
+    /// Messages accepted by `send`.
+    pub messages_sent: u64,
+    /// Messages acknowledged end to end.
+    pub messages_completed: u64,
+    /// Messages that failed (peer unreachable).
+    pub messages_failed: u64,
+    /// Messages delivered into the ring and announced.
+    pub messages_delivered: u64,
+    /// Frames dropped, by reason.
+    pub bad_frames: BadFrames,
+}
+
+/// Counters of one peer, kept in the peer's state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PeerStats {
+    /// Frames sent to the peer.
+    pub frames_sent: u64,
+    /// Valid frames received from it.
+    pub frames_received: u64,
+    /// DATA frames resent to it.
+    pub retransmits: u64,
+    /// Duplicate DATA frames from it, dropped.
+    pub duplicates: u64,
+    /// Its DATA frames dropped because the ring was full.
+    pub ring_full_drops: u64,
+}

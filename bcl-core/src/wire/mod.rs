@@ -1,0 +1,409 @@
+//! The BCL wire format.
+//!
+//! Every frame starts with a fixed 56-byte [`Header`] in network byte order,
+//! followed by `payload_len` bytes of payload. On Ethernet methods the header
+//! follows an Ethernet II header with the BCL EtherType; on the `udp` method
+//! it is the UDP payload. Trailing bytes after the payload (Ethernet padding)
+//! are ignored.
+//!
+//! ```text
+//!  0       1       2               4                               8
+//!  +-------+-------+---------------+-------------------------------+
+//!  |version| type  |     flags     |            job key            |
+//!  +-------+-------+---------------+---------------+---------------+
+//!  |          source node          |  source port  |   dest port   |
+//!  +-------------------------------+---------------+---------------+
+//!  |           dest node           |         source epoch          |
+//!  +-------------------------------+-------------------------------+
+//!  |        sequence number        |  cumulative ack (next wanted) |
+//!  +-------------------------------+---------------+---------------+
+//!  |  window base (oldest unacked) |    channel    |  payload len  |
+//!  +-------------------------------+---------------+---------------+
+//!  |          message id           |        fragment offset        |
+//!  +-------------------------------+-------------------------------+
+//!  |        message length         |     CRC32C (header+payload)   |
+//!  +-------------------------------+-------------------------------+
+//! ```
+//!
+//! [`parse`] checks version, type, lengths, job key, destination and (when
+//! present or required) the CRC32C before it returns a [`Frame`]; anything
+//! wrong is a typed [`FrameError`], never a panic. [`encode`] writes a header
+//! and payload into a buffer the caller lends.
+
+mod ack;
+
+pub use ack::{AckBody, NakReason, SACK_BITS};
+
+use crate::addr::{JobKey, NodeId, PortId, ProcessAddr};
+use zerocopy::network_endian::{U16, U32};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
+
+/// The wire-format version this build speaks.
+pub const VERSION: u8 = 1;
+
+/// The default EtherType of BCL frames (IEEE 802 local experimental 1).
+pub const DEFAULT_ETHERTYPE: u16 = 0x88B5;
+
+/// Size of the BCL header in bytes.
+pub const HEADER_LEN: usize = core::mem::size_of::<Header>();
+
+/// Offset of the CRC field: the CRC covers the header bytes before it and the
+/// payload.
+const CRC_OFFSET: usize = HEADER_LEN - 4;
+
+/// The BCL frame header, exactly as on the wire (network byte order).
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, Debug)]
+#[repr(C)]
+pub struct Header {
+    /// Wire-format version, [`VERSION`].
+    pub version: u8,
+    /// [`FrameType`] code.
+    pub frame_type: u8,
+    /// [`flags`] bits.
+    pub flags: U16,
+    /// The job the frame belongs to.
+    pub job: U32,
+    /// Sender's node.
+    pub src_node: U32,
+    /// Sender's port.
+    pub src_port: U16,
+    /// Receiver's port.
+    pub dst_port: U16,
+    /// Receiver's node.
+    pub dst_node: U32,
+    /// Incarnation of the sending port; a new value means the sender
+    /// restarted and its sequence space starts over.
+    pub epoch: U32,
+    /// Sequence number of a DATA frame (unused otherwise).
+    pub seq: U32,
+    /// Cumulative acknowledgement: every sequence number before it has been
+    /// received. Valid when [`flags::ACK`] is set.
+    pub ack: U32,
+    /// Oldest sequence number the sender still holds unacknowledged; a
+    /// receiver meeting this sender for the first time starts here.
+    pub base: U32,
+    /// Channel the payload is for (0 = system channel).
+    pub channel: U16,
+    /// Payload bytes following the header.
+    pub payload_len: U16,
+    /// Message id, per sender and receiver, counting up from 0.
+    pub msg_id: U32,
+    /// Offset of this fragment's payload in the message.
+    pub frag_offset: U32,
+    /// Length of the whole message.
+    pub msg_len: U32,
+    /// CRC32C over the header bytes before this field and the payload; valid
+    /// when [`flags::CRC`] is set.
+    pub crc: U32,
+}
+
+/// Header flag bits.
+pub mod flags {
+    /// The `ack` field carries a cumulative acknowledgement.
+    pub const ACK: u16 = 1 << 0;
+    /// The `crc` field carries a CRC32C.
+    pub const CRC: u16 = 1 << 1;
+    /// All bits this version knows.
+    pub const KNOWN: u16 = ACK | CRC;
+}
+
+/// What a frame is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum FrameType {
+    /// A fragment of a message.
+    Data = 1,
+    /// Acknowledgement: cumulative plus a selective bitmap ([`AckBody`]).
+    Ack = 2,
+    /// Negative acknowledgement with a reason ([`AckBody`]).
+    Nak = 3,
+    /// Rendezvous request for a normal channel (reserved).
+    RndvRequest = 4,
+    /// Rendezvous ready: the receiver posted a buffer (reserved).
+    RndvReady = 5,
+    /// Remote memory write into an open channel (reserved).
+    RmaPut = 6,
+    /// Remote memory read from an open channel (reserved).
+    RmaGet = 7,
+    /// Reply data of a remote read (reserved).
+    RmaGetReply = 8,
+    /// Control message (reserved).
+    Control = 9,
+}
+
+impl FrameType {
+    /// The frame type with wire code `code`, if any.
+    pub fn from_code(code: u8) -> Option<FrameType> {
+        Some(match code {
+            1 => FrameType::Data,
+            2 => FrameType::Ack,
+            3 => FrameType::Nak,
+            4 => FrameType::RndvRequest,
+            5 => FrameType::RndvReady,
+            6 => FrameType::RmaPut,
+            7 => FrameType::RmaGet,
+            8 => FrameType::RmaGetReply,
+            9 => FrameType::Control,
+            _ => return None,
+        })
+    }
+}
+
+/// Why a received frame was dropped before anything was read from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum FrameError {
+    /// Fewer bytes than a header.
+    #[error("frame of {0} bytes is shorter than the {HEADER_LEN}-byte header")]
+    Truncated(usize),
+    /// Unknown wire-format version.
+    #[error("unsupported wire-format version {0}")]
+    BadVersion(u8),
+    /// Unknown frame type.
+    #[error("unknown frame type {0}")]
+    BadType(u8),
+    /// Flag bits this version does not know.
+    #[error("unknown flag bits {0:#06x}")]
+    BadFlags(u16),
+    /// `payload_len` runs past the end of the frame, or the message fields
+    /// are inconsistent (fragment past the message end).
+    #[error("inconsistent lengths")]
+    BadLength,
+    /// The CRC32C does not match.
+    #[error("CRC32C mismatch")]
+    BadChecksum,
+    /// The link requires a CRC32C and the frame carries none.
+    #[error("frame carries no CRC32C but the link requires one")]
+    MissingChecksum,
+    /// Another job's frame.
+    #[error("frame of job {0:#x}")]
+    WrongJob(u32),
+    /// Addressed to another process.
+    #[error("frame addressed to another process")]
+    WrongDestination,
+}
+
+/// A validated frame, read in place.
+#[derive(Clone, Copy, Debug)]
+pub struct Frame<'a> {
+    header: &'a Header,
+    kind: FrameType,
+    payload: &'a [u8],
+}
+
+impl<'a> Frame<'a> {
+    /// The raw header.
+    pub fn header(&self) -> &'a Header {
+        self.header
+    }
+    /// The frame type.
+    pub fn kind(&self) -> FrameType {
+        self.kind
+    }
+    /// The payload bytes.
+    pub fn payload(&self) -> &'a [u8] {
+        self.payload
+    }
+    /// The sender.
+    pub fn src(&self) -> ProcessAddr {
+        ProcessAddr {
+            node: NodeId(self.header.src_node.get()),
+            port: PortId(self.header.src_port.get()),
+        }
+    }
+    /// The header flags.
+    pub fn flags(&self) -> u16 {
+        self.header.flags.get()
+    }
+    /// The sender's epoch.
+    pub fn epoch(&self) -> u32 {
+        self.header.epoch.get()
+    }
+    /// The cumulative acknowledgement, when the frame carries one.
+    pub fn ack(&self) -> Option<u32> {
+        (self.flags() & flags::ACK != 0).then(|| self.header.ack.get())
+    }
+}
+
+/// What the receiving side checks besides the frame's own consistency.
+#[derive(Clone, Copy, Debug)]
+pub struct Expect {
+    /// Only frames of this job are accepted.
+    pub job: JobKey,
+    /// Only frames addressed to this process are accepted.
+    pub local: ProcessAddr,
+    /// Frames without a CRC32C are rejected.
+    pub require_crc: bool,
+}
+
+/// Validates `bytes` as a BCL frame for the receiver described by `expect`.
+///
+/// Checks, in this order: length, version, type, flags, payload length and
+/// message fields, CRC32C, job key, destination. Nothing is trusted before it
+/// is checked, and nothing panics on any input.
+pub fn parse<'a>(bytes: &'a [u8], expect: &Expect) -> Result<Frame<'a>, FrameError> {
+    let (header, rest) =
+        Header::ref_from_prefix(bytes).map_err(|_| FrameError::Truncated(bytes.len()))?;
+    if header.version != VERSION {
+        return Err(FrameError::BadVersion(header.version));
+    }
+    let kind = FrameType::from_code(header.frame_type).ok_or(FrameError::BadType(header.frame_type))?;
+    let flag_bits = header.flags.get();
+    if flag_bits & !flags::KNOWN != 0 {
+        return Err(FrameError::BadFlags(flag_bits & !flags::KNOWN));
+    }
+    let payload_len = usize::from(header.payload_len.get());
+    let payload = rest.get(..payload_len).ok_or(FrameError::BadLength)?;
+    let frag_end = u64::from(header.frag_offset.get()) + payload_len as u64;
+    if kind == FrameType::Data && frag_end > u64::from(header.msg_len.get()) {
+        return Err(FrameError::BadLength);
+    }
+    if flag_bits & flags::CRC != 0 {
+        if checksum(&bytes[..CRC_OFFSET], payload) != header.crc.get() {
+            return Err(FrameError::BadChecksum);
+        }
+    } else if expect.require_crc {
+        return Err(FrameError::MissingChecksum);
+    }
+    if header.job.get() != expect.job.0 {
+        return Err(FrameError::WrongJob(header.job.get()));
+    }
+    if header.dst_node.get() != expect.local.node.0 || header.dst_port.get() != expect.local.port.0 {
+        return Err(FrameError::WrongDestination);
+    }
+    Ok(Frame {
+        header,
+        kind,
+        payload,
+    })
+}
+
+/// The fields of a header to write; the rest (version, payload length, CRC)
+/// [`encode`] fills in.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HeaderFields {
+    /// Frame type code (see [`FrameType`]).
+    pub kind: Option<FrameType>,
+    /// Flags other than [`flags::CRC`], which [`encode`] sets itself.
+    pub flags: u16,
+    /// Job key.
+    pub job: JobKey,
+    /// Sender.
+    pub src: ProcessAddr,
+    /// Receiver.
+    pub dst: ProcessAddr,
+    /// Sender's epoch.
+    pub epoch: u32,
+    /// Sequence number.
+    pub seq: u32,
+    /// Cumulative acknowledgement (meaningful with [`flags::ACK`]).
+    pub ack: u32,
+    /// Sender's window base.
+    pub base: u32,
+    /// Channel.
+    pub channel: u16,
+    /// Message id.
+    pub msg_id: u32,
+    /// Fragment offset.
+    pub frag_offset: u32,
+    /// Message length.
+    pub msg_len: u32,
+}
+
+/// Why [`encode`] could not write a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EncodeError {
+    /// The buffer is smaller than header plus payload.
+    #[error("buffer of {have} bytes cannot hold a {need}-byte frame")]
+    BufferTooSmall {
+        /// Bytes needed.
+        need: usize,
+        /// Bytes available.
+        have: usize,
+    },
+    /// The payload is longer than a frame can carry.
+    #[error("payload of {0} bytes exceeds the 65535-byte frame limit")]
+    PayloadTooLong(usize),
+    /// No frame type was given.
+    #[error("no frame type given")]
+    NoType,
+}
+
+/// Writes a frame (header, then `payload`) at the start of `buf` and returns
+/// its length. With `crc` the CRC32C is computed and [`flags::CRC`] set.
+pub fn encode(
+    buf: &mut [u8],
+    fields: &HeaderFields,
+    payload: &[u8],
+    crc: bool,
+) -> Result<usize, EncodeError> {
+    let need = HEADER_LEN + payload.len();
+    if buf.len() < need {
+        return Err(EncodeError::BufferTooSmall {
+            need,
+            have: buf.len(),
+        });
+    }
+    buf[HEADER_LEN..need].copy_from_slice(payload);
+    encode_header_for_payload_in_place(buf, fields, payload.len(), crc)?;
+    Ok(need)
+}
+
+/// Writes the header into `buf[..HEADER_LEN]` for a payload of `payload_len`
+/// bytes that the caller has already placed at `buf[HEADER_LEN..]`, and
+/// returns the frame length. Used to write payload straight from its source
+/// into a lent buffer without a staging copy.
+pub fn encode_header_for_payload_in_place(
+    buf: &mut [u8],
+    fields: &HeaderFields,
+    payload_len: usize,
+    crc: bool,
+) -> Result<usize, EncodeError> {
+    let kind = fields.kind.ok_or(EncodeError::NoType)?;
+    let wire_len = u16::try_from(payload_len).map_err(|_| EncodeError::PayloadTooLong(payload_len))?;
+    let need = HEADER_LEN + payload_len;
+    if buf.len() < need {
+        return Err(EncodeError::BufferTooSmall {
+            need,
+            have: buf.len(),
+        });
+    }
+    let mut flag_bits = fields.flags & !flags::CRC;
+    if crc {
+        flag_bits |= flags::CRC;
+    }
+    let header = Header {
+        version: VERSION,
+        frame_type: kind as u8,
+        flags: U16::new(flag_bits),
+        job: U32::new(fields.job.0),
+        src_node: U32::new(fields.src.node.0),
+        src_port: U16::new(fields.src.port.0),
+        dst_port: U16::new(fields.dst.port.0),
+        dst_node: U32::new(fields.dst.node.0),
+        epoch: U32::new(fields.epoch),
+        seq: U32::new(fields.seq),
+        ack: U32::new(fields.ack),
+        base: U32::new(fields.base),
+        channel: U16::new(fields.channel),
+        payload_len: U16::new(wire_len),
+        msg_id: U32::new(fields.msg_id),
+        frag_offset: U32::new(fields.frag_offset),
+        msg_len: U32::new(fields.msg_len),
+        crc: U32::new(0),
+    };
+    let (head, rest) = buf.split_at_mut(HEADER_LEN);
+    head.copy_from_slice(header.as_bytes());
+    if crc {
+        let sum = checksum(&head[..CRC_OFFSET], &rest[..payload_len]);
+        head[CRC_OFFSET..].copy_from_slice(&sum.to_be_bytes());
+    }
+    Ok(need)
+}
+
+/// CRC32C over the header bytes before the CRC field and the payload.
+fn checksum(header_prefix: &[u8], payload: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(header_prefix), payload)
+}
+
+#[cfg(test)]
+mod tests;

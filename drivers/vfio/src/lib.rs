@@ -1,0 +1,1 @@
+//! bcl-vfio (being written)

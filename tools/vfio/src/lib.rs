@@ -1,0 +1,1 @@
+//! bcl-vfio-cli (being written)
