@@ -1,0 +1,162 @@
+//! Topology files: every shipped config loads, and bad files give errors that
+//! name the file, the line and the field. No privileges needed.
+
+use std::path::{Path, PathBuf};
+
+use bcl_lab::Lab;
+
+fn configs() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/lab")
+}
+
+#[test]
+fn shipped_configs_load() {
+    let expect: &[(&str, &[&str], u32)] = &[
+        ("pair.toml", &["a", "b"], 1),
+        ("pair-2q.toml", &["a", "b"], 2),
+        ("switched4.toml", &["n1", "n2", "n3", "n4"], 1),
+        ("lossy-pair.toml", &["a", "b"], 1),
+        ("routed.toml", &["a", "r", "b"], 1),
+        ("pair-bridged.toml", &["a", "b"], 1),
+    ];
+    for (file, nodes, queues) in expect {
+        let lab = Lab::load(&configs().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert_eq!(
+            lab.nodes(),
+            nodes.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+            "{file}"
+        );
+        for n in *nodes {
+            let ifs = lab.interfaces(n).unwrap();
+            assert!(!ifs.is_empty(), "{file}: {n} has interfaces");
+            for i in ifs {
+                assert!(i.ifname.len() <= bcl_lab::IFNAME_MAX);
+                assert_eq!(i.queues, *queues, "{file}");
+                assert!(i.ipv4.is_some());
+            }
+            assert!(lab
+                .netns(n)
+                .unwrap()
+                .starts_with(&format!("{}.", lab.prefix())));
+        }
+    }
+    let pair = Lab::load(&configs().join("pair.toml")).unwrap();
+    let a = &pair.interfaces("a").unwrap()[0];
+    assert_eq!(a.ifname, "to-b");
+    assert_eq!(a.ipv4.unwrap().to_string(), "10.77.1.1/24");
+    assert_eq!(
+        pair.interfaces("b").unwrap()[0].ipv4.unwrap().to_string(),
+        "10.77.1.2/24"
+    );
+    let q2 = Lab::load(&configs().join("pair-2q.toml")).unwrap();
+    assert_eq!(q2.interfaces("b").unwrap()[0].mac, "02:00:00:00:02:02");
+    let lossy = Lab::load(&configs().join("lossy-pair.toml")).unwrap();
+    assert_eq!(lossy.impaired_links(), vec!["a-b".to_string()]);
+    let r = lossy.report();
+    let imp = r.links[0].impair.as_ref().unwrap();
+    assert_eq!(
+        (
+            imp.forward.loss,
+            imp.forward.reorder,
+            imp.forward.duplicate,
+            imp.forward.corrupt
+        ),
+        (0.1, 0.25, 0.05, 0.01)
+    );
+    assert_eq!(imp.forward, imp.reverse);
+    let routed = Lab::load(&configs().join("routed.toml")).unwrap();
+    let rep = routed.report();
+    assert!(rep.nodes.iter().any(|n| n.router));
+    assert_eq!(rep.nodes[0].routes[0].dest, "10.77.6.0/24");
+}
+
+/// Writes `src` to a temp file and returns the load error's text and the path.
+fn load_err(name: &str, src: &str) -> (String, String) {
+    let dir = std::env::temp_dir().join(format!("bcl-lab-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, src).unwrap();
+    let e = Lab::load(&path).expect_err("must be rejected").to_string();
+    std::fs::remove_file(&path).unwrap();
+    (e, path.display().to_string())
+}
+
+const PAIR: &str = "[[node]]\nname = \"a\"\n[[node]]\nname = \"b\"\n[[link]]\nname = \"a-b\"\nendpoints = [\"a\", \"b\"]\n";
+
+#[test]
+fn unknown_field() {
+    let (e, p) = load_err("unknown.toml", &format!("{PAIR}queuez = 2\n"));
+    assert!(e.starts_with(&format!("{p}:8: ")), "{e}");
+    assert!(e.contains("queuez"), "{e}");
+}
+
+#[test]
+fn undefined_node_in_link() {
+    let src = "[[node]]\nname = \"a\"\n[[node]]\nname = \"b\"\n\n[[link]]\nname = \"a-b\"\nendpoints = [\"a\", \"c\"]\n";
+    let (e, p) = load_err("undefined.toml", src);
+    assert_eq!(e, format!("{p}:8: link \"a-b\": node \"c\" is not defined"));
+}
+
+#[test]
+fn duplicate_node() {
+    let (e, p) = load_err("dup.toml", &format!("{PAIR}[[node]]\nname = \"b\"\n"));
+    assert!(
+        e.starts_with(&format!("{p}:9: ")) && e.contains("node \"b\"") && e.contains("duplicate"),
+        "{e}"
+    );
+}
+
+#[test]
+fn bad_duration() {
+    let (e, p) = load_err(
+        "dur.toml",
+        &format!("{PAIR}[link.impair]\ndelay = \"50 microseconds\"\n"),
+    );
+    assert!(e.starts_with(&format!("{p}:9: ")), "{e}");
+    assert!(
+        e.contains("link \"a-b\"") && e.contains("impair.delay") && e.contains("bad duration"),
+        "{e}"
+    );
+}
+
+#[test]
+fn probability_above_one() {
+    let (e, p) = load_err(
+        "prob.toml",
+        &format!("{PAIR}[link.impair]\nseed = 1\n[link.impair.forward]\nloss = 1.5\n"),
+    );
+    assert!(e.starts_with(&format!("{p}:11: ")), "{e}");
+    assert!(
+        e.contains("impair.forward.loss") && e.contains("probability"),
+        "{e}"
+    );
+}
+
+#[test]
+fn interface_name_too_long() {
+    let src = format!("{PAIR}[[node.iface]]\non = \"a-b\"\nifname = \"sixteen-chars-xx\"\n");
+    let (e, p) = load_err("ifname.toml", &src);
+    assert!(e.starts_with(&format!("{p}:10: ")), "{e}");
+    assert!(e.contains("ifname") && e.contains("IFNAMSIZ"), "{e}");
+}
+
+#[test]
+fn garbage_and_missing_files_are_errors_not_panics() {
+    for (i, src) in [
+        "\u{0}\u{1}",
+        "[[node]",
+        "node = []",
+        "[[link]]\nendpoints = [1, 2]",
+        "mtu = 9999999",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let (e, p) = load_err(&format!("garbage{i}.toml"), src);
+        assert!(e.starts_with(&p), "{e}");
+    }
+    let e = Lab::load(Path::new("/nonexistent/lab.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("/nonexistent/lab.toml"), "{e}");
+}

@@ -1,0 +1,504 @@
+//! Labs on the real kernel: namespaces, veth, bridges, routers, the
+//! impairment bridge, and cleanup. Need root; they fail loudly without it
+//! unless BCL_SKIP_PRIVILEGED=1. Every test uses its own prefix
+//! (`t<pid>-<name>`), so they run in parallel and never meet another run.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bcl_lab::{require_privileges, ImpairCounters, Lab, LabError, LabGuard};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_bcl-lab");
+
+fn config(file: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../configs/lab")
+        .join(file)
+}
+
+fn prefix(tag: &str) -> String {
+    format!("t{}-{tag}", std::process::id())
+}
+
+fn lab(file: &str, tag: &str) -> Lab {
+    Lab::load(&config(file))
+        .unwrap()
+        .with_prefix(&prefix(tag))
+        .unwrap()
+        .with_bridge_binary(Path::new(BIN))
+}
+
+fn guard(file: &str, tag: &str) -> LabGuard {
+    LabGuard::new(lab(file, tag)).unwrap_or_else(|e| panic!("up {file}: {e}"))
+}
+
+fn ip_json(args: &[&str]) -> Value {
+    let out = Command::new("ip").arg("-j").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "ip -j {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn netns_with_prefix(p: &str) -> Vec<String> {
+    let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(&format!("{p}.")))
+        .map(String::from)
+        .collect()
+}
+
+fn bridges_with_prefix(p: &str) -> Vec<u32> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let argv: Vec<String> = raw
+            .split(|b| *b == 0)
+            .map(|s| String::from_utf8_lossy(s).into_owned())
+            .collect();
+        if argv.len() > 3
+            && argv[1] == "impair"
+            && argv.windows(2).any(|w| w[0] == "--prefix" && w[1] == p)
+        {
+            v.push(pid);
+        }
+    }
+    v
+}
+
+/// A UDP receiver started in `node`, bound to `addr`.
+struct Receiver {
+    child: Child,
+    out: BufReader<std::process::ChildStdout>,
+}
+
+fn receiver(lab: &Lab, node: &str, addr: &str, idle_ms: u64) -> Receiver {
+    let mut child = lab
+        .command(node, BIN)
+        .unwrap()
+        .args([
+            "udp-recv",
+            "--bind",
+            addr,
+            "--idle-ms",
+            &idle_ms.to_string(),
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert!(line.starts_with("ready"), "receiver in {node}: {line:?}");
+    Receiver { child, out }
+}
+
+impl Receiver {
+    fn finish(mut self) -> Value {
+        let mut rest = String::new();
+        self.out.read_to_string(&mut rest).unwrap();
+        assert!(self.child.wait().unwrap().success());
+        serde_json::from_str(rest.lines().last().expect("result line")).unwrap()
+    }
+}
+
+fn send(lab: &Lab, node: &str, to: &str, count: u64, gap_us: u64) -> Value {
+    let out = lab
+        .command(node, BIN)
+        .unwrap()
+        .args([
+            "udp-send",
+            "--to",
+            to,
+            "--count",
+            &count.to_string(),
+            "--gap-us",
+            &gap_us.to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "udp-send: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Sends `count` datagrams from `from` to `to` (an `ip:port` in node `to_node`).
+fn udp(lab: &Lab, from: &str, to_node: &str, to: &str, count: u64) -> Value {
+    let r = receiver(lab, to_node, to, 500);
+    let s = send(lab, from, to, count, 0);
+    assert_eq!(s["sent"], count);
+    r.finish()
+}
+
+fn addr_of(lab: &Lab, node: &str) -> String {
+    lab.interfaces(node).unwrap()[0]
+        .ipv4
+        .unwrap()
+        .addr
+        .to_string()
+}
+
+#[test]
+fn pair_up_configures_everything_and_down_removes_it() {
+    if !require_privileges("pair_up_configures_everything_and_down_removes_it") {
+        return;
+    }
+    let p = prefix("pair");
+    let lab = guard("pair.toml", "pair");
+    assert!(lab.is_up());
+    let mut names = Vec::new();
+    for node in ["a", "b"] {
+        let ns = lab.netns(node).unwrap();
+        assert_eq!(ns, format!("{p}.{node}"));
+        for i in lab.interfaces(node).unwrap() {
+            names.push(i.ifname.clone());
+            let link = &ip_json(&["-n", &ns, "-d", "link", "show", "dev", &i.ifname])[0];
+            assert_eq!(link["address"], i.mac.as_str(), "{node} {}", i.ifname);
+            assert_eq!(link["mtu"], 1500);
+            assert_eq!(link["num_tx_queues"], i.queues);
+            assert_eq!(link["num_rx_queues"], i.queues);
+            assert_eq!(link["operstate"], "UP", "{node}: {link}");
+            let addr = &ip_json(&["-n", &ns, "addr", "show", "dev", &i.ifname])[0]["addr_info"];
+            let cidr = i.ipv4.unwrap();
+            assert!(
+                addr.as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|a| a["local"] == cidr.addr.to_string().as_str()
+                        && a["prefixlen"] == cidr.prefix_len),
+                "{node}: {addr}"
+            );
+        }
+    }
+    // UDP a -> b and b -> a through the namespaces.
+    let r = udp(&lab, "a", "b", &format!("{}:9000", addr_of(&lab, "b")), 200);
+    assert_eq!(
+        (r["received"].as_u64(), r["unique"].as_u64()),
+        (Some(200), Some(200)),
+        "{r}"
+    );
+    let r = udp(&lab, "b", "a", &format!("{}:9000", addr_of(&lab, "a")), 200);
+    assert_eq!(r["unique"], 200, "{r}");
+    // `exec` passes the exit status through.
+    let st = Command::new(BIN)
+        .args(["exec", "--prefix", &p])
+        .arg(config("pair.toml"))
+        .args(["b", "--", "sh", "-c", "exit 7"])
+        .status()
+        .unwrap();
+    assert_eq!(st.code(), Some(7));
+    // `up` again is refused and says what to do.
+    let e = lab.up().unwrap_err();
+    assert!(
+        matches!(e, LabError::AlreadyUp { .. }) && e.to_string().contains("down"),
+        "{e}"
+    );
+    assert!(matches!(
+        lab.command("zz", "true"),
+        Err(LabError::UnknownNode { .. })
+    ));
+
+    let state = lab.state_dir();
+    drop(lab);
+    assert!(
+        netns_with_prefix(&p).is_empty(),
+        "namespaces left: {:?}",
+        netns_with_prefix(&p)
+    );
+    assert!(!state.exists());
+    let root: Vec<String> = ip_json(&["link", "show"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["ifname"].as_str().unwrap_or("").to_string())
+        .collect();
+    // Nothing was ever created in the root namespace; check none of our names is there.
+    for n in names {
+        assert!(
+            !root.contains(&n) || n == "lo",
+            "veth {n} left in the root namespace"
+        );
+    }
+}
+
+#[test]
+fn pair_2q_has_two_queues_per_side() {
+    if !require_privileges("pair_2q_has_two_queues_per_side") {
+        return;
+    }
+    let lab = guard("pair-2q.toml", "p2q");
+    for (node, mac) in [("a", "02:00:00:00:02:01"), ("b", "02:00:00:00:02:02")] {
+        let i = &lab.interfaces(node).unwrap()[0];
+        assert_eq!(i.mac, mac);
+        let link = &ip_json(&[
+            "-n",
+            &lab.netns(node).unwrap(),
+            "-d",
+            "link",
+            "show",
+            "dev",
+            &i.ifname,
+        ])[0];
+        assert_eq!(
+            (
+                link["num_tx_queues"].as_u64(),
+                link["num_rx_queues"].as_u64()
+            ),
+            (Some(2), Some(2))
+        );
+        assert_eq!(link["address"], mac);
+    }
+    let r = udp(&lab, "a", "b", &format!("{}:9000", addr_of(&lab, "b")), 100);
+    assert_eq!(r["unique"], 100);
+}
+
+#[test]
+fn switched4_all_pairs_reachable() {
+    if !require_privileges("switched4_all_pairs_reachable") {
+        return;
+    }
+    let lab = guard("switched4.toml", "sw4");
+    let nodes = lab.nodes();
+    assert_eq!(nodes.len(), 4);
+    // One receiver per ordered pair (port 9000 + index of the sender).
+    let mut rx = Vec::new();
+    for (di, dst) in nodes.iter().enumerate() {
+        for (si, src) in nodes.iter().enumerate() {
+            if si != di {
+                let to = format!("{}:{}", addr_of(&lab, dst), 9000 + si);
+                rx.push((
+                    src.clone(),
+                    dst.clone(),
+                    to.clone(),
+                    receiver(&lab, dst, &to, 800),
+                ));
+            }
+        }
+    }
+    for (src, _, to, _) in &rx {
+        send(&lab, src, to, 50, 0);
+    }
+    for (src, dst, _, r) in rx {
+        let v = r.finish();
+        assert_eq!(v["unique"], 50, "{src} -> {dst}: {v}");
+    }
+    // The switch is a bridge with four ports in its own namespace.
+    let sw = format!("{}.sw", lab.prefix());
+    let ports = ip_json(&["-n", &sw, "link", "show", "master", "br0"]);
+    assert_eq!(ports.as_array().unwrap().len(), 4);
+}
+
+#[test]
+fn routed_sides_reach_each_other_through_the_router() {
+    if !require_privileges("routed_sides_reach_each_other_through_the_router") {
+        return;
+    }
+    let lab = guard("routed.toml", "rt");
+    let (a, b) = (addr_of(&lab, "a"), addr_of(&lab, "b"));
+    assert_ne!(
+        a.rsplit_once('.').unwrap().0,
+        b.rsplit_once('.').unwrap().0,
+        "different subnets"
+    );
+    let r = udp(&lab, "a", "b", &format!("{b}:9000"), 100);
+    assert_eq!(r["unique"], 100, "{r}");
+    let r = udp(&lab, "b", "a", &format!("{a}:9000"), 100);
+    assert_eq!(r["unique"], 100, "{r}");
+    // Forwarding is on in the router only.
+    let fwd = |n: &str| {
+        let o = lab
+            .command(n, "cat")
+            .unwrap()
+            .arg("/proc/sys/net/ipv4/ip_forward")
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    assert_eq!((fwd("r").as_str(), fwd("a").as_str()), ("1", "0"));
+}
+
+/// Reads the counters until two reads 300 ms apart agree and nothing is queued.
+fn settled_counters(lab: &Lab) -> Vec<ImpairCounters> {
+    let t = Instant::now();
+    let mut last = lab.impairment_counters().unwrap();
+    loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let now = lab.impairment_counters().unwrap();
+        if now == last && now.iter().all(|c| c.queued == 0) {
+            return now;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "counters never settled: {now:?}"
+        );
+        last = now;
+    }
+}
+
+#[test]
+fn lossy_pair_loses_duplicates_reorders_corrupts_and_counts() {
+    if !require_privileges("lossy_pair_loses_duplicates_reorders_corrupts_and_counts") {
+        return;
+    }
+    const N: u64 = 3000;
+    let lab = guard("lossy-pair.toml", "lossy");
+    let to = format!("{}:9000", addr_of(&lab, "b"));
+    let r = receiver(&lab, "b", &to, 1000);
+    let s = send(&lab, "a", &to, N, 20);
+    assert_eq!(s["sent"], N);
+    let r = r.finish();
+    let (received, unique) = (
+        r["received"].as_u64().unwrap(),
+        r["unique"].as_u64().unwrap(),
+    );
+    assert!(unique > 0 && unique < N, "{r}");
+    assert!(r["duplicates"].as_u64().unwrap() > 0, "{r}");
+    assert!(r["out_of_order"].as_u64().unwrap() > 0, "{r}");
+
+    let c = settled_counters(&lab);
+    assert_eq!(c.len(), 2);
+    let ab = c
+        .iter()
+        .find(|c| c.from == "a" && c.to == "b")
+        .expect("a->b counters");
+    assert_eq!(ab.link, "a-b");
+    assert!(ab.frames_in >= N, "{ab:?}"); // plus ARP
+    assert!(
+        ab.dropped > 0 && ab.duplicated > 0 && ab.reordered > 0 && ab.corrupted > 0,
+        "{ab:?}"
+    );
+    assert_eq!(ab.delayed, 0);
+    assert_eq!(ab.rate_limited, 0);
+    assert!(
+        ab.is_consistent(),
+        "in + duplicated == out + dropped + rate_limited + tx_errors + queued: {ab:?}"
+    );
+    for c in &c {
+        assert!(c.is_consistent(), "{c:?}");
+        assert_eq!(c.kernel_drops, 0);
+    }
+    // Every datagram that arrived left the bridge; what left but did not
+    // arrive is what was corrupted (the receiver's checksums dropped it) or
+    // was not UDP (a few ARP frames).
+    assert!(received <= ab.frames_out, "{received} > {ab:?}");
+    assert!(
+        ab.frames_out - received <= ab.corrupted + 10,
+        "{received} vs {ab:?}"
+    );
+
+    // `show --json` carries the same counters.
+    let out = Command::new(BIN)
+        .args(["show", "--json", "--prefix", lab.prefix()])
+        .arg(config("lossy-pair.toml"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["up"], true);
+    assert_eq!(v["counters"][0]["frames_in"], ab.frames_in);
+    assert!(v["links"][0]["impair"]["pid"].as_u64().is_some());
+}
+
+#[test]
+fn down_cleans_up_after_killed_bridges_and_lost_state() {
+    if !require_privileges("down_cleans_up_after_killed_bridges_and_lost_state") {
+        return;
+    }
+    // 1. Bridge killed with SIGKILL, namespaces left, a stray process in a node.
+    let l = lab("lossy-pair.toml", "kill");
+    let p = l.prefix().to_string();
+    l.up().unwrap();
+    let pid = l.bridge_pid("a-b").expect("bridge running");
+    assert!(Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let t = Instant::now();
+    while bridges_with_prefix(&p).contains(&pid) {
+        assert!(t.elapsed() < Duration::from_secs(5));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut stray = l.command("a", "sleep").unwrap().arg("600").spawn().unwrap();
+    assert!(!netns_with_prefix(&p).is_empty());
+    l.down().unwrap();
+    assert!(
+        netns_with_prefix(&p).is_empty(),
+        "{:?}",
+        netns_with_prefix(&p)
+    );
+    assert!(!l.state_dir().exists());
+    assert!(
+        stray.wait().unwrap().code().is_none(),
+        "stray process was killed"
+    );
+
+    // 2. State directory lost while the bridge runs: found through /proc.
+    let l = lab("lossy-pair.toml", "lost");
+    let p = l.prefix().to_string();
+    l.up().unwrap();
+    assert_eq!(bridges_with_prefix(&p).len(), 1);
+    std::fs::remove_dir_all(l.state_dir()).unwrap();
+    l.down().unwrap();
+    assert!(
+        bridges_with_prefix(&p).is_empty(),
+        "bridge survived: {:?}",
+        bridges_with_prefix(&p)
+    );
+    assert!(netns_with_prefix(&p).is_empty());
+
+    // 3. A lab that was never up: down succeeds quietly.
+    let never = lab("routed.toml", "never");
+    assert!(!never.is_up());
+    never.down().unwrap();
+    assert!(matches!(
+        never.impairment_counters(),
+        Err(LabError::NotUp { .. })
+    ));
+}
+
+#[test]
+fn two_labs_from_one_file_coexist_and_down_only_touches_its_own() {
+    if !require_privileges("two_labs_from_one_file_coexist_and_down_only_touches_its_own") {
+        return;
+    }
+    let one = guard("pair-bridged.toml", "co1");
+    // A prefix that extends the first one must not be mistaken for it.
+    let two = LabGuard::new(
+        Lab::load(&config("pair-bridged.toml"))
+            .unwrap()
+            .with_prefix(&format!("{}-x", one.prefix()))
+            .unwrap()
+            .with_bridge_binary(Path::new(BIN)),
+    )
+    .unwrap();
+    assert!(one.is_up() && two.is_up());
+    let to = format!("{}:9000", addr_of(&one, "b"));
+    assert_eq!(udp(&one, "a", "b", &to, 100)["unique"], 100);
+    assert_eq!(udp(&two, "a", "b", &to, 100)["unique"], 100);
+    let (p1, p2) = (one.prefix().to_string(), two.prefix().to_string());
+    drop(one);
+    assert!(netns_with_prefix(&p1).is_empty());
+    assert!(bridges_with_prefix(&p1).is_empty());
+    assert!(two.is_up());
+    assert_eq!(netns_with_prefix(&p2).len(), 3);
+    assert_eq!(bridges_with_prefix(&p2).len(), 1);
+    assert_eq!(udp(&two, "a", "b", &to, 100)["unique"], 100);
+    let c = two.impairment_counters().unwrap();
+    assert!(c[0].frames_in >= 200, "{c:?}");
+}
