@@ -1,1 +1,36 @@
-//! bcl-vfio (being written)
+//! VFIO userspace PCI layer and the NIC drivers built on it.
+//!
+//! Layers, bottom up:
+//!
+//! 1. [`pci`]: the [`PciFunction`](pci::PciFunction) trait — configuration
+//!    space, BARs as [`Mmio`](pci::Mmio) regions, DMA memory
+//!    ([`dma::DmaRegion`]), MSI-X eventfds, reset — which every NIC driver
+//!    is written against. Two hosts implement it:
+//!    * [`vfio::VfioPciFunction`]: a real device bound to `vfio-pci`,
+//!      through rust-vmm's `vfio-ioctls`, with DMA memory from 2 MiB huge
+//!      pages mapped at IOVA = virtual address;
+//!    * [`testing::InMemoryPci`] (feature `test-support`): a device model
+//!      in Rust plays the device behind a software IOMMU.
+//! 2. NIC drivers: [`virtio`] (virtio-net 1.x, modern PCI).
+//! 3. [`method`]: the `vfio` [`Method`](bcl_core::method::Method) — BCL
+//!    frames in Ethernet II frames with EtherType 0x88B5 over any NIC
+//!    driver that implements [`method::EthernetDevice`].
+//!
+//! [`sysfs`] reads what the kernel knows (drivers, IOMMU groups), for
+//! [`probe`] and the `bcl-vfio` tool.
+//!
+//! All `unsafe` code of BCL's VFIO support lives in this crate; each block
+//! states its contract in a `// SAFETY:` comment. DMA memory is never
+//! referenced through Rust references, only through volatile or atomic
+//! accessors (see [`dma`]).
+
+pub mod dma;
+pub mod method;
+pub mod pci;
+pub mod sysfs;
+#[cfg(any(test, feature = "test-support"))]
+pub mod testing;
+pub mod vfio;
+pub mod virtio;
+
+pub use method::{probe, EthernetDevice, NicMethod, VfioMethod, VfioMethodConfig};

@@ -1,0 +1,758 @@
+//! The `vfio` method: BCL frames in Ethernet II frames on a NIC driven from
+//! user space.
+//!
+//! [`NicMethod`] implements [`Method`] over any NIC driver that implements
+//! [`EthernetDevice`] (today virtio-net; the Myri-10G driver plugs in the
+//! same way). [`VfioMethod`] is the production instance: virtio-net on a
+//! function bound to `vfio-pci`.
+//!
+//! * Descriptor: `vfio:MAC@PCI`, e.g. `vfio:52:54:00:12:34:56@0000:00:02.0`;
+//!   the MAC is the address, the PCI address after `@` is for people and
+//!   optional when parsing (`vfio:52:54:00:12:34:56` is accepted).
+//! * Frame: destination MAC, source MAC, EtherType (default 0x88B5,
+//!   configurable), then the BCL frame. No padding is added; a link that
+//!   pads short frames to 60 bytes hands the core trailing zeros, which
+//!   the BCL header's lengths make harmless.
+//! * Links: [`Method::open_link`] maps a peer MAC to a [`LinkId`]; a frame
+//!   from a MAC never seen before gets a new link, so the core can answer.
+//!   At most [`MAX_LINKS`] links exist; frames from further new sources
+//!   are dropped and counted.
+//! * Receive filtering: frames of another EtherType, frames for another
+//!   unicast MAC, runts and frames from multicast sources are skipped and
+//!   counted ([`MethodStats`]).
+//! * MTU: 1500 bytes of BCL frame (the Ethernet header is extra) unless the
+//!   device states its own MTU.
+//! * Copies: DMA memory must not be referenced from Rust (see
+//!   [`crate::dma`]), so the core writes a frame into a staging buffer that
+//!   is copied into the DMA buffer, and a received frame is copied out of
+//!   its DMA buffer before the core sees it: one copy each way.
+
+use std::collections::HashMap;
+use std::os::fd::{AsRawFd, RawFd};
+
+use bcl_core::method::{
+    Availability, Descriptor, LinkId, Method, MethodCaps, MethodError, TxFrame,
+};
+
+use crate::dma::DmaView;
+use crate::pci::{supported_driver, PciAddress, PciFunction};
+use crate::sysfs::Sysfs;
+use crate::vfio::{precheck, VfioPciFunction};
+use crate::virtio::net::{format_mac, VirtioNet, VirtioNetConfig, ETH_HDR_LEN};
+
+/// The method's name.
+pub const METHOD_NAME: &str = "vfio";
+/// Default EtherType of BCL frames (IEEE local experimental 1).
+pub const DEFAULT_ETHERTYPE: u16 = 0x88b5;
+/// Most links (distinct peer MACs) one endpoint keeps.
+pub const MAX_LINKS: usize = 65_536;
+
+/// An error from a NIC driver, for [`EthernetDevice`].
+pub type NicError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What [`NicMethod`] needs from a NIC driver: send and receive whole
+/// Ethernet frames (no FCS) through DMA buffers.
+pub trait EthernetDevice: Send {
+    /// The NIC's MAC address.
+    fn mac(&self) -> [u8; 6];
+    /// Largest Ethernet payload (frame minus the 14-byte header).
+    fn mtu(&self) -> usize;
+    /// The PCI function's address.
+    fn pci_address(&self) -> PciAddress;
+    /// Transmit buffers free now.
+    fn tx_space(&mut self) -> usize;
+    /// Queues one frame made of `parts`; `Ok(false)` if no buffer is free.
+    fn send(&mut self, parts: &[&[u8]]) -> Result<bool, NicError>;
+    /// Hands queued frames to the device.
+    fn flush(&mut self);
+    /// Shows up to `budget` received frames to `f` (views valid during the
+    /// call) and recycles their buffers; returns completions consumed.
+    fn receive(&mut self, budget: usize, f: &mut dyn FnMut(DmaView<'_>))
+        -> Result<usize, NicError>;
+    /// An fd that becomes readable when frames arrive, if interrupts are on.
+    fn interrupt_fd(&self) -> Option<RawFd>;
+    /// Clears a pending interrupt (call before polling).
+    fn ack_interrupt(&self);
+    /// Stops the device.
+    fn shutdown(&mut self);
+}
+
+impl<P: PciFunction> EthernetDevice for VirtioNet<P> {
+    fn mac(&self) -> [u8; 6] {
+        VirtioNet::mac(self)
+    }
+    fn mtu(&self) -> usize {
+        VirtioNet::mtu(self)
+    }
+    fn pci_address(&self) -> PciAddress {
+        self.pci().address()
+    }
+    fn tx_space(&mut self) -> usize {
+        self.tx_available()
+    }
+    fn send(&mut self, parts: &[&[u8]]) -> Result<bool, NicError> {
+        Ok(VirtioNet::send(self, parts)?)
+    }
+    fn flush(&mut self) {
+        VirtioNet::flush(self)
+    }
+    fn receive(
+        &mut self,
+        budget: usize,
+        f: &mut dyn FnMut(DmaView<'_>),
+    ) -> Result<usize, NicError> {
+        Ok(VirtioNet::receive(self, budget, f)?)
+    }
+    fn interrupt_fd(&self) -> Option<RawFd> {
+        VirtioNet::interrupt_fd(self).map(|e| e.as_raw_fd())
+    }
+    fn ack_interrupt(&self) {
+        VirtioNet::ack_interrupt(self);
+    }
+    fn shutdown(&mut self) {
+        VirtioNet::shutdown(self)
+    }
+}
+
+/// Settings of the `vfio` method.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VfioMethodConfig {
+    /// EtherType of BCL frames.
+    pub ethertype: u16,
+    /// Entries per NIC queue.
+    pub queue_size: u16,
+    /// Use MSI-X for a blocking mode ([`Method::readiness_fd`]).
+    pub interrupts: bool,
+}
+
+impl Default for VfioMethodConfig {
+    fn default() -> Self {
+        Self {
+            ethertype: DEFAULT_ETHERTYPE,
+            queue_size: 256,
+            interrupts: true,
+        }
+    }
+}
+
+/// Counters of a [`NicMethod`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MethodStats {
+    /// BCL frames sent.
+    pub tx_frames: u64,
+    /// BCL frames shown to the core.
+    pub rx_frames: u64,
+    /// Frames skipped: another EtherType.
+    pub rx_other_ethertype: u64,
+    /// Frames skipped: addressed to another unicast MAC.
+    pub rx_not_for_us: u64,
+    /// Frames skipped: shorter than an Ethernet header.
+    pub rx_runt: u64,
+    /// Frames skipped: multicast source MAC (invalid).
+    pub rx_bad_source: u64,
+    /// Frames skipped: a new source while [`MAX_LINKS`] links exist.
+    pub rx_link_limit: u64,
+}
+
+/// Parses `52:54:00:12:34:56` (or with `-`).
+pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let parts: Vec<&str> = s.split([':', '-']).collect();
+    if parts.len() != 6 {
+        return None;
+    }
+    let mut mac = [0u8; 6];
+    for (m, p) in mac.iter_mut().zip(parts) {
+        if p.len() != 2 {
+            return None;
+        }
+        *m = u8::from_str_radix(p, 16).ok()?;
+    }
+    Some(mac)
+}
+
+/// Peer MACs and their link numbers.
+#[derive(Default)]
+struct Links {
+    list: Vec<[u8; 6]>,
+    by_mac: HashMap<[u8; 6], LinkId>,
+}
+
+impl Links {
+    fn mac(&self, link: LinkId) -> Option<[u8; 6]> {
+        self.list.get(link.0 as usize).copied()
+    }
+
+    /// The link of `mac`, allocated if new; `None` at [`MAX_LINKS`].
+    fn get_or_add(&mut self, mac: [u8; 6]) -> Option<LinkId> {
+        if let Some(&l) = self.by_mac.get(&mac) {
+            return Some(l);
+        }
+        if self.list.len() >= MAX_LINKS {
+            return None;
+        }
+        let l = LinkId(self.list.len() as u32);
+        self.list.push(mac);
+        self.by_mac.insert(mac, l);
+        Some(l)
+    }
+}
+
+/// The `vfio` method over an [`EthernetDevice`] (see the module
+/// documentation).
+pub struct NicMethod<N: EthernetDevice> {
+    nic: N,
+    config: VfioMethodConfig,
+    mac: [u8; 6],
+    mtu: usize,
+    links: Links,
+    stage_tx: Vec<u8>,
+    stage_rx: Vec<u8>,
+    stats: MethodStats,
+}
+
+/// The production `vfio` method: virtio-net on a `vfio-pci` function.
+pub type VfioMethod = NicMethod<VirtioNet<VfioPciFunction>>;
+
+fn other(reason: impl Into<String>) -> MethodError {
+    MethodError::Other {
+        method: METHOD_NAME,
+        reason: reason.into(),
+    }
+}
+
+impl VfioMethod {
+    /// Opens the NIC at PCI address `pci` (bound to vfio-pci). Fails with
+    /// [`MethodError::NotUsable`] and the reason [`probe`] gives when the
+    /// device cannot be used.
+    pub fn open(pci: &str, config: VfioMethodConfig) -> Result<Self, MethodError> {
+        if let Availability::NotUsable(reason) = probe(pci) {
+            return Err(MethodError::NotUsable {
+                method: METHOD_NAME,
+                reason,
+            });
+        }
+        let address: PciAddress = pci.parse().map_err(|e| other(format!("{e}")))?;
+        let function = VfioPciFunction::open(address).map_err(|e| MethodError::NotUsable {
+            method: METHOD_NAME,
+            reason: e.to_string(),
+        })?;
+        let nic = VirtioNet::new(
+            function,
+            VirtioNetConfig {
+                queue_size: config.queue_size,
+                interrupts: config.interrupts,
+            },
+        )
+        .map_err(|e| other(format!("{address}: {e}")))?;
+        Ok(NicMethod::new(nic, config))
+    }
+}
+
+impl<N: EthernetDevice> NicMethod<N> {
+    /// The method over an initialised NIC.
+    pub fn new(nic: N, config: VfioMethodConfig) -> Self {
+        let mac = nic.mac();
+        let mtu = nic.mtu();
+        Self {
+            nic,
+            config,
+            mac,
+            mtu,
+            links: Links::default(),
+            stage_tx: vec![0; mtu],
+            stage_rx: vec![0; mtu.max(65_536)],
+            stats: MethodStats::default(),
+        }
+    }
+
+    /// The NIC driver.
+    pub fn nic(&self) -> &N {
+        &self.nic
+    }
+
+    /// The NIC driver, mutably (e.g. to send a raw frame in a test).
+    pub fn nic_mut(&mut self) -> &mut N {
+        &mut self.nic
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> MethodStats {
+        self.stats
+    }
+
+    /// The MAC of `link`, if it exists.
+    pub fn link_mac(&self, link: LinkId) -> Option<[u8; 6]> {
+        self.links.mac(link)
+    }
+
+    fn parse_descriptor(&self, d: &Descriptor) -> Result<[u8; 6], MethodError> {
+        let bad = |reason: &str| MethodError::BadDescriptor {
+            method: METHOD_NAME,
+            descriptor: d.clone(),
+            reason: reason.to_string(),
+        };
+        if d.method != METHOD_NAME {
+            return Err(bad("not a vfio descriptor"));
+        }
+        let mac_text = d.address.split('@').next().unwrap_or_default();
+        let mac = parse_mac(mac_text)
+            .ok_or_else(|| bad("expected a MAC like 52:54:00:12:34:56, optionally @PCI"))?;
+        if mac[0] & 1 != 0 {
+            return Err(bad("a multicast MAC cannot name a peer"));
+        }
+        Ok(mac)
+    }
+}
+
+impl<N: EthernetDevice> Method for NicMethod<N> {
+    fn name(&self) -> &'static str {
+        METHOD_NAME
+    }
+
+    fn caps(&self) -> MethodCaps {
+        MethodCaps {
+            mtu: self.mtu,
+            integrity: false,
+            reliable: false,
+        }
+    }
+
+    fn descriptor(&self) -> Descriptor {
+        Descriptor::new(
+            METHOD_NAME,
+            format!("{}@{}", format_mac(&self.mac), self.nic.pci_address()),
+        )
+    }
+
+    fn open_link(&mut self, peer: &Descriptor) -> Result<LinkId, MethodError> {
+        let mac = self.parse_descriptor(peer)?;
+        self.links
+            .get_or_add(mac)
+            .ok_or_else(|| other(format!("more than {MAX_LINKS} links")))
+    }
+
+    fn rx_burst(
+        &mut self,
+        budget: usize,
+        sink: &mut dyn FnMut(LinkId, &[u8]),
+    ) -> Result<usize, MethodError> {
+        self.nic.ack_interrupt();
+        let ethertype = self.config.ethertype;
+        let own = self.mac;
+        let mut shown = 0;
+        // The NIC is borrowed during `receive`; split the other fields out.
+        let Self {
+            nic,
+            links,
+            stage_rx,
+            stats,
+            ..
+        } = self;
+        let r = nic.receive(budget, &mut |view: DmaView<'_>| {
+            let mut hdr = [0u8; ETH_HDR_LEN];
+            if !view.copy_to(0, &mut hdr) {
+                stats.rx_runt += 1;
+                return;
+            }
+            if u16::from_be_bytes([hdr[12], hdr[13]]) != ethertype {
+                stats.rx_other_ethertype += 1;
+                return;
+            }
+            let dst: [u8; 6] = hdr[0..6].try_into().expect("6 bytes");
+            if dst != own && dst[0] & 1 == 0 {
+                stats.rx_not_for_us += 1;
+                return;
+            }
+            let src: [u8; 6] = hdr[6..12].try_into().expect("6 bytes");
+            if src[0] & 1 != 0 {
+                stats.rx_bad_source += 1;
+                return;
+            }
+            let len = view.len() - ETH_HDR_LEN;
+            if len > stage_rx.len() || !view.copy_to(ETH_HDR_LEN, &mut stage_rx[..len]) {
+                stats.rx_runt += 1;
+                return;
+            }
+            let Some(link) = links.get_or_add(src) else {
+                stats.rx_link_limit += 1;
+                return;
+            };
+            stats.rx_frames += 1;
+            shown += 1;
+            sink(link, &stage_rx[..len]);
+        });
+        r.map_err(|e| other(e.to_string()))?;
+        Ok(shown)
+    }
+
+    fn tx_burst(
+        &mut self,
+        source: &mut dyn FnMut(&mut [u8]) -> Option<TxFrame>,
+    ) -> Result<usize, MethodError> {
+        let mut sent = 0;
+        let mut result = Ok(());
+        while self.nic.tx_space() > 0 {
+            let Some(TxFrame { link, len }) = source(&mut self.stage_tx[..self.mtu]) else {
+                break;
+            };
+            if len > self.mtu {
+                result = Err(other(format!(
+                    "frame of {len} bytes exceeds the MTU {}",
+                    self.mtu
+                )));
+                break;
+            }
+            let Some(dst) = self.links.mac(link) else {
+                result = Err(other(format!("unknown link {}", link.0)));
+                break;
+            };
+            let mut hdr = [0u8; ETH_HDR_LEN];
+            hdr[0..6].copy_from_slice(&dst);
+            hdr[6..12].copy_from_slice(&self.mac);
+            hdr[12..14].copy_from_slice(&self.config.ethertype.to_be_bytes());
+            match self.nic.send(&[&hdr, &self.stage_tx[..len]]) {
+                Ok(true) => {
+                    sent += 1;
+                    self.stats.tx_frames += 1;
+                }
+                Ok(false) => {
+                    result = Err(other("NIC transmit ring full after reporting space"));
+                    break;
+                }
+                Err(e) => {
+                    result = Err(other(e.to_string()));
+                    break;
+                }
+            }
+        }
+        self.nic.flush();
+        result.map(|()| sent)
+    }
+
+    fn readiness_fd(&self) -> Option<RawFd> {
+        self.nic.interrupt_fd()
+    }
+
+    fn shutdown(&mut self) {
+        self.nic.shutdown();
+    }
+}
+
+/// Whether the NIC at PCI address `pci` can be used by the `vfio` method,
+/// and if not, why (no such device, no BCL driver for it, no IOMMU, vfio
+/// not loaded, not bound to vfio-pci, group not viable, busy, permission).
+pub fn probe(pci: &str) -> Availability {
+    probe_with(pci, &Sysfs::system())
+}
+
+/// [`probe`] against a given sysfs tree.
+pub fn probe_with(pci: &str, sysfs: &Sysfs) -> Availability {
+    let address: PciAddress = match pci.parse() {
+        Ok(a) => a,
+        Err(e) => return Availability::NotUsable(e.to_string()),
+    };
+    let info = match sysfs.device(&address) {
+        Ok(Some(i)) => i,
+        Ok(None) => {
+            return Availability::NotUsable(format!(
+                "no PCI device {address} (see `bcl-vfio list`)"
+            ))
+        }
+        Err(e) => return Availability::NotUsable(format!("reading sysfs for {address}: {e}")),
+    };
+    if supported_driver(info.vendor, info.device).is_none() {
+        return Availability::NotUsable(format!(
+            "{address} is {:04x}:{:04x}; no BCL driver supports it (supported: {})",
+            info.vendor,
+            info.device,
+            crate::pci::SUPPORTED_DEVICES
+                .iter()
+                .map(|(v, d, n)| format!("{v:04x}:{d:04x} {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    match precheck(address, sysfs) {
+        Ok(_) => Availability::Usable,
+        Err(e) => Availability::NotUsable(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sysfs::fake::FakeSys;
+    use crate::testing::InMemoryPci;
+    use crate::virtio::tests::{pair, MAC_A, MAC_B};
+
+    type ModelMethod = NicMethod<VirtioNet<InMemoryPci>>;
+
+    fn methods(queue_max: u16) -> (ModelMethod, ModelMethod) {
+        let (a, b) = pair(queue_max, VirtioNetConfig::default());
+        let cfg = VfioMethodConfig::default();
+        (NicMethod::new(a.net, cfg), NicMethod::new(b.net, cfg))
+    }
+
+    fn bcl_frame(seq: u32, len: usize) -> Vec<u8> {
+        let mut f: Vec<u8> = (0..len)
+            .map(|i| (i as u32).wrapping_mul(seq | 1) as u8)
+            .collect();
+        if len >= 4 {
+            f[..4].copy_from_slice(&seq.to_be_bytes());
+        }
+        f
+    }
+
+    /// Sends `frames` on `link` with as many tx_burst calls as needed,
+    /// draining the receiver in between; returns what it received.
+    fn exchange(
+        tx: &mut ModelMethod,
+        rx: &mut ModelMethod,
+        link: LinkId,
+        frames: &[Vec<u8>],
+    ) -> Vec<(LinkId, Vec<u8>)> {
+        let mut next = 0;
+        let mut got = Vec::new();
+        for _ in 0..10_000 {
+            tx.tx_burst(&mut |buf: &mut [u8]| {
+                let f = frames.get(next)?;
+                buf[..f.len()].copy_from_slice(f);
+                next += 1;
+                Some(TxFrame { link, len: f.len() })
+            })
+            .unwrap();
+            rx.rx_burst(64, &mut |l, bytes| got.push((l, bytes.to_vec())))
+                .unwrap();
+            if got.len() == frames.len() {
+                break;
+            }
+        }
+        got
+    }
+
+    #[test]
+    fn descriptor_names_the_mac_and_pci_address_and_links_are_stable() {
+        let (mut a, b) = methods(16);
+        assert_eq!(a.name(), "vfio");
+        let d = b.descriptor();
+        assert_eq!(d.to_string(), "vfio:52:54:00:00:00:0b@0000:00:03.0");
+        let parsed: Descriptor = d.to_string().parse().unwrap();
+        let l1 = a.open_link(&parsed).unwrap();
+        let l2 = a
+            .open_link(&"vfio:52:54:00:00:00:0b".parse().unwrap())
+            .unwrap();
+        let l3 = a
+            .open_link(&"vfio:52-54-00-00-00-0B".parse().unwrap())
+            .unwrap();
+        assert_eq!((l1, l1), (l2, l3));
+        assert_eq!(a.link_mac(l1), Some(MAC_B));
+        for bad in [
+            "udp:10.0.0.1:7",
+            "vfio:52:54:00:00:00",
+            "vfio:zz:54:00:00:00:0b",
+            "vfio:01:00:5e:00:00:01",
+        ] {
+            let d: Descriptor = bad.parse().unwrap();
+            assert!(
+                matches!(a.open_link(&d), Err(MethodError::BadDescriptor { .. })),
+                "{bad} accepted"
+            );
+        }
+        assert_eq!(
+            a.caps(),
+            MethodCaps {
+                mtu: 1500,
+                integrity: false,
+                reliable: false
+            }
+        );
+        assert!(a.readiness_fd().is_some());
+    }
+
+    #[test]
+    fn frames_of_varied_sizes_go_there_and_back_on_the_right_links() {
+        let (mut a, mut b) = methods(32);
+        let to_b = a.open_link(&b.descriptor()).unwrap();
+        let sizes = [
+            1usize, 2, 13, 14, 46, 59, 60, 61, 64, 100, 128, 511, 1000, 1499, 1500,
+        ];
+        let frames: Vec<Vec<u8>> = (0..200)
+            .map(|i| bcl_frame(i, sizes[i as usize % sizes.len()]))
+            .collect();
+        let got = exchange(&mut a, &mut b, to_b, &frames);
+        assert_eq!(got.len(), frames.len());
+        let from_a = got[0].0;
+        assert_eq!(
+            b.link_mac(from_a),
+            Some(MAC_A),
+            "B allocated a link for A's MAC"
+        );
+        for ((l, bytes), f) in got.iter().zip(&frames) {
+            assert_eq!(*l, from_a);
+            assert_eq!(bytes, f);
+        }
+        // B answers on the link it learned; A sees the link it opened.
+        let back: Vec<Vec<u8>> = frames.iter().rev().cloned().collect();
+        let got = exchange(&mut b, &mut a, from_a, &back);
+        assert_eq!(got.len(), back.len());
+        assert!(got.iter().all(|(l, _)| *l == to_b));
+        assert!(got.iter().map(|(_, f)| f).eq(back.iter()));
+        assert_eq!(a.stats().tx_frames, 200);
+        assert_eq!(b.stats().rx_frames, 200);
+        // The wake-up fd was signalled and is cleared by rx_burst.
+        assert_eq!(b.nic().ack_interrupt(), 0);
+    }
+
+    #[test]
+    fn foreign_ethertypes_other_destinations_and_runts_are_skipped_and_counted() {
+        let (mut a, mut b) = methods(32);
+        let raw = |m: &mut ModelMethod, f: Vec<u8>| {
+            assert!(m.nic_mut().send(&[&f]).unwrap());
+            m.nic_mut().flush();
+        };
+        let hdr = |dst: [u8; 6], src: [u8; 6], et: u16, payload: &[u8]| {
+            let mut f = dst.to_vec();
+            f.extend_from_slice(&src);
+            f.extend_from_slice(&et.to_be_bytes());
+            f.extend_from_slice(payload);
+            f
+        };
+        raw(&mut a, hdr(MAC_B, MAC_A, 0x0800, b"ipv4"));
+        raw(&mut a, hdr(MAC_B, MAC_A, 0x86dd, b"ipv6"));
+        raw(&mut a, hdr([2, 0, 0, 0, 0, 9], MAC_A, 0x88b5, b"not for B"));
+        raw(
+            &mut a,
+            hdr(MAC_B, [1, 0, 0, 0, 0, 1], 0x88b5, b"multicast source"),
+        );
+        raw(&mut a, vec![0x52, 0x54, 0, 0, 0]);
+        raw(&mut a, hdr([0xff; 6], MAC_A, 0x88b5, b"broadcast is fine"));
+        raw(&mut a, hdr(MAC_B, MAC_A, 0x88b5, b""));
+        let mut got = Vec::new();
+        assert_eq!(
+            b.rx_burst(64, &mut |l, f| got.push((l, f.to_vec())))
+                .unwrap(),
+            2
+        );
+        assert_eq!(got[0].1, b"broadcast is fine");
+        assert_eq!(got[1].1, b"", "an empty BCL frame is still a frame");
+        let s = b.stats();
+        assert_eq!(s.rx_other_ethertype, 2);
+        assert_eq!(s.rx_not_for_us, 1);
+        assert_eq!(s.rx_bad_source, 1);
+        assert_eq!(s.rx_runt, 1);
+        // A configurable EtherType: a method on 0x0800 now sees the IPv4 one.
+        let (a2, b2) = pair(8, VirtioNetConfig::default());
+        let mut a2 = NicMethod::new(a2.net, VfioMethodConfig::default());
+        let mut b2 = NicMethod::new(
+            b2.net,
+            VfioMethodConfig {
+                ethertype: 0x0800,
+                ..Default::default()
+            },
+        );
+        raw(&mut a2, hdr(MAC_B, MAC_A, 0x0800, b"ip"));
+        let mut n = 0;
+        b2.rx_burst(8, &mut |_, f| {
+            assert_eq!(f, b"ip");
+            n += 1;
+        })
+        .unwrap();
+        assert_eq!(n, 1);
+    }
+
+    #[test]
+    fn tx_burst_stops_at_a_full_ring_without_losing_frames() {
+        let (mut a, mut b) = methods(8);
+        let link = a.open_link(&b.descriptor()).unwrap();
+        let mut offered = 0;
+        let sent = a
+            .tx_burst(&mut |buf| {
+                buf[0] = offered as u8;
+                offered += 1;
+                Some(TxFrame { link, len: 1 })
+            })
+            .unwrap();
+        assert_eq!(sent, 8, "ring of 8");
+        assert_eq!(
+            offered, 8,
+            "the core was not asked for a frame that had no buffer"
+        );
+        let mut got = Vec::new();
+        b.rx_burst(64, &mut |_, f| got.push(f[0])).unwrap();
+        assert_eq!(got, (0..8).collect::<Vec<u8>>());
+    }
+
+    #[test]
+    fn core_mistakes_are_errors_not_panics() {
+        let (mut a, b) = methods(8);
+        let link = a.open_link(&b.descriptor()).unwrap();
+        let mut once = true;
+        let e = a
+            .tx_burst(&mut |_| {
+                once.then(|| {
+                    once = false;
+                    TxFrame {
+                        link: LinkId(7),
+                        len: 10,
+                    }
+                })
+            })
+            .unwrap_err();
+        assert!(e.to_string().contains("unknown link"), "{e}");
+        let mut once = true;
+        let e = a
+            .tx_burst(&mut |buf| {
+                once.then(|| {
+                    once = false;
+                    TxFrame {
+                        link,
+                        len: buf.len() + 1,
+                    }
+                })
+            })
+            .unwrap_err();
+        assert!(e.to_string().contains("exceeds the MTU"), "{e}");
+    }
+
+    #[test]
+    fn probe_explains_why_a_device_is_not_usable() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = FakeSys::new(dir.path()).unwrap();
+        let s = Sysfs::new(f.root());
+        let not_usable = |pci: &str| match probe_with(pci, &s) {
+            Availability::NotUsable(r) => r,
+            Availability::Usable => panic!("{pci} usable"),
+        };
+        assert!(not_usable("nonsense").contains("bad PCI address"));
+        assert!(not_usable("0000:00:02.0").contains("no PCI device"));
+        f.add_device(
+            "0000:00:01.0",
+            0x8086,
+            0x10d3,
+            0x020000,
+            Some("e1000e"),
+            Some(1),
+        )
+        .unwrap();
+        let r = not_usable("0000:00:01.0");
+        assert!(
+            r.contains("8086:10d3") && r.contains("1af4:1041 virtio-net"),
+            "{r}"
+        );
+        f.add_device(
+            "0000:00:02.0",
+            0x1af4,
+            0x1041,
+            0x020000,
+            Some("virtio-pci"),
+            Some(2),
+        )
+        .unwrap();
+        assert!(not_usable("00:02.0").contains("bcl-vfio bind 0000:00:02.0"));
+        f.set_driver("0000:00:02.0", Some("vfio-pci")).unwrap();
+        assert!(not_usable("00:02.0").contains("vfio-pci module is not loaded"));
+        std::fs::write(dir.path().join("dev/vfio/vfio"), "").unwrap();
+        std::fs::write(dir.path().join("dev/vfio/2"), "").unwrap();
+        assert_eq!(probe_with("00:02.0", &s), Availability::Usable);
+    }
+}
