@@ -136,6 +136,10 @@ pub(crate) fn run(spec_path: &Path) -> Result<(), String> {
                 timeout = timeout.min(t.saturating_sub(now));
             }
         }
+        if dirty {
+            let due = COUNTERS_EVERY.saturating_sub(last_write.elapsed());
+            timeout = timeout.min(due.as_nanos() as u64);
+        }
         let ready = match poll_readable([socks[0].raw(), socks[1].raw()], timeout) {
             Ok(r) => r,
             Err(e) => {
