@@ -28,7 +28,7 @@ pub mod dma;
 pub mod method;
 pub mod pci;
 pub mod sysfs;
-#[cfg(any(test, feature = "test-support"))]
+#[cfg(any(test, doc, feature = "test-support"))]
 pub mod testing;
 pub mod vfio;
 pub mod virtio;

@@ -496,6 +496,32 @@ pub trait PciFunction: Send {
     }
 }
 
+/// Waits until `fd` (e.g. an interrupt eventfd or a method's readiness
+/// fd) is readable, at most `timeout`. Returns whether it became readable.
+pub fn wait_readable(
+    fd: std::os::fd::RawFd,
+    timeout: std::time::Duration,
+) -> std::io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+    loop {
+        // SAFETY: `pfd` is a valid pollfd array of length 1 that lives
+        // across the call; poll does not keep the pointer.
+        let r = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if r >= 0 {
+            return Ok(r > 0 && pfd.revents & libc::POLLIN != 0);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 /// PCI class code of network controllers (the top byte of the 24-bit
 /// class).
 pub const CLASS_NETWORK: u8 = 0x02;
@@ -520,6 +546,7 @@ pub fn supported_driver(vendor: u16, device: u16) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsRawFd;
 
     #[test]
     fn pci_address_parses_long_and_short_forms() {
@@ -543,6 +570,15 @@ mod tests {
         ] {
             assert!(bad.parse::<PciAddress>().is_err(), "{bad:?} parsed");
         }
+    }
+
+    #[test]
+    fn wait_readable_sees_an_eventfd_signal() {
+        let e = EventFd::new(vmm_sys_util::eventfd::EFD_NONBLOCK).unwrap();
+        let t = std::time::Duration::from_millis(10);
+        assert!(!wait_readable(e.as_raw_fd(), t).unwrap());
+        e.write(1).unwrap();
+        assert!(wait_readable(e.as_raw_fd(), t).unwrap());
     }
 
     #[test]

@@ -137,13 +137,25 @@ impl Sysfs {
         let class = read_hex("class")?;
         let driver = link_name(&dir.join("driver"));
         let iommu_group = link_name(&dir.join("iommu_group")).and_then(|g| g.parse().ok());
-        let mut interfaces: Vec<String> = fs::read_dir(dir.join("net"))
-            .map(|rd| {
-                rd.filter_map(|e| e.ok())
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .collect()
-            })
-            .unwrap_or_default();
+        // Interfaces sit in `net/`, or one level down for drivers with
+        // their own bus (virtio-pci: `virtio0/net/eth0`).
+        let names = |d: &Path| -> Vec<String> {
+            fs::read_dir(d.join("net"))
+                .map(|rd| {
+                    rd.filter_map(|e| e.ok())
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let mut interfaces = names(&dir);
+        if let Ok(rd) = fs::read_dir(&dir) {
+            for e in rd.filter_map(|e| e.ok()) {
+                if e.file_name().to_string_lossy().starts_with("virtio") {
+                    interfaces.extend(names(&e.path()));
+                }
+            }
+        }
         interfaces.sort();
         let driver_override = fs::read_to_string(dir.join("driver_override"))
             .ok()
@@ -422,6 +434,13 @@ mod tests {
         assert_eq!(nics[1].driver, None);
         assert_eq!(nics[1].driver_override, None);
         assert_eq!(nics[1].bcl_driver(), Some("virtio-net"));
+        assert!(nics[1].interfaces.is_empty());
+        let virtio_net = f
+            .root()
+            .join("sys/devices/pci0000:00/0000:00:02.0/virtio3/net/eth7");
+        std::fs::create_dir_all(virtio_net).unwrap();
+        let d = fs_root.device(&nics[1].address).unwrap().unwrap();
+        assert_eq!(d.interfaces, vec!["eth7".to_string()]);
         assert!(fs_root.iommu_active());
         assert!(!fs_root.vfio_pci_loaded());
         f.add_driver("vfio-pci").unwrap();

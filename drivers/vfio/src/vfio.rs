@@ -257,6 +257,37 @@ impl VfioPciFunction {
     pub fn container(&self) -> &Arc<VfioContainer> {
         &self.container
     }
+
+    /// Makes the kernel signal MSI-X vector `vector`'s eventfd as if the
+    /// device had raised it (VFIO's loopback trigger), to test the
+    /// interrupt path without the device's help.
+    pub fn trigger_interrupt(&self, vector: u32) -> Result<(), PciError> {
+        if vector >= self.msix_enabled.load(Ordering::Acquire) {
+            return Err(PciError::Unsupported(format!(
+                "MSI-X vector {vector} is not enabled"
+            )));
+        }
+        self.shared
+            ._device
+            .trigger_irq(VFIO_PCI_MSIX_IRQ_INDEX, vector)
+            .map_err(|e| PciError::Unsupported(format!("triggering MSI-X vector {vector}: {e}")))
+    }
+
+    /// VFIO region table entries `(index, size, offset, flags)` for the
+    /// BARs, ROM and configuration space (for diagnostics).
+    pub fn regions(&self) -> Vec<(u32, u64, u64, u32)> {
+        let d = &self.shared._device;
+        (0..=VFIO_PCI_CONFIG_REGION_INDEX)
+            .map(|i| {
+                (
+                    i,
+                    d.get_region_size(i),
+                    d.get_region_offset(i),
+                    d.get_region_flags(i),
+                )
+            })
+            .collect()
+    }
 }
 
 /// Checks in sysfs that `address` can be opened through VFIO; returns its

@@ -13,7 +13,7 @@ use crate::pci::{Mmio, MmioWindow, PciError, PciFunction, CAP_ID_VENDOR};
 pub mod net;
 pub mod queue;
 
-#[cfg(any(test, feature = "test-support"))]
+#[cfg(any(test, doc, feature = "test-support"))]
 pub mod model;
 
 #[cfg(test)]

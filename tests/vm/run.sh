@@ -1,0 +1,272 @@
+#!/usr/bin/env bash
+# tests/vm/run.sh — boot a QEMU guest with an emulated Intel IOMMU and two
+# virtio-net NICs on one QEMU hub, bind both NICs to vfio-pci and run
+# tests/vm/guest-tests.sh inside it (bcl-vfio list/bind/check/exchange/unbind).
+#
+# Exit status: 0 when the guest reports "BCL-VM-RESULT: PASS"; 1 when a test
+# failed, the guest crashed or timed out; 2 when the harness could not run
+# (cannot install packages, no kernel, build failed).
+#
+# What it does (everything cached, so reruns take seconds plus the boot):
+#   1. installs qemu-system-x86 and busybox-static with apt-get if missing
+#      (needs root then);
+#   2. downloads the Debian kernel that linux-image-amd64 currently depends
+#      on (apt-get download), extracts vmlinuz and the vfio/virtio modules
+#      into $BCL_VM_CACHE (default /var/cache/bcl-vm);
+#   3. builds statically linked guest binaries (glibc static-pie) into
+#      $BCL_VM_TARGET_DIR (default <repo>/target/vm-guest);
+#   4. builds a busybox initramfs with the modules, the binaries, init and
+#      guest-tests.sh;
+#   5. boots QEMU (KVM when it works, else TCG; see BCL_VM_ACCEL) and checks
+#      the guest's PASS/FAIL markers.
+#
+# Environment:
+#   BCL_VM_ACCEL=auto|kvm|tcg   auto (default): KVM if the CPU has VMX/SVM and
+#                               /dev/kvm is usable and the guest reaches init
+#                               within BCL_VM_KVM_PROBE seconds, else TCG
+#   BCL_VM_TIMEOUT=600          seconds for boot + tests
+#   BCL_VM_KVM_PROBE=30         seconds KVM gets to reach init before the
+#                               fallback to TCG
+#   BCL_VM_EXTRA_BINS="a b"     more workspace binaries to build and put in
+#                               the guest's /bin (e.g. "bcl-pingpong bcl-bw")
+#   BCL_VM_TESTS=FILE           test list to run instead of guest-tests.sh
+#   BCL_VM_CACHE=DIR            download/kernel cache
+#   BCL_VM_TARGET_DIR=DIR       cargo target dir for the static build
+#   BCL_VM_KERNEL_REFRESH=1     look up the current kernel package again
+#   BCL_VM_KEEP=1               keep the work directory (console log, initrd)
+#   BCL_VM_QEMU_EXTRA="..."     extra QEMU arguments (e.g. -d trace:virtqueue_pop)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+VM=$ROOT/tests/vm
+CACHE=${BCL_VM_CACHE:-/var/cache/bcl-vm}
+TARGET=${BCL_VM_TARGET_DIR:-$ROOT/target/vm-guest}
+ACCEL=${BCL_VM_ACCEL:-auto}
+TIMEOUT=${BCL_VM_TIMEOUT:-600}
+KVM_PROBE=${BCL_VM_KVM_PROBE:-30}
+GUEST_BINS="bcl-vfio ${BCL_VM_EXTRA_BINS:-}"
+TESTS=${BCL_VM_TESTS:-$VM/guest-tests.sh}
+RUST_TARGET=x86_64-unknown-linux-gnu
+
+# The two NICs, each behind its own PCIe root port (so they are PCI Express
+# functions with FLR, which VFIO's reset needs), on the same QEMU hub.
+NIC_A=0000:01:00.0
+NIC_B=0000:02:00.0
+MAC_A=52:54:00:bc:10:0a
+MAC_B=52:54:00:bc:10:0b
+
+VFIO_MODULES="irqbypass vfio vfio_iommu_type1 vfio_virqfd vfio-pci-core vfio-pci"
+# Kernel virtio-net driver, so that bind/unbind move the NICs between a
+# real kernel driver and vfio-pci. Modules that are built in are skipped.
+NIC_MODULES="virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci failover net_failover virtio_net"
+
+T_START=$(date +%s.%N)
+log() { printf 'run.sh: %s\n' "$*" >&2; }
+die() { printf 'run.sh: ERROR: %s\n' "$*" >&2; exit 2; }
+since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/bcl-vm.XXXXXX")
+QPID=""
+cleanup() {
+  [ -n "$QPID" ] && kill "$QPID" 2>/dev/null || true
+  if [ "${BCL_VM_KEEP:-0}" = 1 ]; then log "work directory kept: $WORK"; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+
+is_root() { [ "$(id -u)" = 0 ]; }
+APT_UPDATED=0
+apt_update() {
+  [ "$APT_UPDATED" = 1 ] && return 0
+  is_root || die "need root to run apt-get (missing: $*)"
+  log "apt-get update"
+  apt-get update -q >&2 || die "apt-get update failed"
+  APT_UPDATED=1
+}
+
+# ---------------------------------------------------------------- 1. packages
+t=$(date +%s.%N)
+need=()
+command -v qemu-system-x86_64 >/dev/null 2>&1 || need+=(qemu-system-x86)
+if ! dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'install ok installed'; then
+  need+=(busybox-static)
+fi
+if [ ${#need[@]} -gt 0 ]; then
+  apt_update "${need[*]}"
+  log "installing ${need[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}" >&2 \
+    || die "apt-get install ${need[*]} failed"
+fi
+QEMU=$(command -v qemu-system-x86_64) || die "qemu-system-x86_64 not found"
+BUSYBOX=/bin/busybox
+[ -x "$BUSYBOX" ] || die "$BUSYBOX (busybox-static) not found"
+log "packages ready ($(since "$t") s): $("$QEMU" --version | head -1)"
+
+# ------------------------------------------------------------------ 2. kernel
+t=$(date +%s.%N)
+mkdir -p "$CACHE" || die "cannot create $CACHE (run as root or set BCL_VM_CACHE)"
+KDIR=""
+if [ "${BCL_VM_KERNEL_REFRESH:-0}" != 1 ]; then
+  KDIR=$(ls -d "$CACHE"/kernel-linux-image-* 2>/dev/null | sort -V | tail -1 || true)
+  [ -n "$KDIR" ] && [ -f "$KDIR/complete" ] || KDIR=""
+fi
+if [ -z "$KDIR" ]; then
+  apt_update "kernel package"
+  KPKG=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
+  [ -n "$KPKG" ] || die "cannot find the kernel package linux-image-amd64 depends on"
+  KDIR=$CACHE/kernel-$KPKG
+  if [ ! -f "$KDIR/complete" ]; then
+    log "downloading $KPKG"
+    rm -rf "$KDIR" "$CACHE/dl"
+    mkdir -p "$CACHE/dl" "$KDIR/modules"
+    chmod 777 "$CACHE/dl" 2>/dev/null || true   # apt's _apt sandbox user writes here
+    (cd "$CACHE/dl" && apt-get download -q "$KPKG" >&2) || die "apt-get download $KPKG failed"
+    dpkg -x "$CACHE"/dl/*.deb "$WORK/kroot" || die "dpkg -x failed"
+    cp "$WORK"/kroot/boot/vmlinuz-* "$KDIR/vmlinuz"
+    kmods=$(ls -d "$WORK"/kroot/lib/modules/* | head -1)
+    cp "$kmods/modules.builtin" "$KDIR/" 2>/dev/null || : > "$KDIR/modules.builtin"
+    basename "$kmods" > "$KDIR/release"
+    for m in $VFIO_MODULES $NIC_MODULES; do
+      f=$(find "$kmods" -name "$m.ko" -o -name "$m.ko.xz" -o -name "$m.ko.zst" | head -1)
+      case "$f" in
+        "") ;;
+        *.xz) xz -dc "$f" > "$KDIR/modules/$m.ko" ;;
+        *.zst) zstd -qdc "$f" > "$KDIR/modules/$m.ko" ;;
+        *) cp "$f" "$KDIR/modules/$m.ko" ;;
+      esac
+    done
+    rm -rf "$WORK/kroot" "$CACHE/dl"
+    touch "$KDIR/complete"
+  fi
+fi
+for m in $VFIO_MODULES; do
+  [ -f "$KDIR/modules/$m.ko" ] || grep -q "/${m//-/[-_]}.ko" "$KDIR/modules.builtin" \
+    || die "module $m neither in $KDIR/modules nor built in"
+done
+log "kernel $(cat "$KDIR/release") ready ($(since "$t") s)"
+
+# ------------------------------------------------------------------- 3. build
+t=$(date +%s.%N)
+bin_args=()
+for b in $GUEST_BINS; do bin_args+=(--bin "$b"); done
+log "building static guest binaries: $GUEST_BINS"
+(
+  cd "$ROOT"
+  unset CARGO_ENCODED_RUSTFLAGS CARGO_BUILD_RUSTFLAGS
+  RUSTFLAGS="-C target-feature=+crt-static" CARGO_TARGET_DIR=$TARGET \
+    cargo build --release --target "$RUST_TARGET" --workspace "${bin_args[@]}" >&2
+) || die "cargo build of the guest binaries failed"
+log "binaries built ($(since "$t") s)"
+
+# --------------------------------------------------------------- 4. initramfs
+t=$(date +%s.%N)
+IR=$WORK/ir
+mkdir -p "$IR"/bin "$IR"/lib/modules "$IR"/proc "$IR"/sys "$IR"/dev "$IR"/run "$IR"/tmp
+cp "$BUSYBOX" "$IR/bin/busybox"
+cp "$KDIR"/modules/*.ko "$IR/lib/modules/" 2>/dev/null || true
+for b in $GUEST_BINS; do
+  cp "$TARGET/$RUST_TARGET/release/$b" "$IR/bin/$b" || die "binary $b was not built"
+done
+cp "$VM/init" "$IR/init"
+chmod +x "$IR/init"
+cp "$TESTS" "$IR/guest-tests.sh"
+present_nic_modules=""
+for m in $NIC_MODULES; do [ -f "$KDIR/modules/$m.ko" ] && present_nic_modules="$present_nic_modules $m"; done
+cat > "$IR/guest-env.sh" <<EOF
+NIC_A=$NIC_A
+NIC_B=$NIC_B
+MAC_A=$MAC_A
+MAC_B=$MAC_B
+KERNEL_NIC_MODULES="$present_nic_modules"
+export NIC_A NIC_B MAC_A MAC_B
+EOF
+(cd "$IR" && find . | "$BUSYBOX" cpio -o -H newc 2>/dev/null | gzip -1) > "$WORK/initrd.gz"
+log "initramfs $(du -h "$WORK/initrd.gz" | cut -f1) ready ($(since "$t") s)"
+
+# -------------------------------------------------------------------- 5. boot
+kvm_plausible() {
+  [ -r /dev/kvm ] && [ -w /dev/kvm ] || return 1
+  grep -qwE 'vmx|svm' /proc/cpuinfo || return 1
+  # A PVM host (software nested virtualisation) only runs PVM guest kernels.
+  [ ! -d /sys/module/kvm_pvm ] || return 1
+}
+
+LOG=""
+boot() { # boot ACCEL -> 0 finished, 3 KVM did not reach init, 124 timeout
+  local accel=$1 args
+  if [ "$accel" = kvm ]; then
+    args=(-accel kvm -cpu host -machine q35,kernel-irqchip=split)
+  else
+    args=(-accel tcg -cpu max -machine q35)
+  fi
+  LOG=$WORK/console-$accel.log
+  : > "$LOG"
+  log "booting ($accel); guest console follows"
+  "$QEMU" "${args[@]}" -m 512 -smp 1 \
+    -nodefaults -no-user-config -display none -monitor none -serial stdio -no-reboot \
+    -device intel-iommu,intremap=on,caching-mode=on \
+    -device pcie-root-port,id=rp1,bus=pcie.0,chassis=1,addr=0x3 \
+    -device pcie-root-port,id=rp2,bus=pcie.0,chassis=2,addr=0x4 \
+    -netdev hubport,id=hp0,hubid=0 \
+    -device virtio-net-pci,bus=rp1,netdev=hp0,disable-legacy=on,iommu_platform=on,romfile=,mac=$MAC_A \
+    -netdev hubport,id=hp1,hubid=0 \
+    -device virtio-net-pci,bus=rp2,netdev=hp1,disable-legacy=on,iommu_platform=on,romfile=,mac=$MAC_B \
+    -kernel "$KDIR/vmlinuz" -initrd "$WORK/initrd.gz" \
+    -append "console=ttyS0 intel_iommu=on iommu=pt quiet loglevel=3 panic=-1" \
+    ${BCL_VM_QEMU_EXTRA:-} < /dev/null > "$LOG" 2>&1 &
+  QPID=$!
+  tail -n +1 -f --pid="$QPID" "$LOG" | sed -u 's/^/  | /' >&2 &
+  local tpid=$! t0 now
+  t0=$(date +%s)
+  while kill -0 "$QPID" 2>/dev/null; do
+    now=$(date +%s)
+    if [ "$accel" = kvm ] && [ $((now - t0)) -ge "$KVM_PROBE" ] && ! grep -qa 'BCL-VM: init reached' "$LOG"; then
+      log "KVM guest did not reach init within ${KVM_PROBE}s; falling back to TCG"
+      kill "$QPID" 2>/dev/null; wait "$QPID" 2>/dev/null || true; QPID=""
+      wait "$tpid" 2>/dev/null || true
+      return 3
+    fi
+    if [ $((now - t0)) -ge "$TIMEOUT" ]; then
+      log "TIMEOUT: no result after ${TIMEOUT}s"
+      kill "$QPID" 2>/dev/null; wait "$QPID" 2>/dev/null || true; QPID=""
+      wait "$tpid" 2>/dev/null || true
+      return 124
+    fi
+    sleep 0.3
+  done
+  wait "$QPID" 2>/dev/null || true
+  QPID=""
+  wait "$tpid" 2>/dev/null || true
+  return 0
+}
+
+t=$(date +%s.%N)
+rc=0
+case "$ACCEL" in
+  kvm) boot kvm || rc=$? ;;
+  tcg) boot tcg || rc=$? ;;
+  auto)
+    if kvm_plausible; then
+      boot kvm || rc=$?
+      if [ "$rc" = 3 ] || ! grep -qa 'BCL-VM: init reached' "$LOG"; then rc=0; boot tcg || rc=$?; fi
+    else
+      log "KVM not usable here (no VMX/SVM, no /dev/kvm access, or a PVM host); using TCG"
+      boot tcg || rc=$?
+    fi ;;
+  *) die "BCL_VM_ACCEL must be auto, kvm or tcg" ;;
+esac
+BOOT_S=$(since "$t")
+
+result=$(grep -a 'BCL-VM-RESULT:' "$LOG" | tail -1 | tr -d '\r' || true)
+log "boot + guest tests took ${BOOT_S} s; whole run $(since "$T_START") s"
+grep -a 'BCL-VM-TEST \(PASS\|FAIL\)' "$LOG" | tr -d '\r' | sed 's/^/run.sh:   /' >&2 || true
+if [ "$rc" = 124 ]; then
+  log "FAIL: timeout"
+  exit 1
+fi
+case "$result" in
+  *"RESULT: PASS"*) log "PASS: $result"; exit 0 ;;
+  *"RESULT: FAIL"*) log "FAIL: $result"; exit 1 ;;
+  *) log "FAIL: the guest printed no result (kernel panic or crash?); last console lines:"
+     tail -n 20 "$LOG" | sed 's/^/run.sh:   /' >&2
+     exit 1 ;;
+esac
