@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tests/vm/run.sh — boot a QEMU guest with an emulated Intel IOMMU and two
-# virtio-net NICs on one QEMU hub, bind both NICs to vfio-pci and run
+# virtio-net NICs on one QEMU hub (plus two that share an IOMMU group, for
+# the group-viability test), bind the two to vfio-pci and run
 # tests/vm/guest-tests.sh inside it (bcl-vfio list/bind/check/exchange/unbind).
 #
 # Exit status: 0 when the guest reports "BCL-VM-RESULT: PASS"; 1 when a test
@@ -54,6 +55,10 @@ NIC_A=0000:01:00.0
 NIC_B=0000:02:00.0
 MAC_A=52:54:00:bc:10:0a
 MAC_B=52:54:00:bc:10:0b
+# Two more NICs behind one PCIe-to-PCI bridge: they share an IOMMU group,
+# for the group-viability test.
+NIC_C=0000:03:01.0
+NIC_D=0000:03:02.0
 
 VFIO_MODULES="irqbypass vfio vfio_iommu_type1 vfio_virqfd vfio-pci-core vfio-pci"
 # Kernel virtio-net driver, so that bind/unbind move the NICs between a
@@ -176,8 +181,10 @@ NIC_A=$NIC_A
 NIC_B=$NIC_B
 MAC_A=$MAC_A
 MAC_B=$MAC_B
+NIC_C=$NIC_C
+NIC_D=$NIC_D
 KERNEL_NIC_MODULES="$present_nic_modules"
-export NIC_A NIC_B MAC_A MAC_B
+export NIC_A NIC_B MAC_A MAC_B NIC_C NIC_D
 EOF
 (cd "$IR" && find . | "$BUSYBOX" cpio -o -H newc 2>/dev/null | gzip -1) > "$WORK/initrd.gz"
 log "initramfs $(du -h "$WORK/initrd.gz" | cut -f1) ready ($(since "$t") s)"
@@ -210,6 +217,11 @@ boot() { # boot ACCEL -> 0 finished, 3 KVM did not reach init, 124 timeout
     -device virtio-net-pci,bus=rp1,netdev=hp0,disable-legacy=on,iommu_platform=on,romfile=,mac=$MAC_A \
     -netdev hubport,id=hp1,hubid=0 \
     -device virtio-net-pci,bus=rp2,netdev=hp1,disable-legacy=on,iommu_platform=on,romfile=,mac=$MAC_B \
+    -device pcie-pci-bridge,id=br1,bus=pcie.0,addr=0x5 \
+    -netdev hubport,id=hp2,hubid=1 \
+    -device virtio-net-pci,bus=br1,addr=0x1,netdev=hp2,disable-legacy=on,iommu_platform=on,romfile= \
+    -netdev hubport,id=hp3,hubid=1 \
+    -device virtio-net-pci,bus=br1,addr=0x2,netdev=hp3,disable-legacy=on,iommu_platform=on,romfile= \
     -kernel "$KDIR/vmlinuz" -initrd "$WORK/initrd.gz" \
     -append "console=ttyS0 intel_iommu=on iommu=pt quiet loglevel=3 panic=-1" \
     ${BCL_VM_QEMU_EXTRA:-} < /dev/null > "$LOG" 2>&1 &

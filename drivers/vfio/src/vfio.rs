@@ -107,7 +107,7 @@ struct DeviceShared {
     /// A duplicate of the VFIO device fd, for pread/pwrite/mmap.
     file: File,
     /// Keeps the group attached to the container while the device is open.
-    _device: VfioDevice,
+    device: VfioDevice,
 }
 
 /// A PCI function bound to `vfio-pci` (see the module documentation).
@@ -201,10 +201,7 @@ impl VfioPciFunction {
         let mut me = Self {
             address,
             group,
-            shared: Arc::new(DeviceShared {
-                file,
-                _device: device,
-            }),
+            shared: Arc::new(DeviceShared { file, device }),
             container,
             config_offset,
             config_size,
@@ -216,11 +213,11 @@ impl VfioPciFunction {
             eventfds: Vec::new(),
         };
         for i in 0..6u8 {
-            let size = me.shared._device.get_region_size(u32::from(i));
+            let size = me.shared.device.get_region_size(u32::from(i));
             if size == 0 {
                 continue;
             }
-            let flags = me.shared._device.get_region_flags(u32::from(i));
+            let flags = me.shared.device.get_region_flags(u32::from(i));
             let raw = me.config_read_u32(CFG_BAR0 + 4 * u16::from(i))?;
             let kind = if raw & 1 == 1 {
                 BarKind::Io
@@ -236,7 +233,7 @@ impl VfioPciFunction {
                 kind,
                 mappable: flags & VFIO_REGION_INFO_FLAG_MMAP != 0,
             });
-            me.bar_offsets[usize::from(i)] = me.shared._device.get_region_offset(u32::from(i));
+            me.bar_offsets[usize::from(i)] = me.shared.device.get_region_offset(u32::from(i));
         }
         for _ in 0..msix_count.min(MAX_VECTORS) {
             me.eventfds
@@ -268,7 +265,7 @@ impl VfioPciFunction {
             )));
         }
         self.shared
-            ._device
+            .device
             .trigger_irq(VFIO_PCI_MSIX_IRQ_INDEX, vector)
             .map_err(|e| PciError::Unsupported(format!("triggering MSI-X vector {vector}: {e}")))
     }
@@ -276,7 +273,7 @@ impl VfioPciFunction {
     /// VFIO region table entries `(index, size, offset, flags)` for the
     /// BARs, ROM and configuration space (for diagnostics).
     pub fn regions(&self) -> Vec<(u32, u64, u64, u32)> {
-        let d = &self.shared._device;
+        let d = &self.shared.device;
         (0..=VFIO_PCI_CONFIG_REGION_INDEX)
             .map(|i| {
                 (
@@ -446,7 +443,7 @@ impl PciFunction for VfioPciFunction {
         }
         let fds: Vec<&EventFd> = self.eventfds[..count as usize].iter().collect();
         self.shared
-            ._device
+            .device
             .enable_msix(fds)
             .map_err(|e| PciError::Unsupported(format!("{}: enabling MSI-X: {e}", self.address)))?;
         self.msix_enabled.store(count, Ordering::Release);
@@ -458,7 +455,7 @@ impl PciFunction for VfioPciFunction {
             return Ok(());
         }
         self.shared
-            ._device
+            .device
             .disable_msix()
             .map_err(|e| PciError::Unsupported(format!("{}: disabling MSI-X: {e}", self.address)))
     }

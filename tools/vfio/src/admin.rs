@@ -234,11 +234,24 @@ impl Admin {
                 now.driver.as_deref().unwrap_or("none")
             )));
         }
-        Ok(format!(
+        let mut msg = format!(
             "{a}: bound to vfio-pci (was {}), IOMMU group {}",
             d.driver.as_deref().unwrap_or("unbound"),
             now.iommu_group.map_or("?".into(), |g| g.to_string())
-        ))
+        );
+        if let Some(note) = now.iommu_group.and_then(|g| self.viability_note(g)) {
+            msg.push_str("; note: ");
+            msg.push_str(&note);
+        }
+        Ok(msg)
+    }
+
+    /// Why IOMMU group `group` cannot be used yet, if it cannot.
+    pub fn viability_note(&self, group: u32) -> Option<String> {
+        match self.sysfs.check_group_viable(group) {
+            Ok(Err(g)) => Some(g.to_string()),
+            _ => None,
+        }
     }
 
     /// Gives `pci` back to the driver it had before [`bind`](Self::bind).
@@ -256,6 +269,19 @@ impl Admin {
                 "{a}: not bound to vfio-pci (driver {}); nothing to do",
                 d.driver.as_deref().unwrap_or("none")
             ));
+        }
+        // vfio-pci's unbind blocks until the user lets go of the device:
+        // refuse instead of hanging if a process has the group open.
+        if let Some(g) = d.iommu_group {
+            let node = self.sysfs.vfio_group_node(g);
+            if let Err(e) = fs::OpenOptions::new().read(true).write(true).open(&node) {
+                if e.kind() == std::io::ErrorKind::ResourceBusy {
+                    return Err(err(format!(
+                        "{a}: device in use: a process has {} open; stop it first",
+                        node.display()
+                    )));
+                }
+            }
         }
         let dir = self.sysfs.device_dir(&a);
         self.write_attr(&dir.join("driver_override"), "\n")?;
