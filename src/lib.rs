@@ -1,1 +1,52 @@
-//! BCL placeholder
+//! # BCL: a userspace cluster communication stack
+//!
+//! This is the crate applications depend on. It re-exports the protocol core
+//! ([`core`], the `bcl-core` crate), links every transport method (for now
+//! the simulated fabric, [`sim`]), and drives them with a progress engine,
+//! [`Endpoint`]: one communication endpoint (a port) with its methods and a
+//! clock.
+//!
+//! ```
+//! use bcl::{Endpoint, JobKey, ProcessAddr};
+//! use bcl::sim::{FabricConfig, SimFabric};
+//!
+//! let fabric = SimFabric::new(FabricConfig::default());
+//! let mut a = Endpoint::builder(ProcessAddr::new(1, 0), JobKey(7))
+//!     .method(Box::new(fabric.endpoint()))
+//!     .clock(fabric.clock())
+//!     .build()
+//!     .unwrap();
+//! let mut b = Endpoint::builder(ProcessAddr::new(2, 0), JobKey(7))
+//!     .method(Box::new(fabric.endpoint()))
+//!     .clock(fabric.clock())
+//!     .build()
+//!     .unwrap();
+//! a.add_peer(b.local(), b.descriptors()[0].clone());
+//! let handle = a.send(b.local(), b"hello").unwrap();
+//! let timeout = std::time::Duration::from_secs(5);
+//! // Single-threaded: drive both ends until the message is in.
+//! let got = loop {
+//!     a.progress().unwrap();
+//!     b.progress().unwrap();
+//!     if let Some(d) = b.poll_delivery() {
+//!         break d;
+//!     }
+//! };
+//! assert_eq!(b.message(&got).unwrap(), b"hello");
+//! b.release(got).unwrap();
+//! # let _ = (handle, timeout);
+//! ```
+
+pub mod clock;
+pub mod endpoint;
+pub mod simnet;
+
+pub use bcl_core as core;
+pub use bcl_core::{
+    Delivery, Descriptor, JobKey, LinkId, Method, MethodCaps, NodeId, PortConfig, PortId,
+    PortStats, ProcessAddr, SendEvent, SendFailure, SendHandle, Time,
+};
+pub use bcl_sim as sim;
+pub use clock::{Clock, MonotonicClock};
+pub use endpoint::{Endpoint, EndpointBuilder, Error};
+pub use simnet::SimCluster;

@@ -25,8 +25,9 @@ pub struct PortConfig {
     pub ring_block_size: usize,
     /// Frames in flight per peer, at most [`RX_WINDOW`] (default 128).
     pub tx_window: u32,
-    /// Sends outstanding (queued or unacknowledged) per port; beyond it
-    /// `send` reports back-pressure (default 4096).
+    /// Sends outstanding per port (queued, unacknowledged, or completed but
+    /// their completion not yet polled); beyond it `send` reports
+    /// back-pressure (default 4096).
     pub max_outstanding_sends: usize,
     /// Peers a port will keep state for; frames from further new peers are
     /// dropped and counted (default 65536).
@@ -90,7 +91,10 @@ impl PortConfig {
     pub fn validate(&self, mtu: Option<usize>) -> Result<(), ConfigError> {
         let bad = |field, problem: String| Err(ConfigError { field, problem });
         if self.tx_window == 0 || self.tx_window > RX_WINDOW {
-            return bad("tx_window", format!("is {}, must be 1..={RX_WINDOW}", self.tx_window));
+            return bad(
+                "tx_window",
+                format!("is {}, must be 1..={RX_WINDOW}", self.tx_window),
+            );
         }
         if self.ring_blocks == 0 || self.ring_block_size == 0 {
             return bad("ring_blocks", "and ring_block_size must be positive".into());
@@ -107,7 +111,10 @@ impl PortConfig {
         }
         if let Some(mtu) = mtu {
             if mtu <= HEADER_LEN {
-                return bad("mtu", format!("{mtu} leaves no room after the {HEADER_LEN}-byte header"));
+                return bad(
+                    "mtu",
+                    format!("{mtu} leaves no room after the {HEADER_LEN}-byte header"),
+                );
             }
             let frags = self.eager_limit.div_ceil(mtu - HEADER_LEN);
             if frags > RX_WINDOW as usize {

@@ -32,6 +32,10 @@ pub enum SendFailure {
     /// of consecutive retransmission timeouts.
     #[error("peer {0} unreachable: no acknowledgement through repeated timeouts")]
     PeerUnreachable(ProcessAddr),
+    /// No method of this port can reach the peer (no descriptor known, or
+    /// none of a method this port has).
+    #[error("no route to peer {0}: no known descriptor of a method this port has")]
+    NoRoute(ProcessAddr),
 }
 
 /// An entry of the receive-completion queue: a message is in the ring.

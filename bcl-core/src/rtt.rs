@@ -83,7 +83,8 @@ impl RttEstimator {
 
     /// Smoothed round-trip time, if there has been a sample.
     pub fn srtt(&self) -> Option<Duration> {
-        self.has_sample.then(|| Duration::from_nanos(u64::from(self.srtt)))
+        self.has_sample
+            .then(|| Duration::from_nanos(u64::from(self.srtt)))
     }
 
     /// The current retransmission timeout: SRTT + 4·RTTVAR, clamped to

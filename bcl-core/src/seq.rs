@@ -15,14 +15,14 @@ pub struct Seq(pub u32);
 impl Seq {
     /// The number `n` steps after this one (wrapping).
     #[inline]
-    pub fn add(self, n: u32) -> Seq {
+    pub fn plus(self, n: u32) -> Seq {
         Seq(self.0.wrapping_add(n))
     }
 
     /// The next number.
     #[inline]
     pub fn next(self) -> Seq {
-        self.add(1)
+        self.plus(1)
     }
 
     /// Signed distance from `other` to `self`: positive when `self` is later.

@@ -61,6 +61,9 @@ mod tests {
         assert_eq!(t + Duration::from_nanos(5), Time::from_nanos(105));
         assert_eq!(Time::NEVER + Duration::from_secs(1), Time::NEVER);
         assert_eq!(Time::from_nanos(10) - Time::from_nanos(30), Duration::ZERO);
-        assert_eq!(Time::from_nanos(30) - Time::from_nanos(10), Duration::from_nanos(20));
+        assert_eq!(
+            Time::from_nanos(30) - Time::from_nanos(10),
+            Duration::from_nanos(20)
+        );
     }
 }

@@ -34,7 +34,6 @@ use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-
 /// Why [`Port::send`] refused a message. Nothing was queued.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SendError {
@@ -273,7 +272,12 @@ impl Port {
 
     /// Sets the route to `addr`: frames to the peer go there from now on.
     /// Creates the peer's state if needed.
-    pub fn set_route(&mut self, now: Time, addr: ProcessAddr, route: Route) -> Result<(), RouteError> {
+    pub fn set_route(
+        &mut self,
+        now: Time,
+        addr: ProcessAddr,
+        route: Route,
+    ) -> Result<(), RouteError> {
         if usize::from(route.method) >= self.method_mtu.len() {
             return Err(RouteError::UnknownMethod(route.method));
         }
@@ -294,7 +298,9 @@ impl Port {
     /// Sets a peer's route; the method index must be registered.
     fn apply_route(&mut self, idx: PeerIdx, route: Route) {
         let mtu = self.method_mtu[usize::from(route.method)];
-        let max_payload = mtu.saturating_sub(HEADER_LEN).clamp(1, usize::from(u16::MAX));
+        let max_payload = mtu
+            .saturating_sub(HEADER_LEN)
+            .clamp(1, usize::from(u16::MAX));
         let p = &mut self.peers[idx as usize];
         p.route = Some(route);
         p.frag_payload = max_payload as u16;

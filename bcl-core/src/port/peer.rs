@@ -172,6 +172,8 @@ pub(crate) struct Peer {
     pub nak_dropped: Seq,
     /// A delayed acknowledgement is due at this instant.
     pub ack_deadline: Time,
+    /// The highest cumulative acknowledgement sent to this peer so far.
+    pub last_ack_sent: Seq,
 
     /// Earliest instant for which a timer entry is queued.
     pub timer_armed: Time,
@@ -211,6 +213,7 @@ impl Peer {
             nak: NakReason::None,
             nak_dropped: Seq(0),
             ack_deadline: Time::NEVER,
+            last_ack_sent: Seq(0),
             timer_armed: Time::NEVER,
             stats: PeerStats::default(),
         }
@@ -259,7 +262,11 @@ impl Peer {
 
     /// Widens the retransmission sweep to cover `[from, to)`.
     pub fn add_retx_range(&mut self, from: Seq, to: Seq, all: bool) {
-        let from = if from.before(self.una) { self.una } else { from };
+        let from = if from.before(self.una) {
+            self.una
+        } else {
+            from
+        };
         if !from.before(to) {
             return;
         }

@@ -51,7 +51,7 @@ impl Port {
         // for an earlier incarnation of this port) is ignored, but a DATA
         // frame carrying it is still good data.
         let ack_valid = match frame.ack() {
-            Some(ack) => self.on_cumulative_ack(idx, Seq(ack), now),
+            Some(ack) => self.on_cumulative_ack(idx, Seq(ack), frame.ack_is_fresh(), now),
             None => true,
         };
         if !ack_valid {
@@ -102,6 +102,7 @@ impl Port {
         p.deliver_seq = base;
         p.deliver_msg_id = None;
         p.unacked = 0;
+        p.last_ack_sent = base;
     }
 
     fn on_data(&mut self, idx: PeerIdx, frame: &Frame<'_>, now: Time) {
@@ -199,7 +200,7 @@ impl Port {
         if offset == 0 {
             let run = w.bitmap.leading_run();
             w.bitmap.advance(run);
-            p.expected = p.expected.add(run);
+            p.expected = p.expected.plus(run);
             p.unacked += run;
             if p.unacked >= self.cfg.ack_every {
                 p.ack_now = true;
@@ -230,7 +231,11 @@ impl Port {
                 None => {
                     // First delivery in this sequence space: find the message
                     // that starts where delivery stands.
-                    let found = w.msgs.iter().flatten().find(|m| m.has_first && m.first_seq == p.deliver_seq);
+                    let found = w
+                        .msgs
+                        .iter()
+                        .flatten()
+                        .find(|m| m.has_first && m.first_seq == p.deliver_seq);
                     match found {
                         Some(m) => m.msg_id,
                         None => return,
@@ -238,7 +243,9 @@ impl Port {
                 }
             };
             let slot = w.entry_mut(id);
-            let Some(m) = slot.filter(|m| m.msg_id == id && m.has_first && m.first_seq == p.deliver_seq) else {
+            let Some(m) =
+                slot.filter(|m| m.msg_id == id && m.has_first && m.first_seq == p.deliver_seq)
+            else {
                 return;
             };
             if m.received != m.len || !m.last_seq.before(p.expected) {

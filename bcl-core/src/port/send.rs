@@ -19,7 +19,12 @@ impl Port {
     /// is free again at once. The message is delivered exactly once, in
     /// order with this port's other messages to `dst`; the send-completion
     /// queue reports [`SendEvent::Complete`] when `dst` has acknowledged it.
-    pub fn send(&mut self, now: Time, dst: ProcessAddr, data: &[u8]) -> Result<SendHandle, SendError> {
+    pub fn send(
+        &mut self,
+        now: Time,
+        dst: ProcessAddr,
+        data: &[u8],
+    ) -> Result<SendHandle, SendError> {
         if data.len() > self.cfg.eager_limit {
             return Err(SendError::TooLarge {
                 len: data.len(),
@@ -29,8 +34,11 @@ impl Port {
         if dst == self.cfg.local {
             return Err(SendError::SelfSend(dst));
         }
-        if self.outstanding >= self.cfg.max_outstanding_sends {
-            return Err(SendError::WouldBlock(self.outstanding));
+        // Completions not yet reaped count too, so the event queue stays
+        // bounded even for an application that never polls it.
+        let pending = self.outstanding + self.send_events.len();
+        if pending >= self.cfg.max_outstanding_sends {
+            return Err(SendError::WouldBlock(pending));
         }
         let idx = self.peer_idx_or_create(dst)?;
         let Some(m) = self.free_messages.pop() else {
@@ -115,9 +123,14 @@ impl Port {
     /// piggybacked acknowledgement when we have one to give.
     fn fields_to(&self, idx: PeerIdx, kind: FrameType) -> HeaderFields {
         let p = &self.peers[idx as usize];
+        let flag_bits = match (p.rx_known, p.last_ack_sent.before(p.expected)) {
+            (false, _) => 0,
+            (true, false) => flags::ACK,
+            (true, true) => flags::ACK | flags::ACK_FRESH,
+        };
         HeaderFields {
             kind: Some(kind),
-            flags: if p.rx_known { flags::ACK } else { 0 },
+            flags: flag_bits,
             job: self.cfg.job,
             src: self.cfg.local,
             dst: p.addr,
@@ -135,6 +148,7 @@ impl Port {
             p.ack_now = false;
             p.unacked = 0;
             p.ack_deadline = Time::NEVER;
+            p.last_ack_sent = p.expected;
         }
     }
 
@@ -164,7 +178,9 @@ impl Port {
         if let Some(msg) = self.messages[m as usize].as_mut() {
             msg.next_offset = offset + len;
         }
-        let next_in_queue = self.messages[m as usize].as_ref().map_or(NO_MSG, |x| x.next);
+        let next_in_queue = self.messages[m as usize]
+            .as_ref()
+            .map_or(NO_MSG, |x| x.next);
         let rto = self.peers[idx as usize].rtt.rto(&self.cfg.rto);
         let p = &mut self.peers[idx as usize];
         let w = p.tx.as_mut()?;
@@ -269,9 +285,18 @@ impl Port {
     }
 
     /// Applies a cumulative acknowledgement `ack` from peer `idx`: completes
-    /// every message whose last fragment it covers. Returns false if the
-    /// value acknowledges frames never sent.
-    pub(super) fn on_cumulative_ack(&mut self, idx: PeerIdx, ack: Seq, now: Time) -> bool {
+    /// every message whose last fragment it covers. A round-trip sample is
+    /// taken only if the acknowledgement is `fresh` (sent for the first
+    /// time) and every frame it newly covers was sent once (Karn's rule,
+    /// extended to holes and to repeated acknowledgements).
+    /// Returns false if the value acknowledges frames never sent.
+    pub(super) fn on_cumulative_ack(
+        &mut self,
+        idx: PeerIdx,
+        ack: Seq,
+        fresh: bool,
+        now: Time,
+    ) -> bool {
         let p = &self.peers[idx as usize];
         let Some(advance) = ack.since(p.una) else {
             return true; // older than what we know: a late frame
@@ -285,11 +310,19 @@ impl Port {
         let Some(w) = p.tx.as_ref() else {
             return false;
         };
-        // Karn: sample only from a frame sent once.
-        let newest = *w.slot(ack.add(u32::MAX));
+        // Karn's rule, extended: a sample only if no frame this ACK newly
+        // covers was sent twice (else the ACK may have waited for the resend
+        // that filled a hole), and the ACK itself is sent for the first time.
+        let newest = *w.slot(ack.plus(u32::MAX));
+        let mut clean = fresh;
+        let mut s = p.una;
+        while clean && s != ack {
+            clean = w.slot(s).sent_count == 1;
+            s = s.next();
+        }
         let old_una = p.una;
         let p = &mut self.peers[idx as usize];
-        if newest.sent_count == 1 {
+        if clean {
             p.rtt.sample(now.saturating_since(newest.last_sent));
         } else {
             p.rtt.reset_backoff();
@@ -324,7 +357,7 @@ impl Port {
         if let Some(w) = p.tx.as_mut() {
             for i in 0..usize::from(body.sack_bits.get()) {
                 if body.is_set(i) {
-                    let s = ack.add(1 + i as u32);
+                    let s = ack.plus(1 + i as u32);
                     if s.in_window(una, next.since(una).unwrap_or(0)) {
                         w.slot_mut(s).sacked = true;
                         highest_sacked = Some(s);
@@ -373,7 +406,8 @@ impl Port {
         let p = &mut self.peers[idx as usize];
         p.consecutive_timeouts = p.consecutive_timeouts.saturating_add(1);
         if u32::from(p.consecutive_timeouts) > self.cfg.max_timeouts {
-            self.fail_peer(idx);
+            let addr = p.addr;
+            self.fail_peer(idx, SendFailure::PeerUnreachable(addr));
             return;
         }
         p.rtt.back_off();
@@ -382,9 +416,17 @@ impl Port {
         p.rto_deadline = now + p.rtt.rto(&self.cfg.rto);
     }
 
+    /// Fails every send queued or in flight to `addr` with `failure` (for
+    /// example when no route can be found for it). Returns how many failed.
+    pub fn fail_sends_to(&mut self, addr: ProcessAddr, failure: SendFailure) -> usize {
+        match self.peer_idx(addr) {
+            Some(idx) => self.fail_peer(idx, failure),
+            None => 0,
+        }
+    }
+
     /// Gives up on everything queued or in flight to peer `idx`.
-    fn fail_peer(&mut self, idx: PeerIdx) {
-        let addr = self.peers[idx as usize].addr;
+    fn fail_peer(&mut self, idx: PeerIdx, failure: SendFailure) -> usize {
         let mut victims = Vec::new();
         {
             let p = &self.peers[idx as usize];
@@ -401,7 +443,9 @@ impl Port {
             let mut m = p.queue_head;
             while m != NO_MSG {
                 victims.push(m);
-                m = self.messages[m as usize].as_ref().map_or(NO_MSG, |x| x.next);
+                m = self.messages[m as usize]
+                    .as_ref()
+                    .map_or(NO_MSG, |x| x.next);
             }
         }
         // A message partly framed sits both in the window (not as last) and at
@@ -416,9 +460,11 @@ impl Port {
         p.busy_until = Time::ZERO;
         p.consecutive_timeouts = 0;
         p.rtt.reset_backoff();
+        let failed = victims.len();
         for m in victims {
-            self.complete_message(m, Some(SendFailure::PeerUnreachable(addr)));
+            self.complete_message(m, Some(failure));
         }
+        failed
     }
 
     /// Frees message `m` and reports its completion or failure.

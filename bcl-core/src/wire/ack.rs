@@ -64,7 +64,8 @@ impl AckBody {
 
     /// Whether bit `i` is set (false past `sack_bits`).
     pub fn is_set(&self, i: usize) -> bool {
-        i < usize::from(self.sack_bits.get()).min(SACK_BITS) && self.bitmap[i / 8] & (1 << (i % 8)) != 0
+        i < usize::from(self.sack_bits.get()).min(SACK_BITS)
+            && self.bitmap[i / 8] & (1 << (i % 8)) != 0
     }
 
     /// Reads a body from the payload of an ACK or NAK frame; `None` if the

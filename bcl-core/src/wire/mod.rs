@@ -103,8 +103,13 @@ pub mod flags {
     pub const ACK: u16 = 1 << 0;
     /// The `crc` field carries a CRC32C.
     pub const CRC: u16 = 1 << 1;
+    /// The `ack` value is sent for the first time: it advances past every
+    /// acknowledgement sent to this peer before. Only such an
+    /// acknowledgement is a valid round-trip sample (a repeated one may
+    /// answer a frame whose first acknowledgement was lost long ago).
+    pub const ACK_FRESH: u16 = 1 << 2;
     /// All bits this version knows.
-    pub const KNOWN: u16 = ACK | CRC;
+    pub const KNOWN: u16 = ACK | CRC | ACK_FRESH;
 }
 
 /// What a frame is.
@@ -222,6 +227,11 @@ impl<'a> Frame<'a> {
     pub fn ack(&self) -> Option<u32> {
         (self.flags() & flags::ACK != 0).then(|| self.header.ack.get())
     }
+    /// Whether the acknowledgement is sent for the first time
+    /// ([`flags::ACK_FRESH`]).
+    pub fn ack_is_fresh(&self) -> bool {
+        self.flags() & flags::ACK_FRESH != 0
+    }
 }
 
 /// What the receiving side checks besides the frame's own consistency.
@@ -246,7 +256,8 @@ pub fn parse<'a>(bytes: &'a [u8], expect: &Expect) -> Result<Frame<'a>, FrameErr
     if header.version != VERSION {
         return Err(FrameError::BadVersion(header.version));
     }
-    let kind = FrameType::from_code(header.frame_type).ok_or(FrameError::BadType(header.frame_type))?;
+    let kind =
+        FrameType::from_code(header.frame_type).ok_or(FrameError::BadType(header.frame_type))?;
     let flag_bits = header.flags.get();
     if flag_bits & !flags::KNOWN != 0 {
         return Err(FrameError::BadFlags(flag_bits & !flags::KNOWN));
@@ -267,7 +278,8 @@ pub fn parse<'a>(bytes: &'a [u8], expect: &Expect) -> Result<Frame<'a>, FrameErr
     if header.job.get() != expect.job.0 {
         return Err(FrameError::WrongJob(header.job.get()));
     }
-    if header.dst_node.get() != expect.local.node.0 || header.dst_port.get() != expect.local.port.0 {
+    if header.dst_node.get() != expect.local.node.0 || header.dst_port.get() != expect.local.port.0
+    {
         return Err(FrameError::WrongDestination);
     }
     Ok(Frame {
@@ -359,7 +371,8 @@ pub fn encode_header_for_payload_in_place(
     crc: bool,
 ) -> Result<usize, EncodeError> {
     let kind = fields.kind.ok_or(EncodeError::NoType)?;
-    let wire_len = u16::try_from(payload_len).map_err(|_| EncodeError::PayloadTooLong(payload_len))?;
+    let wire_len =
+        u16::try_from(payload_len).map_err(|_| EncodeError::PayloadTooLong(payload_len))?;
     let need = HEADER_LEN + payload_len;
     if buf.len() < need {
         return Err(EncodeError::BufferTooSmall {

@@ -1,0 +1,307 @@
+//! The progress engine: one port, its methods and a clock.
+//!
+//! An [`Endpoint`] moves frames between the protocol core's [`Port`] and the
+//! transport methods: each [`Endpoint::progress`] call shows the port every
+//! frame the methods received, runs due timers, finds routes for new peers
+//! and lets the port fill the methods' transmit buffers. The blocking calls
+//! (`wait_send`, `recv_blocking`, `send_blocking`) busy-poll `progress`
+//! until their condition holds or their timeout passes.
+
+use crate::clock::{Clock, MonotonicClock};
+use bcl_core::method::{Descriptor, Method, MethodError, Route};
+use bcl_core::port::{Port, ReleaseError, SendError};
+use bcl_core::{
+    ConfigError, Delivery, JobKey, PortConfig, ProcessAddr, SendEvent, SendFailure, SendHandle,
+    Time,
+};
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Frames taken from one method per progress round, at most.
+const RX_BUDGET: usize = 64;
+
+/// Anything that can go wrong in an endpoint call.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The port refused the send.
+    #[error(transparent)]
+    Send(#[from] SendError),
+    /// The send was accepted but failed.
+    #[error("send failed: {0}")]
+    Failed(#[from] SendFailure),
+    /// A method failed.
+    #[error(transparent)]
+    Method(#[from] MethodError),
+    /// The configuration cannot work.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A delivery was released twice.
+    #[error(transparent)]
+    Release(#[from] ReleaseError),
+    /// The endpoint has no method.
+    #[error("an endpoint needs at least one method")]
+    NoMethod,
+    /// The wait ran out of time.
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+}
+
+/// Builds an [`Endpoint`].
+pub struct EndpointBuilder {
+    cfg: PortConfig,
+    methods: Vec<Box<dyn Method>>,
+    clock: Option<Arc<dyn Clock>>,
+}
+
+impl EndpointBuilder {
+    /// Adds a method; earlier methods are preferred when several can reach a
+    /// peer.
+    pub fn method(mut self, m: Box<dyn Method>) -> Self {
+        self.methods.push(m);
+        self
+    }
+
+    /// Uses `clock` instead of the monotonic clock (a simulated fabric's
+    /// virtual clock, for instance).
+    pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// Changes the port configuration.
+    pub fn configure(mut self, f: impl FnOnce(&mut PortConfig)) -> Self {
+        f(&mut self.cfg);
+        self
+    }
+
+    /// Creates the endpoint.
+    pub fn build(self) -> Result<Endpoint, Error> {
+        if self.methods.is_empty() {
+            return Err(Error::NoMethod);
+        }
+        let mut port = Port::new(self.cfg)?;
+        for m in &self.methods {
+            port.add_method(m.caps())?;
+        }
+        Ok(Endpoint {
+            port,
+            methods: self.methods,
+            clock: self
+                .clock
+                .unwrap_or_else(|| Arc::new(MonotonicClock::new())),
+            directory: HashMap::new(),
+            send_events: VecDeque::new(),
+        })
+    }
+}
+
+/// A port with its methods and clock (see the module documentation).
+pub struct Endpoint {
+    port: Port,
+    methods: Vec<Box<dyn Method>>,
+    clock: Arc<dyn Clock>,
+    directory: HashMap<ProcessAddr, Vec<Descriptor>>,
+    /// Send events taken from the port while waiting for another one.
+    send_events: VecDeque<SendEvent>,
+}
+
+/// A random epoch, so a restarted process is told apart from its earlier
+/// incarnation.
+fn random_epoch() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    (h.finish() as u32).max(1)
+}
+
+impl Endpoint {
+    /// Starts building an endpoint for process `local` of job `job`.
+    pub fn builder(local: ProcessAddr, job: JobKey) -> EndpointBuilder {
+        let mut cfg = PortConfig::new(local, job);
+        cfg.epoch = random_epoch();
+        EndpointBuilder {
+            cfg,
+            methods: Vec::new(),
+            clock: None,
+        }
+    }
+
+    /// This endpoint's process address.
+    pub fn local(&self) -> ProcessAddr {
+        self.port.local()
+    }
+
+    /// The protocol state, for statistics and inspection.
+    pub fn port(&self) -> &Port {
+        &self.port
+    }
+
+    /// The current time on the endpoint's clock.
+    pub fn now(&self) -> Time {
+        self.clock.now()
+    }
+
+    /// The descriptors peers can reach this endpoint by, one per method.
+    pub fn descriptors(&self) -> Vec<Descriptor> {
+        self.methods.iter().map(|m| m.descriptor()).collect()
+    }
+
+    /// The endpoint's methods.
+    pub fn methods(&self) -> impl Iterator<Item = &dyn Method> {
+        self.methods.iter().map(|m| m.as_ref())
+    }
+
+    /// Tells the endpoint that `addr` can be reached at `descriptor`.
+    pub fn add_peer(&mut self, addr: ProcessAddr, descriptor: Descriptor) {
+        self.directory.entry(addr).or_default().push(descriptor);
+    }
+
+    /// The earliest instant a timer of the port is due.
+    pub fn next_timeout(&self) -> Option<Time> {
+        self.port.poll_timeout()
+    }
+
+    /// One round of progress: receive, run timers, route new peers,
+    /// transmit. Returns the number of frames moved.
+    pub fn progress(&mut self) -> Result<usize, Error> {
+        let now = self.clock.now();
+        let mut moved = 0;
+        for (i, m) in self.methods.iter_mut().enumerate() {
+            let port = &mut self.port;
+            let method = i as u8;
+            moved += m.rx_burst(RX_BUDGET, &mut |link, bytes| {
+                port.handle_frame(now, Route { method, link }, bytes)
+            })?;
+        }
+        self.port.handle_timeout(now);
+        while let Some(addr) = self.port.next_unrouted() {
+            self.route(addr, now);
+        }
+        for (i, m) in self.methods.iter_mut().enumerate() {
+            let method = i as u8;
+            if self.port.wants_transmit(method) {
+                let port = &mut self.port;
+                moved += m.tx_burst(&mut |buf| port.poll_transmit(method, now, buf))?;
+            }
+        }
+        Ok(moved)
+    }
+
+    /// Finds the first method (in the endpoint's order) that can reach
+    /// `addr` through a known descriptor, or fails the peer's sends.
+    fn route(&mut self, addr: ProcessAddr, now: Time) {
+        let descriptors = self.directory.get(&addr).map(Vec::as_slice).unwrap_or(&[]);
+        for (i, m) in self.methods.iter_mut().enumerate() {
+            let name = m.name();
+            for d in descriptors.iter().filter(|d| d.method == name) {
+                if let Ok(link) = m.open_link(d) {
+                    let route = Route {
+                        method: i as u8,
+                        link,
+                    };
+                    if self.port.set_route(now, addr, route).is_ok() {
+                        return;
+                    }
+                }
+            }
+        }
+        self.port.fail_sends_to(addr, SendFailure::NoRoute(addr));
+    }
+
+    /// Accepts `data` for delivery to `dst` (see [`Port::send`]).
+    pub fn send(&mut self, dst: ProcessAddr, data: &[u8]) -> Result<SendHandle, Error> {
+        let now = self.clock.now();
+        Ok(self.port.send(now, dst, data)?)
+    }
+
+    /// Next send-completion event.
+    pub fn poll_send_event(&mut self) -> Option<SendEvent> {
+        self.send_events
+            .pop_front()
+            .or_else(|| self.port.poll_send_event())
+    }
+
+    /// Next delivered message.
+    pub fn poll_delivery(&mut self) -> Option<Delivery> {
+        self.port.poll_delivery()
+    }
+
+    /// The bytes of a delivered message, until it is released.
+    pub fn message(&self, d: &Delivery) -> Option<&[u8]> {
+        self.port.message(d)
+    }
+
+    /// Gives a delivered message's ring space back.
+    pub fn release(&mut self, d: Delivery) -> Result<(), Error> {
+        Ok(self.port.release(d.slot)?)
+    }
+
+    /// Makes progress until `handle` completes, fails, or `timeout` passes.
+    /// Other send events are kept for [`Endpoint::poll_send_event`].
+    pub fn wait_send(&mut self, handle: SendHandle, timeout: Duration) -> Result<(), Error> {
+        let deadline = self.clock.now() + timeout;
+        loop {
+            while let Some(ev) = self.port.poll_send_event() {
+                if ev.handle() == handle {
+                    return match ev {
+                        SendEvent::Complete(_) => Ok(()),
+                        SendEvent::Failed(_, f) => Err(Error::Failed(f)),
+                    };
+                }
+                self.send_events.push_back(ev);
+            }
+            if self.clock.now() >= deadline {
+                return Err(Error::Timeout(timeout));
+            }
+            self.progress()?;
+        }
+    }
+
+    /// Sends `data` to `dst` and waits until it is acknowledged.
+    pub fn send_blocking(
+        &mut self,
+        dst: ProcessAddr,
+        data: &[u8],
+        timeout: Duration,
+    ) -> Result<(), Error> {
+        let deadline = self.clock.now() + timeout;
+        let handle = loop {
+            match self.send(dst, data) {
+                Err(Error::Send(SendError::WouldBlock(_))) if self.clock.now() < deadline => {
+                    self.progress()?;
+                }
+                other => break other?,
+            }
+        };
+        let left = deadline.saturating_since(self.clock.now());
+        self.wait_send(handle, left)
+    }
+
+    /// Makes progress until a message is delivered or `timeout` passes.
+    pub fn recv_blocking(&mut self, timeout: Duration) -> Result<Delivery, Error> {
+        let deadline = self.clock.now() + timeout;
+        loop {
+            if let Some(d) = self.port.poll_delivery() {
+                return Ok(d);
+            }
+            if self.clock.now() >= deadline {
+                return Err(Error::Timeout(timeout));
+            }
+            self.progress()?;
+        }
+    }
+
+    /// Shuts the methods down.
+    pub fn shutdown(&mut self) {
+        for m in &mut self.methods {
+            m.shutdown();
+        }
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

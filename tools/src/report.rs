@@ -1,0 +1,160 @@
+//! Machine-readable reports in the shapes fixed by the tool contracts
+//! (`shared/contracts/tools.md`), and the human-readable table.
+
+use crate::latency::{micros, LatencySummary};
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::path::Path;
+
+/// One size's figures in the pingpong report.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct PingResult {
+    /// Message size in bytes.
+    pub size: usize,
+    /// Timed iterations.
+    pub iters: u64,
+    /// Median round trip.
+    pub p50_ns: u64,
+    /// 90th percentile.
+    pub p90_ns: u64,
+    /// 99th percentile.
+    pub p99_ns: u64,
+    /// 99.9th percentile.
+    pub p999_ns: u64,
+    /// Largest.
+    pub max_ns: u64,
+    /// Mean.
+    pub mean_ns: u64,
+    /// The figures are round-trip times (one-way = RTT / 2).
+    pub rtt: bool,
+}
+
+impl PingResult {
+    /// The entry for `size` with `iters` timed round trips summarised by `s`.
+    pub fn new(size: usize, iters: u64, s: &LatencySummary) -> Self {
+        PingResult {
+            size,
+            iters,
+            p50_ns: s.p50_ns,
+            p90_ns: s.p90_ns,
+            p99_ns: s.p99_ns,
+            p999_ns: s.p999_ns,
+            max_ns: s.max_ns,
+            mean_ns: s.mean_ns,
+            rtt: true,
+        }
+    }
+}
+
+/// Counters of the pingpong report.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PingCounters {
+    /// Messages the client sent.
+    pub sent: u64,
+    /// Exact echoes received.
+    pub received: u64,
+    /// Messages without a reply.
+    pub lost: u64,
+    /// Duplicate deliveries seen by the application.
+    pub duplicates: u64,
+    /// Damaged deliveries seen by the application.
+    pub corrupt: u64,
+    /// Frames retransmitted by the transport.
+    pub retransmits: u64,
+    /// Frames the transport dropped as malformed, corrupted or foreign.
+    pub bad_frames: u64,
+}
+
+/// The `--json` output of `bcl-pingpong`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct PingReport {
+    /// Always `bcl-pingpong`.
+    pub tool: String,
+    /// The method measured.
+    pub method: String,
+    /// `busy-poll` or `blocking`.
+    pub mode: String,
+    /// One entry per size.
+    pub results: Vec<PingResult>,
+    /// The first exchange, kept out of the histograms.
+    pub first_contact_ns: u64,
+    /// Counters.
+    pub counters: PingCounters,
+}
+
+/// Writes `value` as pretty JSON to `path` (atomically: a temporary file
+/// renamed into place).
+pub fn write_json(path: &Path, value: &impl Serialize) -> std::io::Result<()> {
+    let tmp = path.with_extension("json.tmp");
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        serde_json::to_writer_pretty(&mut f, value)?;
+        f.write_all(b"\n")?;
+    }
+    std::fs::rename(tmp, path)
+}
+
+/// The OSU-style table of round-trip percentiles, in microseconds.
+pub fn latency_table(results: &[PingResult]) -> String {
+    let mut out = format!(
+        "{:>10} {:>10} {:>10} {:>10} {:>10} {:>10}   (round trip, µs)\n",
+        "# Size", "p50", "p90", "p99", "p99.9", "max"
+    );
+    for r in results {
+        out.push_str(&format!(
+            "{:>10} {:>10} {:>10} {:>10} {:>10} {:>10}\n",
+            r.size,
+            micros(r.p50_ns),
+            micros(r.p90_ns),
+            micros(r.p99_ns),
+            micros(r.p999_ns),
+            micros(r.max_ns)
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_has_the_contract_fields() {
+        let report = PingReport {
+            tool: "bcl-pingpong".into(),
+            method: "sim".into(),
+            mode: "busy-poll".into(),
+            results: vec![PingResult::new(64, 10, &LatencySummary::default())],
+            first_contact_ns: 5,
+            counters: PingCounters::default(),
+        };
+        let v: serde_json::Value = serde_json::to_value(&report).unwrap();
+        for key in [
+            "tool",
+            "method",
+            "mode",
+            "results",
+            "first_contact_ns",
+            "counters",
+        ] {
+            assert!(v.get(key).is_some(), "missing {key}");
+        }
+        let r = &v["results"][0];
+        for key in [
+            "size", "iters", "p50_ns", "p90_ns", "p99_ns", "p999_ns", "max_ns", "mean_ns", "rtt",
+        ] {
+            assert!(r.get(key).is_some(), "missing results.{key}");
+        }
+        for key in [
+            "sent",
+            "received",
+            "lost",
+            "duplicates",
+            "corrupt",
+            "retransmits",
+            "bad_frames",
+        ] {
+            assert!(v["counters"].get(key).is_some(), "missing counters.{key}");
+        }
+    }
+}
