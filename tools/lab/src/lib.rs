@@ -395,6 +395,30 @@ impl Lab {
         Ok(c)
     }
 
+    /// Moves the calling **thread** into `node`'s network namespace, so
+    /// sockets it opens from now on live there. Tests use this to run two
+    /// ends of a link on two threads of one process. The thread stays there;
+    /// use a dedicated thread.
+    pub fn enter(&self, node: &str) -> Result<(), LabError> {
+        let ns = self.netns(node)?;
+        let path = PathBuf::from("/run/netns").join(&ns);
+        let file = std::fs::File::open(&path).map_err(|source| LabError::Io {
+            context: format!("open {}", path.display()),
+            source,
+        })?;
+        // SAFETY: setns on a valid namespace file descriptor we own affects
+        // only the calling thread's network namespace; no memory is shared
+        // with the kernel.
+        let rc = unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&file), libc::CLONE_NEWNET) };
+        if rc != 0 {
+            return Err(LabError::Io {
+                context: format!("setns into {ns}"),
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        Ok(())
+    }
+
     /// Whether every node namespace exists.
     pub fn is_up(&self) -> bool {
         self.topo

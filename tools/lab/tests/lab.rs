@@ -594,3 +594,35 @@ limit = "10ms"
     assert_eq!(ba.rate_limited + ba.shaped, 0, "{ba:?}");
     assert_eq!(ba.delayed, ba.frames_out);
 }
+
+#[test]
+fn threads_can_enter_node_namespaces() {
+    if !require_privileges("threads_can_enter_node_namespaces") {
+        return;
+    }
+    let g = guard("pair.toml", "enter");
+    let b_addr = format!("{}:7455", addr_of(&g, "b"));
+    let lab_b: Lab = lab("pair.toml", "enter");
+    let bind = b_addr.clone();
+    let receiver = std::thread::spawn(move || {
+        lab_b.enter("b").unwrap();
+        let sock = std::net::UdpSocket::bind(&bind).unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut buf = [0u8; 64];
+        let (n, _) = sock.recv_from(&mut buf).unwrap();
+        buf[..n].to_vec()
+    });
+    let lab_a: Lab = lab("pair.toml", "enter");
+    let sender = std::thread::spawn(move || {
+        lab_a.enter("a").unwrap();
+        let sock = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+        // The receiver may not be bound yet: send until it answers.
+        for _ in 0..50 {
+            sock.send_to(b"through the namespaces", &b_addr).unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    assert_eq!(receiver.join().unwrap(), b"through the namespaces");
+    sender.join().unwrap();
+    assert!(g.enter("nonexistent").is_err());
+}

@@ -1,0 +1,1 @@
+//! bcl-afxdp (being written)

@@ -1,0 +1,1 @@
+//! bcl-packet (being written)

@@ -1,0 +1,1 @@
+//! bcl-shm (being written)

@@ -1,0 +1,1 @@
+//! bcl-udp (being written)
