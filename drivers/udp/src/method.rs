@@ -1,0 +1,452 @@
+//! The `udp` method.
+
+use crate::addr::{local_ip, parse_address};
+use crate::sys::{set_buffer, Batch, RawAddr};
+use bcl_core::{Availability, Descriptor, LinkId, Method, MethodCaps, MethodError, TxFrame};
+use std::collections::HashMap;
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::{AsRawFd, RawFd};
+
+/// The method's name, as in its descriptors.
+pub const METHOD_NAME: &str = "udp";
+
+/// Datagrams moved by one `recvmmsg` or `sendmmsg`, at most.
+pub const BATCH: usize = 64;
+
+/// Largest UDP payload of an IPv4 datagram.
+const MAX_UDP_PAYLOAD: usize = 65_507;
+
+/// How to open a [`UdpMethod`].
+#[derive(Clone, Debug)]
+pub struct UdpConfig {
+    /// Where to bind. A wildcard IP (`0.0.0.0`, `::`) is replaced by an
+    /// interface address ([`local_ip`]) so the descriptor is reachable; port
+    /// 0 lets the kernel choose.
+    pub bind: SocketAddr,
+    /// Largest BCL frame (the UDP payload). Default: what fits a 1500-byte
+    /// IP MTU without fragmentation, 1472 bytes over IPv4 and 1452 over IPv6.
+    /// At most 65507.
+    pub mtu: Option<usize>,
+    /// Socket receive buffer in bytes (default 4 MiB; above the system limit
+    /// only with CAP_NET_ADMIN).
+    pub rcvbuf: usize,
+    /// Socket send buffer in bytes (default 4 MiB).
+    pub sndbuf: usize,
+}
+
+impl UdpConfig {
+    /// Defaults, bound to `bind`.
+    pub fn new(bind: SocketAddr) -> Self {
+        UdpConfig {
+            bind,
+            mtu: None,
+            rcvbuf: 4 << 20,
+            sndbuf: 4 << 20,
+        }
+    }
+}
+
+/// Counters of one [`UdpMethod`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UdpStats {
+    /// Datagrams received and shown to the core.
+    pub rx_datagrams: u64,
+    /// Datagrams larger than the MTU, dropped.
+    pub rx_truncated: u64,
+    /// Datagrams from a source that is not an IPv4/IPv6 address, dropped.
+    pub rx_bad_source: u64,
+    /// Datagrams sent.
+    pub tx_datagrams: u64,
+    /// Frames the kernel refused (buffer full, unreachable...), dropped; the
+    /// protocol retransmits them.
+    pub tx_dropped: u64,
+    /// Links opened because a new source sent to us.
+    pub links_learned: u64,
+}
+
+/// Whether the `udp` method can be used here (a UDP socket can be created).
+pub fn probe() -> Availability {
+    match UdpSocket::bind("127.0.0.1:0") {
+        Ok(_) => Availability::Usable,
+        Err(e) => Availability::NotUsable(format!("cannot create a UDP socket: {e}")),
+    }
+}
+
+struct Link {
+    addr: SocketAddr,
+    raw: RawAddr,
+}
+
+/// BCL frames as UDP payloads (see the crate documentation).
+pub struct UdpMethod {
+    socket: UdpSocket,
+    local: SocketAddr,
+    mtu: usize,
+    links: Vec<Link>,
+    by_addr: HashMap<SocketAddr, u32>,
+    rx: Batch,
+    tx: Batch,
+    /// Links of the frames written into `tx` in the current burst.
+    tx_links: Vec<u32>,
+    stats: UdpStats,
+    closed: bool,
+}
+
+impl std::fmt::Debug for UdpMethod {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UdpMethod")
+            .field("local", &self.local)
+            .field("mtu", &self.mtu)
+            .field("links", &self.links.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn io_error(context: impl Into<String>) -> impl FnOnce(io::Error) -> MethodError {
+    move |source| MethodError::Io {
+        method: METHOD_NAME,
+        context: context.into(),
+        source,
+    }
+}
+
+impl UdpMethod {
+    /// Opens a non-blocking UDP socket as configured.
+    pub fn open(cfg: UdpConfig) -> Result<UdpMethod, MethodError> {
+        let mut bind = cfg.bind;
+        if bind.ip().is_unspecified() {
+            let ip = local_ip(bind.ip()).map_err(|e| MethodError::NotUsable {
+                method: METHOD_NAME,
+                reason: e.0,
+            })?;
+            bind.set_ip(ip);
+        }
+        let max_default = if bind.is_ipv4() { 1472 } else { 1452 };
+        let mtu = cfg.mtu.unwrap_or(max_default);
+        if !(bcl_core::wire::HEADER_LEN + 1..=MAX_UDP_PAYLOAD).contains(&mtu) {
+            return Err(MethodError::Other {
+                method: METHOD_NAME,
+                reason: format!(
+                    "mtu {mtu} out of range {}..={MAX_UDP_PAYLOAD}",
+                    bcl_core::wire::HEADER_LEN + 1
+                ),
+            });
+        }
+        let socket = UdpSocket::bind(bind).map_err(io_error(format!("bind {bind}")))?;
+        socket
+            .set_nonblocking(true)
+            .map_err(io_error("set non-blocking"))?;
+        let fd = socket.as_raw_fd();
+        // Best effort: a smaller buffer only means more loss under bursts.
+        let _ = set_buffer(fd, false, cfg.rcvbuf);
+        let _ = set_buffer(fd, true, cfg.sndbuf);
+        let local = socket.local_addr().map_err(io_error("getsockname"))?;
+        Ok(UdpMethod {
+            socket,
+            local,
+            mtu,
+            links: Vec::new(),
+            by_addr: HashMap::new(),
+            // One spare byte per buffer tells a datagram of exactly the MTU
+            // from a longer one.
+            rx: Batch::new(BATCH, mtu + 1),
+            tx: Batch::new(BATCH, mtu),
+            tx_links: Vec::with_capacity(BATCH),
+            stats: UdpStats::default(),
+            closed: false,
+        })
+    }
+
+    /// The address the socket is bound to (never a wildcard).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// The method's counters.
+    pub fn stats(&self) -> UdpStats {
+        self.stats
+    }
+
+    /// The peer address of `link`, if it exists.
+    pub fn link_addr(&self, link: LinkId) -> Option<SocketAddr> {
+        self.links.get(link.0 as usize).map(|l| l.addr)
+    }
+
+    fn link_for(&mut self, addr: SocketAddr) -> LinkId {
+        if let Some(&i) = self.by_addr.get(&addr) {
+            return LinkId(i);
+        }
+        let i = self.links.len() as u32;
+        self.links.push(Link {
+            addr,
+            raw: RawAddr::from_std(&addr),
+        });
+        self.by_addr.insert(addr, i);
+        LinkId(i)
+    }
+
+    fn check_open(&self) -> Result<(), MethodError> {
+        if self.closed {
+            Err(MethodError::Other {
+                method: METHOD_NAME,
+                reason: format!("socket {} is shut down", self.local),
+            })
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl Method for UdpMethod {
+    fn name(&self) -> &'static str {
+        METHOD_NAME
+    }
+
+    fn caps(&self) -> MethodCaps {
+        MethodCaps {
+            mtu: self.mtu,
+            // The UDP checksum is weak (16 bits) and may be off: the core's
+            // CRC32C stays on.
+            integrity: false,
+            reliable: false,
+        }
+    }
+
+    fn descriptor(&self) -> Descriptor {
+        Descriptor::new(METHOD_NAME, self.local.to_string())
+    }
+
+    fn open_link(&mut self, peer: &Descriptor) -> Result<LinkId, MethodError> {
+        let bad = |reason: String| MethodError::BadDescriptor {
+            method: METHOD_NAME,
+            descriptor: peer.clone(),
+            reason,
+        };
+        if peer.method != METHOD_NAME {
+            return Err(bad(format!(
+                "it is for method {:?}, not {METHOD_NAME:?}",
+                peer.method
+            )));
+        }
+        let addr = parse_address(&peer.address).map_err(bad)?;
+        if addr.is_ipv4() != self.local.is_ipv4() {
+            return Err(bad(format!(
+                "{addr} is not of the address family of this socket ({})",
+                self.local
+            )));
+        }
+        Ok(self.link_for(addr))
+    }
+
+    fn rx_burst(
+        &mut self,
+        budget: usize,
+        sink: &mut dyn FnMut(LinkId, &[u8]),
+    ) -> Result<usize, MethodError> {
+        self.check_open()?;
+        let fd = self.socket.as_raw_fd();
+        let n = self.rx.recv(fd, budget).map_err(io_error("recvmmsg"))?;
+        let mut shown = 0;
+        for i in 0..n {
+            let (bytes, truncated, raw) = self.rx.received(i);
+            if truncated || bytes.len() > self.mtu {
+                self.stats.rx_truncated += 1;
+                continue;
+            }
+            let Some(src) = (*raw).to_std() else {
+                self.stats.rx_bad_source += 1;
+                continue;
+            };
+            let known = self.by_addr.len();
+            let link = self.link_for(src);
+            if self.by_addr.len() != known {
+                self.stats.links_learned += 1;
+            }
+            let (bytes, _, _) = self.rx.received(i);
+            sink(link, bytes);
+            shown += 1;
+        }
+        self.stats.rx_datagrams += shown as u64;
+        Ok(shown)
+    }
+
+    fn tx_burst(
+        &mut self,
+        source: &mut dyn FnMut(&mut [u8]) -> Option<TxFrame>,
+    ) -> Result<usize, MethodError> {
+        self.check_open()?;
+        self.tx_links.clear();
+        let mut count = 0;
+        let mut bad = None;
+        while count < BATCH {
+            let Some(frame) = source(self.tx.buf_mut(count)) else {
+                break;
+            };
+            match self.links.get(frame.link.0 as usize) {
+                Some(link) if frame.len <= self.mtu => {
+                    let raw = link.raw;
+                    self.tx.prepare_send(count, frame.len, &raw);
+                    count += 1;
+                }
+                Some(_) => {
+                    bad = Some(format!(
+                        "frame of {} bytes exceeds the MTU of {} bytes; discarded",
+                        frame.len, self.mtu
+                    ));
+                    break;
+                }
+                None => {
+                    bad = Some(format!(
+                        "frame for unknown link {}; discarded",
+                        frame.link.0
+                    ));
+                    break;
+                }
+            }
+        }
+        let fd = self.socket.as_raw_fd();
+        let mut done = 0;
+        let mut sent = 0;
+        while done < count {
+            match self.tx.send(fd, done, count) {
+                Ok(k) if k > 0 => {
+                    done += k;
+                    sent += k;
+                }
+                Ok(_) => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    // Socket buffer full: the rest is lost like on a wire.
+                    self.stats.tx_dropped += (count - done) as u64;
+                    break;
+                }
+                Err(_) => {
+                    // A per-destination error (unreachable network, ...):
+                    // drop that frame, keep sending the others.
+                    self.stats.tx_dropped += 1;
+                    done += 1;
+                }
+            }
+        }
+        self.stats.tx_datagrams += sent as u64;
+        match bad {
+            None => Ok(count),
+            Some(reason) => Err(MethodError::Other {
+                method: METHOD_NAME,
+                reason,
+            }),
+        }
+    }
+
+    fn readiness_fd(&self) -> Option<RawFd> {
+        (!self.closed).then(|| self.socket.as_raw_fd())
+    }
+
+    fn shutdown(&mut self) {
+        self.closed = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open() -> UdpMethod {
+        UdpMethod::open(UdpConfig::new("127.0.0.1:0".parse().unwrap())).unwrap()
+    }
+
+    fn send(m: &mut UdpMethod, link: LinkId, frames: &[&[u8]]) -> usize {
+        let mut it = frames.iter();
+        m.tx_burst(&mut |buf| {
+            let f = it.next()?;
+            buf[..f.len()].copy_from_slice(f);
+            Some(TxFrame { link, len: f.len() })
+        })
+        .unwrap()
+    }
+
+    fn recv_all(m: &mut UdpMethod, want: usize) -> Vec<(LinkId, Vec<u8>)> {
+        let mut got = Vec::new();
+        for _ in 0..10_000 {
+            m.rx_burst(BATCH, &mut |l, b| got.push((l, b.to_vec())))
+                .unwrap();
+            if got.len() >= want {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        got
+    }
+
+    #[test]
+    fn frames_cross_in_batches_and_the_sender_gets_a_link() {
+        let mut a = open();
+        let mut b = open();
+        assert!(a.descriptor().to_string().starts_with("udp:127.0.0.1:"));
+        let to_b = a.open_link(&b.descriptor()).unwrap();
+        assert_eq!(a.open_link(&b.descriptor()).unwrap(), to_b);
+        let frames: Vec<Vec<u8>> = (0..100u8).map(|i| vec![i; 10 + i as usize]).collect();
+        let refs: Vec<&[u8]> = frames.iter().map(|f| f.as_slice()).collect();
+        let mut sent = 0;
+        while sent < refs.len() {
+            sent += send(&mut a, to_b, &refs[sent..]);
+        }
+        let got = recv_all(&mut b, 100);
+        assert_eq!(got.len(), 100);
+        for (i, (link, bytes)) in got.iter().enumerate() {
+            assert_eq!(bytes, &frames[i]);
+            assert_eq!(b.link_addr(*link), Some(a.local_addr()));
+        }
+        assert_eq!(b.stats().links_learned, 1);
+        // The learned link answers.
+        let back = got[0].0;
+        send(&mut b, back, &[b"pong"]);
+        let got = recv_all(&mut a, 1);
+        assert_eq!(got, vec![(to_b, b"pong".to_vec())]);
+    }
+
+    #[test]
+    fn oversized_datagrams_are_dropped_and_counted() {
+        let mut b = UdpMethod::open(UdpConfig {
+            mtu: Some(100),
+            ..UdpConfig::new("127.0.0.1:0".parse().unwrap())
+        })
+        .unwrap();
+        let raw = UdpSocket::bind("127.0.0.1:0").unwrap();
+        raw.send_to(&[7u8; 101], b.local_addr()).unwrap();
+        raw.send_to(&[7u8; 100], b.local_addr()).unwrap();
+        let got = recv_all(&mut b, 1);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].1.len(), 100);
+        assert_eq!(b.stats().rx_truncated, 1);
+    }
+
+    #[test]
+    fn bad_descriptors_are_explained() {
+        let mut a = open();
+        for (d, why) in [
+            ("udp:0.0.0.0:5", "wildcard"),
+            ("udp:nonsense", "IP:PORT"),
+            ("sim:3", "not \"udp\""),
+            ("udp:[::1]:5", "address family"),
+        ] {
+            let err = a.open_link(&d.parse().unwrap()).unwrap_err().to_string();
+            assert!(err.contains(why), "{d}: {err}");
+        }
+    }
+
+    #[test]
+    fn ipv6_works_and_wildcards_are_resolved() {
+        let mut a = UdpMethod::open(UdpConfig::new("[::1]:0".parse().unwrap())).unwrap();
+        let mut b = UdpMethod::open(UdpConfig::new("[::1]:0".parse().unwrap())).unwrap();
+        assert!(b.descriptor().to_string().starts_with("udp:[::1]:"));
+        assert_eq!(b.caps().mtu, 1452);
+        let l = a.open_link(&b.descriptor()).unwrap();
+        send(&mut a, l, &[b"v6"]);
+        assert_eq!(recv_all(&mut b, 1)[0].1, b"v6");
+        let w = UdpMethod::open(UdpConfig::new("0.0.0.0:0".parse().unwrap())).unwrap();
+        assert!(!w.local_addr().ip().is_unspecified());
+        assert!(matches!(probe(), Availability::Usable));
+    }
+}

@@ -1,0 +1,282 @@
+//! The system calls of the udp method: batched receive and send with
+//! `recvmmsg`/`sendmmsg`, socket-address conversions, socket options.
+//!
+//! All `unsafe` of the crate is here.
+
+use std::io;
+use std::mem::{size_of, zeroed};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::RawFd;
+
+/// A socket address in the kernel's form.
+#[derive(Clone, Copy)]
+pub(crate) struct RawAddr {
+    pub storage: libc::sockaddr_storage,
+    pub len: libc::socklen_t,
+}
+
+impl RawAddr {
+    pub fn from_std(addr: &SocketAddr) -> RawAddr {
+        // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
+        let mut storage: libc::sockaddr_storage = unsafe { zeroed() };
+        let len = match addr {
+            SocketAddr::V4(a) => {
+                let sin = libc::sockaddr_in {
+                    sin_family: libc::AF_INET as libc::sa_family_t,
+                    sin_port: a.port().to_be(),
+                    sin_addr: libc::in_addr {
+                        s_addr: u32::from_ne_bytes(a.ip().octets()),
+                    },
+                    sin_zero: [0; 8],
+                };
+                // SAFETY: sockaddr_storage is larger than and suitably aligned
+                // for sockaddr_in (that is its purpose); we write one value.
+                unsafe {
+                    std::ptr::write(
+                        (&mut storage as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>(),
+                        sin,
+                    )
+                };
+                size_of::<libc::sockaddr_in>()
+            }
+            SocketAddr::V6(a) => {
+                let sin6 = libc::sockaddr_in6 {
+                    sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                    sin6_port: a.port().to_be(),
+                    sin6_flowinfo: a.flowinfo().to_be(),
+                    sin6_addr: libc::in6_addr {
+                        s6_addr: a.ip().octets(),
+                    },
+                    sin6_scope_id: a.scope_id(),
+                };
+                // SAFETY: as above, for sockaddr_in6.
+                unsafe {
+                    std::ptr::write(
+                        (&mut storage as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in6>(),
+                        sin6,
+                    )
+                };
+                size_of::<libc::sockaddr_in6>()
+            }
+        };
+        RawAddr {
+            storage,
+            len: len as libc::socklen_t,
+        }
+    }
+
+    /// The address as a std address, if it is IPv4 or IPv6.
+    pub fn to_std(self) -> Option<SocketAddr> {
+        let family = i32::from(self.storage.ss_family);
+        let base = (&self.storage as *const libc::sockaddr_storage).cast::<u8>();
+        if family == libc::AF_INET && self.len as usize >= size_of::<libc::sockaddr_in>() {
+            // SAFETY: the kernel wrote a sockaddr_in here (family and length
+            // checked); the storage is aligned for it; read_unaligned avoids
+            // relying on that anyway.
+            let sin = unsafe { std::ptr::read_unaligned(base.cast::<libc::sockaddr_in>()) };
+            let ip = Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                ip,
+                u16::from_be(sin.sin_port),
+            )))
+        } else if family == libc::AF_INET6 && self.len as usize >= size_of::<libc::sockaddr_in6>() {
+            // SAFETY: as above, for sockaddr_in6.
+            let sin6 = unsafe { std::ptr::read_unaligned(base.cast::<libc::sockaddr_in6>()) };
+            let ip = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                ip,
+                u16::from_be(sin6.sin6_port),
+                u32::from_be(sin6.sin6_flowinfo),
+                sin6.sin6_scope_id,
+            )))
+        } else {
+            None
+        }
+    }
+}
+
+/// `count` preallocated datagram buffers of `buf_len` bytes with the message
+/// headers `recvmmsg`/`sendmmsg` need, all pointing into this structure's own
+/// heap allocations (which never move or resize after `new`).
+pub(crate) struct Batch {
+    slab: Vec<u8>,
+    buf_len: usize,
+    names: Vec<RawAddr>,
+    iovs: Vec<libc::iovec>,
+    hdrs: Vec<libc::mmsghdr>,
+}
+
+// SAFETY: the raw pointers inside `iovs` and `hdrs` point only into `slab`,
+// `names` and `iovs`, heap allocations owned by the same value that are never
+// reallocated; moving the value to another thread moves them together and
+// nothing else refers to them.
+unsafe impl Send for Batch {}
+
+impl Batch {
+    pub fn new(count: usize, buf_len: usize) -> Batch {
+        let mut slab = vec![0u8; count * buf_len];
+        let zero_addr = RawAddr {
+            // SAFETY: plain C struct; all-zero is a valid value.
+            storage: unsafe { zeroed() },
+            len: 0,
+        };
+        let mut names = vec![zero_addr; count];
+        let mut iovs: Vec<libc::iovec> = (0..count)
+            .map(|i| libc::iovec {
+                iov_base: slab[i * buf_len..].as_mut_ptr().cast(),
+                iov_len: buf_len,
+            })
+            .collect();
+        let hdrs = (0..count)
+            .map(|i| {
+                // SAFETY: plain C struct; all-zero is valid (null pointers,
+                // zero lengths), the fields that matter are set below.
+                let mut h: libc::mmsghdr = unsafe { zeroed() };
+                h.msg_hdr.msg_name = (&mut names[i].storage as *mut libc::sockaddr_storage).cast();
+                h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+                h.msg_hdr.msg_iov = &mut iovs[i];
+                h.msg_hdr.msg_iovlen = 1;
+                h
+            })
+            .collect();
+        Batch {
+            slab,
+            buf_len,
+            names,
+            iovs,
+            hdrs,
+        }
+    }
+
+    pub fn count(&self) -> usize {
+        self.hdrs.len()
+    }
+
+    /// Buffer `i`, whole.
+    pub fn buf_mut(&mut self, i: usize) -> &mut [u8] {
+        &mut self.slab[i * self.buf_len..(i + 1) * self.buf_len]
+    }
+
+    /// The datagram received into slot `i`: its bytes (clamped to the
+    /// buffer), whether the kernel truncated it, and its source.
+    pub fn received(&self, i: usize) -> (&[u8], bool, &RawAddr) {
+        let h = &self.hdrs[i];
+        let len = (h.msg_len as usize).min(self.buf_len);
+        let truncated = h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+        let start = i * self.buf_len;
+        (&self.slab[start..start + len], truncated, &self.names[i])
+    }
+
+    /// Receives up to `max` datagrams without blocking; 0 when none waits.
+    pub fn recv(&mut self, fd: RawFd, max: usize) -> io::Result<usize> {
+        let n = max.min(self.count());
+        if n == 0 {
+            return Ok(0);
+        }
+        for i in 0..n {
+            self.iovs[i].iov_len = self.buf_len;
+            let h = &mut self.hdrs[i].msg_hdr;
+            h.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_flags = 0;
+        }
+        // SAFETY: hdrs[..n] point at valid iovecs and name buffers owned by
+        // self (see `new`), each iovec at a distinct buf_len-byte region of
+        // the slab; the kernel writes only within those bounds.
+        let r = unsafe {
+            libc::recvmmsg(
+                fd,
+                self.hdrs.as_mut_ptr(),
+                n as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+                _ => Err(e),
+            };
+        }
+        for i in 0..r as usize {
+            self.names[i].len = self.hdrs[i].msg_hdr.msg_namelen;
+        }
+        Ok(r as usize)
+    }
+
+    /// Sets slot `i` up to send its first `len` bytes to `to`.
+    pub fn prepare_send(&mut self, i: usize, len: usize, to: &RawAddr) {
+        self.names[i] = *to;
+        self.iovs[i].iov_len = len.min(self.buf_len);
+        self.hdrs[i].msg_hdr.msg_namelen = to.len;
+        self.hdrs[i].msg_hdr.msg_flags = 0;
+    }
+
+    /// Sends slots `from..to` (prepared with [`Batch::prepare_send`]);
+    /// returns how many the kernel took (at least one unless it failed).
+    pub fn send(&mut self, fd: RawFd, from: usize, to: usize) -> io::Result<usize> {
+        let to = to.min(self.count());
+        if from >= to {
+            return Ok(0);
+        }
+        // SAFETY: hdrs[from..to] point at valid iovecs and addresses owned by
+        // self, each iovec within its slab region (iov_len <= buf_len).
+        let r = unsafe {
+            libc::sendmmsg(
+                fd,
+                self.hdrs[from..].as_mut_ptr(),
+                (to - from) as libc::c_uint,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(r as usize)
+        }
+    }
+}
+
+/// Sets an integer socket option; with `force` first tries the privileged
+/// variant (`SO_RCVBUFFORCE`/`SO_SNDBUFFORCE`) that ignores the system limit.
+pub(crate) fn set_buffer(fd: RawFd, send: bool, bytes: usize) -> io::Result<()> {
+    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    let (force, plain) = if send {
+        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF)
+    } else {
+        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF)
+    };
+    for opt in [force, plain] {
+        // SAFETY: setsockopt reads size_of::<c_int>() bytes from &value,
+        // which lives across the call.
+        let r = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                opt,
+                (&value as *const libc::c_int).cast(),
+                size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if r == 0 {
+            return Ok(());
+        }
+    }
+    Err(io::Error::last_os_error())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn socket_addresses_round_trip_through_the_kernel_form() {
+        for text in ["10.1.2.3:7000", "[fd00::1:2]:9", "[fe80::1%3]:5"] {
+            let a: SocketAddr = text.parse().unwrap();
+            assert_eq!(RawAddr::from_std(&a).to_std(), Some(a), "{text}");
+        }
+        let mut r = RawAddr::from_std(&"10.1.2.3:7000".parse().unwrap());
+        r.len = 2;
+        assert_eq!(r.to_std(), None);
+    }
+}
