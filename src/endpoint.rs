@@ -3,11 +3,31 @@
 //! An [`Endpoint`] moves frames between the protocol core's [`Port`] and the
 //! transport methods: each [`Endpoint::progress`] call shows the port every
 //! frame the methods received, runs due timers, finds routes for new peers
-//! and lets the port fill the methods' transmit buffers. The blocking calls
-//! (`wait_send`, `recv_blocking`, `send_blocking`) busy-poll `progress`
-//! until their condition holds or their timeout passes.
+//! and lets the port fill the methods' transmit buffers.
+//!
+//! # Busy-poll and blocking modes
+//!
+//! Each endpoint runs in one of two [`ProgressMode`]s, chosen when it is
+//! built; application code is the same in both. The waiting calls
+//! ([`Endpoint::wait_send`], [`Endpoint::recv_blocking`],
+//! [`Endpoint::send_blocking`], and [`Endpoint::progress_or_wait`] for
+//! hand-written loops) make progress until their condition holds; between
+//! rounds that moved nothing they
+//!
+//! - **busy-poll** ([`ProgressMode::BusyPoll`]): go straight on with the next
+//!   round. Lowest latency, one CPU at 100 %.
+//! - **block** ([`ProgressMode::Blocking`]): sleep in `epoll_wait` on every
+//!   method's [`readiness_fd`](bcl_core::Method::readiness_fd) plus a timerfd
+//!   armed for the port's next protocol deadline (delayed ACK,
+//!   retransmission timeout, back-off) or the caller's own limit, whichever
+//!   comes first. An idle endpoint burns no CPU.
+//!
+//! A method without a readiness descriptor (the simulated fabric) can only
+//! be polled: an endpoint with such a method busy-polls even when built in
+//! blocking mode ([`Endpoint::mode`] says which mode is in effect).
 
 use crate::clock::{Clock, MonotonicClock};
+use crate::wait::{Waiter, Woken};
 use bcl_core::method::{Descriptor, Method, MethodError, Route};
 use bcl_core::port::{Port, ReleaseError, SendError};
 use bcl_core::{
@@ -45,6 +65,43 @@ pub enum Error {
     /// The wait ran out of time.
     #[error("timed out after {0:?}")]
     Timeout(Duration),
+    /// The blocking mode's epoll set or timer failed.
+    #[error("blocking wait: {0}")]
+    Wait(#[from] std::io::Error),
+}
+
+/// How an endpoint waits between progress rounds that moved nothing (see the
+/// module documentation).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ProgressMode {
+    /// Poll again at once: lowest latency, a CPU busy all the time.
+    #[default]
+    BusyPoll,
+    /// Sleep in epoll on the methods' descriptors and the next deadline.
+    Blocking,
+}
+
+impl ProgressMode {
+    /// `busy-poll` or `blocking`, as in the tools' reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            ProgressMode::BusyPoll => "busy-poll",
+            ProgressMode::Blocking => "blocking",
+        }
+    }
+}
+
+/// Counters of the progress engine itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Progress rounds run.
+    pub rounds: u64,
+    /// Times the endpoint went to sleep (blocking mode only).
+    pub waits: u64,
+    /// Sleeps ended by a method's descriptor becoming readable.
+    pub woken_by_frames: u64,
+    /// Sleeps ended by the timer (a protocol deadline or the caller's limit).
+    pub woken_by_timer: u64,
 }
 
 /// Builds an [`Endpoint`].
@@ -52,6 +109,7 @@ pub struct EndpointBuilder {
     cfg: PortConfig,
     methods: Vec<Box<dyn Method>>,
     clock: Option<Arc<dyn Clock>>,
+    mode: ProgressMode,
 }
 
 impl EndpointBuilder {
@@ -66,6 +124,12 @@ impl EndpointBuilder {
     /// virtual clock, for instance).
     pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
         self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// Chooses busy-poll (the default) or blocking mode.
+    pub fn mode(mut self, mode: ProgressMode) -> Self {
+        self.mode = mode;
         self
     }
 
@@ -84,8 +148,15 @@ impl EndpointBuilder {
         for m in &self.methods {
             port.add_method(m.caps())?;
         }
+        let fds: Option<Vec<_>> = self.methods.iter().map(|m| m.readiness_fd()).collect();
+        let waiter = match (self.mode, fds) {
+            (ProgressMode::Blocking, Some(fds)) => Some(Waiter::new(&fds)?),
+            _ => None,
+        };
         Ok(Endpoint {
             port,
+            waiter,
+            stats: EngineStats::default(),
             methods: self.methods,
             clock: self
                 .clock
@@ -99,6 +170,9 @@ impl EndpointBuilder {
 /// A port with its methods and clock (see the module documentation).
 pub struct Endpoint {
     port: Port,
+    /// Present in blocking mode (when every method has a descriptor).
+    waiter: Option<Waiter>,
+    stats: EngineStats,
     methods: Vec<Box<dyn Method>>,
     clock: Arc<dyn Clock>,
     directory: HashMap<ProcessAddr, Vec<Descriptor>>,
@@ -124,6 +198,7 @@ impl Endpoint {
             cfg,
             methods: Vec::new(),
             clock: None,
+            mode: ProgressMode::default(),
         }
     }
 
@@ -135,6 +210,21 @@ impl Endpoint {
     /// The protocol state, for statistics and inspection.
     pub fn port(&self) -> &Port {
         &self.port
+    }
+
+    /// The mode in effect: [`ProgressMode::Blocking`] only if it was asked
+    /// for and every method has a readiness descriptor.
+    pub fn mode(&self) -> ProgressMode {
+        if self.waiter.is_some() {
+            ProgressMode::Blocking
+        } else {
+            ProgressMode::BusyPoll
+        }
+    }
+
+    /// The progress engine's counters.
+    pub fn engine_stats(&self) -> EngineStats {
+        self.stats
     }
 
     /// The current time on the endpoint's clock.
@@ -166,6 +256,7 @@ impl Endpoint {
     /// transmit. Returns the number of frames moved.
     pub fn progress(&mut self) -> Result<usize, Error> {
         let now = self.clock.now();
+        self.stats.rounds += 1;
         let mut moved = 0;
         for (i, m) in self.methods.iter_mut().enumerate() {
             let port = &mut self.port;
@@ -184,6 +275,54 @@ impl Endpoint {
                 let port = &mut self.port;
                 moved += m.tx_burst(&mut |buf| port.poll_transmit(method, now, buf))?;
             }
+        }
+        Ok(moved)
+    }
+
+    /// In blocking mode, sleeps until a method has received something, the
+    /// port's next deadline, or `until`, whichever comes first; returns at
+    /// once if there is something to transmit. In busy-poll mode returns at
+    /// once.
+    pub fn wait(&mut self, until: Option<Time>) -> Result<(), Error> {
+        let Some(waiter) = self.waiter.as_mut() else {
+            return Ok(());
+        };
+        if (0..self.methods.len()).any(|i| self.port.wants_transmit(i as u8)) {
+            return Ok(());
+        }
+        let now = self.clock.now();
+        let deadline = match (self.port.poll_timeout(), until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let timeout = match deadline {
+            Some(d) if d <= now => return Ok(()),
+            Some(d) => Some(d - now),
+            None => None,
+        };
+        self.stats.waits += 1;
+        match waiter.wait(timeout)? {
+            Woken::Ready => self.stats.woken_by_frames += 1,
+            Woken::Timer => self.stats.woken_by_timer += 1,
+            Woken::Spurious => {}
+        }
+        Ok(())
+    }
+
+    /// One round of progress; if it moved nothing, [`Endpoint::wait`]s (up
+    /// to `until`). The building block of application loops that run in
+    /// both modes.
+    pub fn progress_or_wait(&mut self, until: Option<Time>) -> Result<usize, Error> {
+        let events = |p: &Port| {
+            let s = p.stats();
+            s.messages_completed + s.messages_failed + s.messages_delivered
+        };
+        let before = events(&self.port);
+        let moved = self.progress()?;
+        // A completion or failure can come from a timer alone (no frame
+        // moved): the caller must see it before anything sleeps.
+        if moved == 0 && events(&self.port) == before {
+            self.wait(until)?;
         }
         Ok(moved)
     }
@@ -254,7 +393,7 @@ impl Endpoint {
             if self.clock.now() >= deadline {
                 return Err(Error::Timeout(timeout));
             }
-            self.progress()?;
+            self.progress_or_wait(Some(deadline))?;
         }
     }
 
@@ -269,7 +408,7 @@ impl Endpoint {
         let handle = loop {
             match self.send(dst, data) {
                 Err(Error::Send(SendError::WouldBlock(_))) if self.clock.now() < deadline => {
-                    self.progress()?;
+                    self.progress_or_wait(Some(deadline))?;
                 }
                 other => break other?,
             }
@@ -288,7 +427,7 @@ impl Endpoint {
             if self.clock.now() >= deadline {
                 return Err(Error::Timeout(timeout));
             }
-            self.progress()?;
+            self.progress_or_wait(Some(deadline))?;
         }
     }
 

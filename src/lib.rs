@@ -1,10 +1,11 @@
 //! # BCL: a userspace cluster communication stack
 //!
 //! This is the crate applications depend on. It re-exports the protocol core
-//! ([`core`], the `bcl-core` crate), links every transport method (for now
-//! the simulated fabric, [`sim`]), and drives them with a progress engine,
-//! [`Endpoint`]: one communication endpoint (a port) with its methods and a
-//! clock.
+//! ([`core`], the `bcl-core` crate), links every transport method (raw
+//! Ethernet through AF_PACKET, [`packet`]; UDP, [`udp`]; the simulated
+//! fabric, [`sim`]), and drives them with a progress engine, [`Endpoint`]:
+//! one communication endpoint (a port) with its methods and a clock, in
+//! busy-poll or blocking mode ([`ProgressMode`]).
 //!
 //! ```
 //! use bcl::{Endpoint, JobKey, ProcessAddr};
@@ -40,13 +41,16 @@
 pub mod clock;
 pub mod endpoint;
 pub mod simnet;
+mod wait;
 
 pub use bcl_core as core;
 pub use bcl_core::{
     Delivery, Descriptor, JobKey, LinkId, Method, MethodCaps, NodeId, PortConfig, PortId,
     PortStats, ProcessAddr, SendEvent, SendFailure, SendHandle, Time,
 };
+pub use bcl_packet as packet;
 pub use bcl_sim as sim;
+pub use bcl_udp as udp;
 pub use clock::{Clock, MonotonicClock};
-pub use endpoint::{Endpoint, EndpointBuilder, Error};
+pub use endpoint::{Endpoint, EndpointBuilder, EngineStats, Error, ProgressMode};
 pub use simnet::SimCluster;
