@@ -1,0 +1,151 @@
+//! Helpers shared by the privileged lab tests.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::thread::JoinHandle;
+
+use bcl_lab::{Lab, LabGuard};
+
+/// A shipped lab topology file.
+pub fn topology(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../configs/lab")
+        .join(name)
+}
+
+/// Brings up `file` under a prefix unique to this test and process, or
+/// returns `None` when privileged tests are skipped (`BCL_SKIP_PRIVILEGED=1`);
+/// panics with a clear message when they cannot run otherwise.
+pub fn lab(file: &str, test: &str) -> Option<LabGuard> {
+    if !bcl_lab::require_privileges(test) {
+        return None;
+    }
+    static N: AtomicU32 = AtomicU32::new(0);
+    let prefix = format!(
+        "ax{}-{}",
+        std::process::id() % 100_000,
+        N.fetch_add(1, Ordering::Relaxed)
+    );
+    let mut lab = Lab::load(&topology(file))
+        .expect("load topology")
+        .with_prefix(&prefix)
+        .expect("prefix");
+    if !lab.impaired_links().is_empty() {
+        lab = lab.with_bridge_binary(&lab_binary());
+    }
+    Some(LabGuard::new(lab).expect("lab up"))
+}
+
+/// Whether privileged tests run here (for tests that need no lab).
+pub fn privileged(test: &str) -> bool {
+    bcl_lab::require_privileges(test)
+}
+
+/// The `bcl-lab` binary (it runs the impairment bridge): `$BCL_LAB_BIN`,
+/// else the one in this build's target directory, built there with cargo
+/// if missing.
+pub fn lab_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("BCL_LAB_BIN") {
+        return p.into();
+    }
+    // target/<profile>/deps/<test exe> → target/<profile>/bcl-lab
+    let exe = std::env::current_exe().expect("current exe");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test executable in target/<profile>/deps");
+    let bin = profile_dir.join("bcl-lab");
+    if bin.exists() {
+        return bin;
+    }
+    let target_dir = profile_dir.parent().expect("target directory");
+    let profile = match profile_dir.file_name().and_then(|s| s.to_str()) {
+        Some("debug") => "dev".to_string(),
+        Some(p) => p.to_string(),
+        None => "dev".to_string(),
+    };
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args([
+            "build",
+            "-p",
+            "bcl-lab",
+            "--bin",
+            "bcl-lab",
+            "--profile",
+            &profile,
+        ])
+        .arg("--target-dir")
+        .arg(target_dir)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .expect("run cargo to build bcl-lab");
+    assert!(
+        status.success() && bin.exists(),
+        "could not build bcl-lab at {}; build it with `cargo build -p bcl-lab` or set BCL_LAB_BIN",
+        bin.display()
+    );
+    bin
+}
+
+/// Runs `f` on a new thread inside `node`'s network namespace.
+pub fn in_node<T: Send + 'static>(
+    lab: &Lab,
+    node: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> JoinHandle<T> {
+    let ns_lab = lab.clone();
+    let node = node.to_string();
+    std::thread::spawn(move || {
+        ns_lab.enter(&node).expect("enter node namespace");
+        f()
+    })
+}
+
+/// The single interface of `node` (name, MAC, IPv4 address).
+pub fn iface(lab: &Lab, node: &str) -> (String, [u8; 6], Option<std::net::Ipv4Addr>) {
+    let i = lab.interfaces(node).expect("interfaces").remove(0);
+    let mac = bcl_afxdp::parse_mac(&i.mac).expect("mac");
+    (i.ifname, mac, i.ipv4.map(|c| c.addr))
+}
+
+/// Deterministic test bytes for frame `seq` of length `len`.
+pub fn pattern(seq: u32, len: usize) -> Vec<u8> {
+    let mut v: Vec<u8> = (0..len)
+        .map(|i| {
+            (i as u32)
+                .wrapping_mul(seq.wrapping_mul(2) | 1)
+                .wrapping_add(seq) as u8
+        })
+        .collect();
+    let n = len.min(4);
+    v[..n].copy_from_slice(&seq.to_be_bytes()[..n]);
+    v
+}
+
+/// An Ethernet II frame.
+pub fn eth(dst: [u8; 6], src: [u8; 6], ethertype: u16, payload: &[u8]) -> Vec<u8> {
+    let mut f = dst.to_vec();
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&ethertype.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// `ip -j link show` of `ifname` in `node`, as text.
+pub fn ip_link_json(lab: &Lab, node: &str, ifname: &str) -> String {
+    let out = lab
+        .command(node, "ip")
+        .expect("command")
+        .args(["-j", "-d", "link", "show", "dev", ifname])
+        .output()
+        .expect("ip link");
+    assert!(
+        out.status.success(),
+        "ip link: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
