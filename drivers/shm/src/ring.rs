@@ -1,0 +1,592 @@
+//! The system ring: many producers, one consumer, fixed-size blocks.
+//!
+//! A bounded Vyukov-style queue. Every slot has a sequence word `seq`; the
+//! shared `tail` counts claimed positions; the consumer's `head` is private
+//! (it lives in the consumer's own memory, not in the segment).
+//!
+//! * Slot `i` starts with `seq = i`. Position `pos` lives in slot
+//!   `pos mod cap`; it is **free** for `pos` when `seq == pos`,
+//!   **published** when `seq == pos + 1`, and released for the next lap
+//!   (`seq = pos + cap`) by the consumer.
+//! * A producer reads `tail = pos`, checks the slot is free for `pos`
+//!   (`seq == pos`, acquire), records its *intent* (`pos + 1`) in its own
+//!   registration word, and claims the slot with **one** compare-and-swap
+//!   `tail: pos -> pos + 1` (release). A failed CAS means another producer
+//!   claimed `pos` (the system made progress: lock-free); the producer
+//!   retries at the new tail. If the slot is not free (`seq < pos`) and the
+//!   tail has not moved, the ring is **full**: nothing was claimed and the
+//!   caller retries later (back-pressure, never loss).
+//! * The owner writes sender, length and payload into the claimed slot and
+//!   publishes with `seq = pos + 1` (release), then clears its intent
+//!   (release).
+//! * The consumer checks `seq == head + 1` (acquire), reads the slot in
+//!   place, and releases it with `seq = head + cap` (release), which hands
+//!   the slot to the producer of position `head + cap`.
+//!
+//! Memory ordering: the producer's payload writes happen before its
+//! release store of `seq`; the consumer's acquire load of `seq` makes them
+//! visible. The consumer's reads of a slot happen before its release store
+//! of `seq = head + cap`; the next producer's acquire load of `seq` orders
+//! its writes after them. So payload bytes are never accessed concurrently
+//! by two parties that follow the protocol. `tail` is only ever written by
+//! read-modify-write operations, so an acquire load of any later tail value
+//! synchronises with every earlier claim (C++20 release sequences); this is
+//! what makes the intent words trustworthy for dead-producer recovery (see
+//! [`RingConsumer::head_claimed`]).
+//!
+//! Sleeping: the consumer that finds the ring empty sets the [`SLEEP`] bit
+//! in `tail` with a CAS `head -> head | SLEEP`, which only succeeds if no
+//! slot is claimed. A producer's claim CAS clears the bit; the producer
+//! that cleared it must ring the consumer's doorbell after publishing. Both
+//! are read-modify-writes of one word, so they are totally ordered: either
+//! the consumer's CAS comes first (the producer sees the bit and wakes it)
+//! or the producer's (the consumer's CAS fails and it does not sleep). No
+//! fence is needed on the producer's fast path.
+
+use crate::sync::{fence, AtomicU32, AtomicU64, DataCell, Line, Ordering};
+use std::mem::size_of;
+
+/// Bit of `tail` set while the consumer is (about to be) asleep.
+pub(crate) const SLEEP: u64 = 1 << 63;
+
+/// Slot flag: the slot carries no message (written when a claimed slot is
+/// abandoned before commit); the consumer skips it.
+pub(crate) const FLAG_VOID: u16 = 1;
+
+/// The ring's shared control words.
+#[repr(C)]
+#[derive(Debug, Default)]
+pub(crate) struct RingCtl {
+    /// Claimed positions, plus the [`SLEEP`] bit. Written only by
+    /// read-modify-write operations.
+    pub(crate) tail: Line<AtomicU64>,
+    /// Set by a producer that found the ring full and wants a wake-up when
+    /// space is freed.
+    pub(crate) full_waiters: Line<AtomicU32>,
+}
+
+/// The header at the start of every slot.
+#[repr(C)]
+#[derive(Debug, Default)]
+pub(crate) struct SlotHdr {
+    /// Vyukov sequence word (see the module documentation).
+    pub(crate) seq: AtomicU64,
+    /// The sender's process address, packed by [`pack_addr`].
+    pub(crate) src: AtomicU64,
+    /// Length (bits 0..32), sender's directory entry (32..48), flags (48..64).
+    pub(crate) meta: AtomicU64,
+}
+
+/// Bytes of [`SlotHdr`] (24 outside loom).
+pub(crate) const SLOT_HDR: usize = size_of::<SlotHdr>();
+
+/// Packs a process address into 48 bits.
+pub(crate) fn pack_addr(addr: bcl_core::ProcessAddr) -> u64 {
+    (u64::from(addr.node.0) << 16) | u64::from(addr.port.0)
+}
+
+/// Inverse of [`pack_addr`].
+pub(crate) fn unpack_addr(v: u64) -> bcl_core::ProcessAddr {
+    bcl_core::ProcessAddr::new((v >> 16) as u32, v as u16)
+}
+
+fn pack_meta(len: u32, entry: u16, flags: u16) -> u64 {
+    u64::from(len) | (u64::from(entry) << 32) | (u64::from(flags) << 48)
+}
+
+/// What a published slot says about its message. Nothing here is trusted:
+/// the consumer validates it against the ring's geometry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SlotInfo {
+    /// Packed sender address.
+    pub(crate) src: u64,
+    /// Sender's directory entry.
+    pub(crate) entry: u16,
+    /// Flags ([`FLAG_VOID`]).
+    pub(crate) flags: u16,
+    /// Payload length, checked to be at most the slot's payload capacity.
+    pub(crate) len: usize,
+}
+
+/// The state of the consumer's next position.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Head {
+    /// A published message.
+    Ready(SlotInfo),
+    /// A published slot whose header is invalid (length beyond the slot);
+    /// the consumer should release it and count it.
+    Corrupt(u64),
+    /// Nothing published at the head (empty, or claimed and being written).
+    NotReady,
+}
+
+/// A view of one ring in memory: its control words and slots. Copyable;
+/// owns nothing. Whoever creates it keeps the memory alive.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RingView {
+    ctl: *const RingCtl,
+    slots: *mut u8,
+    stride: usize,
+    cap: u64,
+    payload_max: usize,
+    #[cfg(loom)]
+    cells: *const crate::sync::DataCells,
+}
+
+// SAFETY: a view is a set of pointers into shared memory that is only ever
+// accessed through atomics and through raw copies whose exclusivity the
+// ring protocol guarantees; the creator of the view promises the memory
+// outlives it (see `RingView::new`). Moving it to another thread changes
+// nothing about that.
+unsafe impl Send for RingView {}
+
+impl RingView {
+    /// A view of the ring whose control block is at `ctl` and whose `cap`
+    /// slots of `stride` bytes start at `slots`.
+    ///
+    /// # Safety
+    ///
+    /// `ctl` must point to a valid [`RingCtl`] and `slots` to `cap * stride`
+    /// bytes in which each slot starts with a valid [`SlotHdr`], for as long
+    /// as the view or any copy of it is used. `cap` must be a power of two,
+    /// `stride` a multiple of 8 and at least [`SLOT_HDR`]. The memory must be
+    /// accessed by others only through this module's protocol.
+    pub(crate) unsafe fn new(
+        ctl: *const RingCtl,
+        slots: *mut u8,
+        stride: usize,
+        cap: u64,
+        #[cfg(loom)] cells: *const crate::sync::DataCells,
+    ) -> Self {
+        debug_assert!(cap.is_power_of_two());
+        debug_assert!(stride >= SLOT_HDR && stride % 8 == 0);
+        RingView {
+            ctl,
+            slots,
+            stride,
+            cap,
+            payload_max: stride - SLOT_HDR,
+            #[cfg(loom)]
+            cells,
+        }
+    }
+
+    /// Slots in the ring.
+    pub(crate) fn capacity(&self) -> u64 {
+        self.cap
+    }
+
+    /// Largest payload a slot holds.
+    pub(crate) fn payload_max(&self) -> usize {
+        self.payload_max
+    }
+
+    fn ctl(&self) -> &RingCtl {
+        // SAFETY: `new`'s contract: `ctl` is valid while the view is used.
+        unsafe { &*self.ctl }
+    }
+
+    fn slot(&self, pos: u64) -> *mut u8 {
+        let i = (pos & (self.cap - 1)) as usize;
+        // SAFETY: i < cap, so the offset stays inside the `cap * stride`
+        // bytes `new`'s contract promises.
+        unsafe { self.slots.add(i * self.stride) }
+    }
+
+    fn hdr(&self, pos: u64) -> &SlotHdr {
+        // SAFETY: every slot starts with a valid, 8-aligned SlotHdr (`new`'s
+        // contract); SlotHdr holds only atomics, so a shared reference to it
+        // is sound even though other processes write it concurrently.
+        unsafe { &*(self.slot(pos) as *const SlotHdr) }
+    }
+
+    fn payload(&self, pos: u64) -> *mut u8 {
+        // SAFETY: the payload area follows the header inside the slot.
+        unsafe { self.slot(pos).add(SLOT_HDR) }
+    }
+
+    fn cell(&self, pos: u64) -> &DataCell {
+        #[cfg(loom)]
+        // SAFETY: the loom harness keeps the cell table alive with the ring.
+        return unsafe { (*self.cells).get((pos & (self.cap - 1)) as usize) };
+        #[cfg(not(loom))]
+        {
+            let _ = pos;
+            &DataCell {}
+        }
+    }
+
+    /// Puts a freshly allocated ring in its initial state: every slot free
+    /// for its first lap, tail zero. Only the ring's owner calls this,
+    /// before anyone else can see the memory.
+    pub(crate) fn init(&self) {
+        for i in 0..self.cap {
+            let h = self.hdr(i);
+            h.seq.store(i, Ordering::Relaxed);
+            h.src.store(0, Ordering::Relaxed);
+            h.meta.store(0, Ordering::Relaxed);
+        }
+        self.ctl().tail.store(0, Ordering::Relaxed);
+        self.ctl().full_waiters.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Why a producer could not send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RingSendError {
+    /// Every slot is taken; retry later.
+    Full,
+    /// The message does not fit in one slot.
+    TooLarge,
+}
+
+/// One producer's handle on a (remote) ring.
+#[derive(Debug)]
+pub(crate) struct RingProducer {
+    view: RingView,
+    /// This producer's intent word (in its directory entry of the ring
+    /// owner's segment): `pos + 1` while claiming or writing `pos`, else 0.
+    intent: *const AtomicU64,
+    entry: u16,
+    src: u64,
+}
+
+// SAFETY: see `RingView`; the intent word is likewise an atomic in shared
+// memory kept alive by the producer's creator.
+unsafe impl Send for RingProducer {}
+
+/// A slot claimed by [`RingProducer::claim`], to be written and committed.
+/// Dropping it without [`commit`](SlotWriter::commit) publishes it as a
+/// void slot, because a claim cannot be undone.
+#[derive(Debug)]
+pub(crate) struct SlotWriter<'a> {
+    producer: &'a RingProducer,
+    pos: u64,
+    /// The claim cleared the consumer's sleep bit: the caller must ring its
+    /// doorbell after committing.
+    pub(crate) wake: bool,
+    done: bool,
+}
+
+impl RingProducer {
+    /// A producer on `view` with intent word `intent`, directory entry
+    /// `entry` and packed address `src`.
+    ///
+    /// # Safety
+    ///
+    /// `intent` must point to an `AtomicU64` that stays valid as long as the
+    /// producer, and that no other producer uses.
+    pub(crate) unsafe fn new(view: RingView, intent: *const AtomicU64, entry: u16, src: u64) -> Self {
+        RingProducer {
+            view,
+            intent,
+            entry,
+            src,
+        }
+    }
+
+    fn intent(&self) -> &AtomicU64 {
+        // SAFETY: `new`'s contract.
+        unsafe { &*self.intent }
+    }
+
+    /// Largest message a slot holds.
+    pub(crate) fn payload_max(&self) -> usize {
+        self.view.payload_max
+    }
+
+    /// Claims the next slot with one successful compare-and-swap, or
+    /// returns `None` if the ring is full.
+    pub(crate) fn claim(&self) -> Option<SlotWriter<'_>> {
+        let ctl = self.view.ctl();
+        let mut t = ctl.tail.load(Ordering::Relaxed);
+        loop {
+            let pos = t & !SLEEP;
+            let seq = self.view.hdr(pos).seq.load(Ordering::Acquire);
+            let dif = seq.wrapping_sub(pos) as i64;
+            if dif == 0 {
+                // Record the intent before the claim can become visible:
+                // the CAS below is a release operation, so a consumer that
+                // sees the new tail (acquire) also sees this store.
+                self.intent().store(pos + 1, Ordering::Relaxed);
+                match ctl.tail.compare_exchange_weak(
+                    t,
+                    pos + 1,
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => {
+                        return Some(SlotWriter {
+                            producer: self,
+                            pos,
+                            wake: t & SLEEP != 0,
+                            done: false,
+                        })
+                    }
+                    Err(cur) => t = cur,
+                }
+            } else if dif < 0 {
+                // The slot still holds the message of the previous lap.
+                let cur = ctl.tail.load(Ordering::Relaxed);
+                if cur == t {
+                    self.intent().store(0, Ordering::Relaxed);
+                    return None;
+                }
+                t = cur;
+            } else {
+                // Another producer claimed `pos` since we read the tail.
+                let cur = ctl.tail.load(Ordering::Relaxed);
+                if cur == t {
+                    // Impossible under the protocol (a slot ahead of the
+                    // tail): the ring is corrupt. Report it as full rather
+                    // than spin.
+                    self.intent().store(0, Ordering::Relaxed);
+                    return None;
+                }
+                t = cur;
+            }
+        }
+    }
+
+    /// Copies `bytes` into the next slot and publishes it. On success,
+    /// returns whether the consumer must be woken (its sleep bit was set).
+    pub(crate) fn try_send(&self, bytes: &[u8]) -> Result<bool, RingSendError> {
+        if bytes.len() > self.view.payload_max {
+            return Err(RingSendError::TooLarge);
+        }
+        let mut w = self.claim().ok_or(RingSendError::Full)?;
+        w.write(0, bytes);
+        let wake = w.wake;
+        w.commit(bytes.len());
+        Ok(wake)
+    }
+
+    /// Whether the slot at the current tail is free (a hint: another
+    /// producer may take it first).
+    pub(crate) fn has_space(&self) -> bool {
+        let t = self.view.ctl().tail.load(Ordering::Relaxed) & !SLEEP;
+        self.view.hdr(t).seq.load(Ordering::Acquire) == t
+    }
+
+    /// Registers this producer as waiting for space: the consumer will
+    /// report it from [`RingConsumer::take_space_waiters`]. The caller then
+    /// re-checks [`has_space`](Self::has_space) before sleeping (the fence
+    /// here pairs with the consumer's).
+    pub(crate) fn want_space(&self) {
+        // Release: a consumer that takes the flag (acquire) also sees the
+        // caller's per-producer waiting flag, stored before this call.
+        self.view.ctl().full_waiters.store(1, Ordering::Release);
+        fence(Ordering::SeqCst);
+    }
+}
+
+impl SlotWriter<'_> {
+    /// Payload bytes the slot holds.
+    pub(crate) fn capacity(&self) -> usize {
+        self.producer.view.payload_max
+    }
+
+    /// Copies `bytes` into the payload at `offset`. Bytes beyond the slot
+    /// are cut off; returns how many were written.
+    pub(crate) fn write(&mut self, offset: usize, bytes: &[u8]) -> usize {
+        let view = &self.producer.view;
+        let n = bytes.len().min(view.payload_max.saturating_sub(offset));
+        if n == 0 {
+            return 0;
+        }
+        view.cell(self.pos).write(|| {
+            // SAFETY: offset + n <= payload_max, so the destination lies in
+            // this slot's payload area; we claimed the slot, so by the ring
+            // protocol nobody else reads or writes it until we publish; the
+            // source is a separate private buffer, so they do not overlap.
+            unsafe {
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), view.payload(self.pos).add(offset), n)
+            }
+        });
+        n
+    }
+
+    /// Publishes the slot with a payload of `len` bytes (clamped to the
+    /// slot's capacity).
+    pub(crate) fn commit(mut self, len: usize) {
+        self.publish(len, 0);
+    }
+
+    fn publish(&mut self, len: usize, flags: u16) {
+        let p = self.producer;
+        let len = len.min(p.view.payload_max) as u32;
+        let h = p.view.hdr(self.pos);
+        h.src.store(p.src, Ordering::Relaxed);
+        h.meta.store(pack_meta(len, p.entry, flags), Ordering::Relaxed);
+        h.seq.store(self.pos + 1, Ordering::Release);
+        // Release: a consumer that reads 0 here (acquire) also sees the
+        // publication above (dead-producer recovery relies on it).
+        p.intent().store(0, Ordering::Release);
+        self.done = true;
+    }
+}
+
+impl Drop for SlotWriter<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.publish(0, FLAG_VOID);
+        }
+    }
+}
+
+/// The single consumer of a ring. Its read index lives here, in the
+/// consumer's private memory.
+#[derive(Debug)]
+pub(crate) struct RingConsumer {
+    view: RingView,
+    head: u64,
+    released: u64,
+}
+
+impl RingConsumer {
+    /// The consumer of `view`, starting at position 0 (a freshly
+    /// initialised ring).
+    pub(crate) fn new(view: RingView) -> Self {
+        RingConsumer {
+            view,
+            head: 0,
+            released: 0,
+        }
+    }
+
+    /// The next position to consume.
+    pub(crate) fn head(&self) -> u64 {
+        self.head
+    }
+
+    /// Largest payload a slot holds.
+    pub(crate) fn payload_max(&self) -> usize {
+        self.view.payload_max
+    }
+
+    /// Positions claimed so far (the tail without its sleep bit).
+    pub(crate) fn tail(&self) -> u64 {
+        self.view.ctl().tail.load(Ordering::Acquire) & !SLEEP
+    }
+
+    /// What is at the head. One acquire load on the fast path.
+    #[inline]
+    pub(crate) fn poll(&self) -> Head {
+        let h = self.view.hdr(self.head);
+        if h.seq.load(Ordering::Acquire) != self.head.wrapping_add(1) {
+            return Head::NotReady;
+        }
+        let meta = h.meta.load(Ordering::Relaxed);
+        let len = meta as u32 as usize;
+        if len > self.view.payload_max {
+            return Head::Corrupt(meta);
+        }
+        Head::Ready(SlotInfo {
+            src: h.src.load(Ordering::Relaxed),
+            entry: (meta >> 32) as u16,
+            flags: (meta >> 48) as u16,
+            len,
+        })
+    }
+
+    /// Pointer to the head slot's payload. Reading `len` bytes from it is
+    /// allowed while [`poll`](Self::poll) says `Ready` with that `len` and
+    /// the slot has not been released.
+    pub(crate) fn payload_ptr(&self) -> *const u8 {
+        self.view.payload(self.head)
+    }
+
+    /// Runs `f` as a read of the head slot's payload (a loom race check).
+    pub(crate) fn reading<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.view.cell(self.head).read(f)
+    }
+
+    /// Copies the head slot's payload (`len` from a `Ready` poll) into
+    /// `dst`; returns the bytes copied.
+    pub(crate) fn copy_head(&self, len: usize, dst: &mut [u8]) -> usize {
+        let n = len.min(dst.len()).min(self.view.payload_max);
+        self.reading(|| {
+            // SAFETY: n is within the slot's payload area; the slot is
+            // published and not released, so by the protocol nobody writes
+            // it; `dst` is private memory, so they do not overlap.
+            unsafe { std::ptr::copy_nonoverlapping(self.payload_ptr(), dst.as_mut_ptr(), n) }
+        });
+        n
+    }
+
+    /// Releases the head slot to the producers and advances.
+    #[inline]
+    pub(crate) fn release(&mut self) {
+        let h = self.view.hdr(self.head);
+        h.seq
+            .store(self.head.wrapping_add(self.view.cap), Ordering::Release);
+        self.head = self.head.wrapping_add(1);
+        self.released += 1;
+    }
+
+    /// Whether the head position is claimed by a producer but not yet
+    /// published.
+    ///
+    /// When this is true and stays true, the claimer is one of the
+    /// producers whose intent word reads `head + 1`: the claimer stored its
+    /// intent before its claim (release CAS) and clears it only after
+    /// publishing (release store), and our acquire load of `tail` saw the
+    /// claim. So if every producer whose intent is `head + 1` is dead, the
+    /// claimer is dead and [`skip_dead`](Self::skip_dead) is safe. (Intent
+    /// words must be read, with acquire, after this call returns true.)
+    pub(crate) fn head_claimed(&self) -> bool {
+        let t = self.view.ctl().tail.load(Ordering::Acquire) & !SLEEP;
+        t > self.head && self.poll() == Head::NotReady
+    }
+
+    /// Frees the head slot, which a dead producer claimed and never
+    /// published, and advances.
+    pub(crate) fn skip_dead(&mut self) {
+        self.release();
+    }
+
+    /// Tries to set the sleep bit; succeeds only if nothing is claimed at
+    /// or after the head (so the ring is empty and every later claim will
+    /// see the bit).
+    pub(crate) fn arm_sleep(&self) -> bool {
+        let tail = &self.view.ctl().tail;
+        let t = tail.load(Ordering::Acquire);
+        if t == self.head | SLEEP {
+            return true;
+        }
+        t == self.head
+            && tail
+                .compare_exchange(
+                    self.head,
+                    self.head | SLEEP,
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+    }
+
+    /// Clears the sleep bit if no producer cleared it already.
+    pub(crate) fn disarm_sleep(&self) {
+        let _ = self.view.ctl().tail.compare_exchange(
+            self.head | SLEEP,
+            self.head,
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// After releases: whether producers asked to be woken when space is
+    /// freed. Checks (with a fence) only if something was released since
+    /// the last check and either `idle` (the ring has nothing more for us
+    /// now) or a quarter of the ring was released, so the fence is paid at
+    /// most once per burst.
+    pub(crate) fn take_space_waiters(&mut self, idle: bool) -> bool {
+        if self.released == 0 || (!idle && self.released < self.view.cap / 4) {
+            return false;
+        }
+        self.released = 0;
+        fence(Ordering::SeqCst);
+        let w = &self.view.ctl().full_waiters;
+        w.load(Ordering::Relaxed) != 0 && w.swap(0, Ordering::AcqRel) != 0
+    }
+}

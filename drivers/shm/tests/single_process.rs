@@ -1,0 +1,241 @@
+//! Single-process tests of `ShmPort`: two or three ports in one process
+//! talking through their segments.
+
+use bcl_core::{JobKey, ProcessAddr};
+use bcl_shm::{PullProgress, ShmConfig, ShmError, ShmEvent, ShmPort};
+use std::time::{Duration, Instant};
+
+fn job() -> JobKey {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    JobKey((std::process::id() << 12) ^ t ^ N.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9e37_79b9))
+}
+
+fn port(job: JobKey, node: u32, p: u16) -> ShmPort {
+    let mut cfg = ShmConfig::new(job, ProcessAddr::new(node, p));
+    cfg.geometry.ring_slots = 16;
+    cfg.geometry.dir_entries = 4;
+    cfg.geometry.chunk_size = 4096;
+    cfg.geometry.chunks = 4;
+    ShmPort::open(cfg).unwrap()
+}
+
+#[test]
+fn small_messages_round_trip_in_order() {
+    let j = job();
+    let mut a = port(j, 1, 1);
+    let mut b = port(j, 1, 2);
+    let to_b = a.connect(b.local()).unwrap();
+    assert_eq!(a.connect(b.local()).unwrap(), to_b, "connect is idempotent");
+    for i in 0..10u32 {
+        a.try_send(to_b, &i.to_le_bytes()).unwrap();
+    }
+    let mut got = Vec::new();
+    b.recv_burst(100, |from, bytes| {
+        assert_eq!(from, ProcessAddr::new(1, 1));
+        got.push(u32::from_le_bytes(bytes.try_into().unwrap()));
+    });
+    assert_eq!(got, (0..10).collect::<Vec<_>>());
+    assert!(b.recv().is_none());
+}
+
+#[test]
+fn full_ring_is_back_pressure_not_loss() {
+    let j = job();
+    let mut a = port(j, 1, 1);
+    let mut b = port(j, 1, 2);
+    let to_b = a.connect(b.local()).unwrap();
+    let mut sent = 0u32;
+    loop {
+        match a.try_send(to_b, &sent.to_le_bytes()) {
+            Ok(()) => sent += 1,
+            Err(ShmError::Full) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(sent, 16);
+    // Take one, then one more fits.
+    let m = b.recv().unwrap();
+    assert_eq!(m.bytes(), &0u32.to_le_bytes());
+    m.release();
+    a.try_send(to_b, &sent.to_le_bytes()).unwrap();
+    sent += 1;
+    let mut next = 1u32;
+    while let Some(m) = b.recv() {
+        assert_eq!(m.bytes(), &next.to_le_bytes());
+        next += 1;
+        m.release();
+    }
+    assert_eq!(next, sent);
+}
+
+#[test]
+fn unreleased_message_stays_at_head() {
+    let j = job();
+    let mut a = port(j, 1, 1);
+    let mut b = port(j, 1, 2);
+    let to_b = a.connect(b.local()).unwrap();
+    a.try_send(to_b, b"hello").unwrap();
+    {
+        let m = b.recv().unwrap();
+        let mut buf = [0u8; 16];
+        assert_eq!(m.copy_to(&mut buf), 5);
+        assert_eq!(&buf[..5], b"hello");
+    }
+    let m = b.recv().unwrap();
+    assert_eq!(m.bytes(), b"hello");
+    m.release();
+    assert!(b.recv().is_none());
+}
+
+#[test]
+fn too_large_for_a_slot_is_refused() {
+    let j = job();
+    let mut a = port(j, 1, 1);
+    let b = port(j, 1, 2);
+    let to_b = a.connect(b.local()).unwrap();
+    let big = vec![0u8; a.max_inline() + 1];
+    assert!(matches!(a.try_send(to_b, &big), Err(ShmError::TooLarge { .. })));
+    a.try_send(to_b, &big[..a.max_inline()]).unwrap();
+}
+
+#[test]
+fn large_message_through_exchange_queue() {
+    let j = job();
+    let mut a = port(j, 1, 1);
+    let mut b = port(j, 1, 2);
+    let to_b = a.connect(b.local()).unwrap();
+    let msg: Vec<u8> = (0..100_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
+    let mut dst = vec![0u8; msg.len()];
+    let mut done_push = false;
+    let mut done_pull = false;
+    let mut rounds = 0;
+    while !(done_push && done_pull) {
+        rounds += 1;
+        if !done_push {
+            done_push = a.push_message(to_b, &msg).unwrap().done;
+        }
+        if !done_pull {
+            match b.pull_into(a.local(), &mut dst).unwrap() {
+                PullProgress::Done { len } => {
+                    assert_eq!(len, msg.len());
+                    done_pull = true;
+                }
+                PullProgress::Partial { received, total } => {
+                    assert!(received < total);
+                    assert_eq!(total, msg.len());
+                }
+                PullProgress::Empty => {}
+            }
+        }
+    }
+    assert!(rounds >= 100_000 / (4 * 4096));
+    assert!(dst == msg);
+    // Empty message, then a too-small buffer.
+    assert!(a.push_message(to_b, &[]).unwrap().done);
+    assert_eq!(b.pull_into(a.local(), &mut dst).unwrap(), PullProgress::Done { len: 0 });
+    assert!(!a.push_message(to_b, &msg[..20000]).unwrap().done);
+    assert_eq!(b.next_message_len(a.local()).unwrap(), Some(20000));
+    let mut small = [0u8; 10];
+    assert!(matches!(
+        b.pull_into(a.local(), &mut small),
+        Err(ShmError::Exchange(bcl_shm::ExError::TooSmall { needed: 20000, .. }))
+    ));
+}
+
+#[test]
+fn connect_errors_are_clear() {
+    let j = job();
+    let mut a = port(j, 1, 1);
+    let e = a.connect(ProcessAddr::new(1, 9)).unwrap_err();
+    assert!(matches!(e, ShmError::NoSuchPeer { .. }), "{e}");
+    // Address in use.
+    let mut cfg = ShmConfig::new(j, ProcessAddr::new(1, 1));
+    cfg.geometry.ring_slots = 16;
+    let e = ShmPort::open(cfg).unwrap_err();
+    assert!(matches!(e, ShmError::AddressInUse { .. }), "{e}");
+    // Directory full: 4 entries.
+    let mut b = port(j, 1, 2);
+    let mut others: Vec<ShmPort> = (3..8).map(|p| port(j, 1, p)).collect();
+    for (k, o) in others.iter_mut().enumerate() {
+        let r = o.connect(b.local());
+        if k < 4 {
+            r.unwrap();
+        } else {
+            assert!(matches!(r, Err(ShmError::DirectoryFull { .. })));
+        }
+    }
+    // A sender that leaves frees its entry once the receiver notices.
+    others.truncate(1);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        b.check_peers();
+        if others[0].connect(ProcessAddr::new(1, 2)).is_ok() {
+            break;
+        }
+        assert!(Instant::now() < deadline);
+    }
+    let mut closed = 0;
+    while let Some(ev) = b.poll_event() {
+        assert!(matches!(ev, ShmEvent::PeerClosed { .. }), "{ev:?}");
+        closed += 1;
+    }
+    assert_eq!(closed, 3, "the three senders that connected and left");
+    drop(a);
+}
+
+#[test]
+fn closed_receiver_is_reported_to_sender() {
+    let j = job();
+    let mut a = port(j, 1, 1);
+    let b = port(j, 1, 2);
+    let to_b = a.connect(b.local()).unwrap();
+    a.try_send(to_b, b"x").unwrap();
+    drop(b);
+    assert!(matches!(a.try_send(to_b, b"y"), Err(ShmError::PeerGone { .. })));
+    assert_eq!(
+        a.poll_event(),
+        Some(ShmEvent::PeerClosed {
+            addr: ProcessAddr::new(1, 2)
+        })
+    );
+    // A new incarnation can be reached under the same id.
+    let mut b2 = port(j, 1, 2);
+    assert_eq!(a.connect(b2.local()).unwrap(), to_b);
+    a.try_send(to_b, b"z").unwrap();
+    assert_eq!(b2.recv().unwrap().bytes(), b"z");
+}
+
+#[test]
+fn wait_sleeps_and_wakes() {
+    let j = job();
+    let mut b = port(j, 1, 2);
+    let t = Instant::now();
+    assert!(b.wait(Some(Duration::from_millis(50))));
+    assert!(t.elapsed() >= Duration::from_millis(45));
+    let addr = b.local();
+    let h = std::thread::spawn(move || {
+        let mut a = port(j, 1, 1);
+        let to_b = a.connect(addr).unwrap();
+        std::thread::sleep(Duration::from_millis(30));
+        a.try_send(to_b, b"wake").unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+    });
+    let t = Instant::now();
+    let mut got = false;
+    while t.elapsed() < Duration::from_secs(5) && !got {
+        b.wait(Some(Duration::from_secs(5)));
+        if let Some(m) = b.recv() {
+            assert_eq!(m.bytes(), b"wake");
+            m.release();
+            got = true;
+        }
+    }
+    assert!(got);
+    assert!(t.elapsed() < Duration::from_secs(2), "woken by the doorbell, not the timeout");
+    h.join().unwrap();
+}
