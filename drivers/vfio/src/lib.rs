@@ -11,7 +11,9 @@
 //!      pages mapped at IOVA = virtual address;
 //!    * [`testing::InMemoryPci`] (feature `test-support`): a device model
 //!      in Rust plays the device behind a software IOMMU.
-//! 2. NIC drivers: [`virtio`] (virtio-net 1.x, modern PCI).
+//! 2. NIC drivers: [`virtio`] (virtio-net 1.x, modern PCI) and
+//!    [`myri10ge`] (Myricom Myri-10G with its Ethernet firmware, BCL's
+//!    Myrinet backend).
 //! 3. [`method`]: the `vfio` [`Method`](bcl_core::method::Method) — BCL
 //!    frames in Ethernet II frames with EtherType 0x88B5 over any NIC
 //!    driver that implements [`method::EthernetDevice`].
@@ -26,6 +28,7 @@
 
 pub mod dma;
 pub mod method;
+pub mod myri10ge;
 pub mod pci;
 pub mod sysfs;
 #[cfg(any(test, doc, feature = "test-support"))]
