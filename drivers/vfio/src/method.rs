@@ -2,9 +2,10 @@
 //! user space.
 //!
 //! [`NicMethod`] implements [`Method`] over any NIC driver that implements
-//! [`EthernetDevice`] (today virtio-net; the Myri-10G driver plugs in the
-//! same way). [`VfioMethod`] is the production instance: virtio-net on a
-//! function bound to `vfio-pci`.
+//! [`EthernetDevice`]: virtio-net ([`VirtioNet`]) and Myri-10G
+//! ([`crate::myri10ge::Myri10ge`]). [`VfioMethod`] is virtio-net on a
+//! function bound to `vfio-pci`; [`crate::myri10ge::Myri10geMethod`] is a
+//! Myri-10G NIC.
 //!
 //! * Descriptor: `vfio:MAC@PCI`, e.g. `vfio:52:54:00:12:34:56@0000:00:02.0`;
 //!   the MAC is the address, the PCI address after `@` is for people and
@@ -236,6 +237,14 @@ impl VfioMethod {
             method: METHOD_NAME,
             reason: e.to_string(),
         })?;
+        if function.ids().map(|(v, _)| v).ok() == Some(crate::myri10ge::MYRICOM_VENDOR_ID) {
+            return Err(MethodError::NotUsable {
+                method: METHOD_NAME,
+                reason: format!(
+                    "{address} is a Myri-10G NIC: open it with Myri10geMethod::open (it needs its firmware)"
+                ),
+            });
+        }
         let nic = VirtioNet::new(
             function,
             VirtioNetConfig {

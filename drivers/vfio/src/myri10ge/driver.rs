@@ -952,11 +952,13 @@ impl<P: PciFunction> Myri10ge<P> {
         let valid = last[3];
         if valid == 0 {
             self.quiet_polls += 1;
-            if self.quiet_polls >= STALL_POLLS && self.up {
+            if self.quiet_polls >= STALL_POLLS {
                 self.quiet_polls = 0;
-                self.stats.irq_rearms += 1;
-                self.claim(0);
-                self.claim(1);
+                if self.up {
+                    self.stats.irq_rearms += 1;
+                    self.claim(0);
+                    self.claim(1);
+                }
             }
             return false;
         }

@@ -130,7 +130,7 @@ pub const MXGEFW_LINK_UNKNOWN: u32 = 3;
 
 /// `SET_INTRQ_SIZE` flag: do not check the size strictly.
 pub const MXGEFW_CMD_SET_INTRQ_SIZE_FLAG_NO_STRICT_SIZE_CHECK: u32 = 1 << 31;
-/// `SET_RSS_MCP_SLOT_TYPE` value for the 4-byte [`McpSlot`].
+/// `SET_RSS_MCP_SLOT_TYPE` value for the 4-byte `mcp_slot` ([`slot`]).
 pub const MXGEFW_RSS_MCP_SLOT_TYPE_MIN: u32 = 0;
 
 /// A firmware command code (`enum myri10ge_mcp_cmd_type`).
@@ -235,7 +235,7 @@ commands! {
     GET_MAX_TSO6_HDR_SIZE = 44, "MXGEFW_CMD_GET_MAX_TSO6_HDR_SIZE";
     /// TSO mode (Linux or NDIS style).
     SET_TSO_MODE = 45, "MXGEFW_CMD_SET_TSO_MODE";
-    /// Which [`McpSlot`] layout to use (0: the 4-byte one).
+    /// Which `mcp_slot` layout to use (0: the 4-byte one).
     SET_RSS_MCP_SLOT_TYPE = 52, "MXGEFW_CMD_SET_RSS_MCP_SLOT_TYPE";
     /// SRAM offset of the DCA control.
     GET_DCA_OFFSET = 56, "MXGEFW_CMD_GET_DCA_OFFSET";
@@ -368,7 +368,7 @@ pub struct McpCmd {
     /// `data2`.
     pub data2: u32,
     /// `response_addr` {high, low}: where the firmware DMAs its
-    /// [`McpCmdResponse`].
+    /// `mcp_cmd_response` ([`response`]).
     pub response_addr: u64,
 }
 
