@@ -10,7 +10,7 @@
 //! of an earlier message or a corrupted one.
 
 use crate::latency::LatencyRecorder;
-use bcl::{Endpoint, ProcessAddr};
+use crate::transport::{Transport, TransportError};
 use std::time::{Duration, Instant};
 
 /// How an echo compares with the message sent.
@@ -208,54 +208,32 @@ fn exchange(
     }
 }
 
-/// The client side over a BCL endpoint.
-pub struct BclClient<'a> {
-    ep: &'a mut Endpoint,
-    server: ProcessAddr,
+/// The client side over any [`Transport`].
+pub struct TransportClient<'a> {
+    t: &'a mut dyn Transport,
 }
 
-impl<'a> BclClient<'a> {
-    /// A client of the echo server at `server`.
-    pub fn new(ep: &'a mut Endpoint, server: ProcessAddr) -> Self {
-        BclClient { ep, server }
-    }
-
-    fn send(&mut self, msg: &[u8], deadline: Instant) -> Result<(), PingError> {
-        loop {
-            match self.ep.send(self.server, msg) {
-                Ok(_) => return Ok(()),
-                Err(bcl::Error::Send(bcl::core::SendError::WouldBlock(_)))
-                    if Instant::now() < deadline =>
-                {
-                    self.reap()?;
-                    self.ep
-                        .progress()
-                        .map_err(|e| PingError::Transport(e.to_string()))?;
-                }
-                Err(e) => return Err(PingError::Transport(e.to_string())),
-            }
-        }
-    }
-
-    /// Drops completions, reporting failed sends.
-    fn reap(&mut self) -> Result<(), PingError> {
-        while let Some(ev) = self.ep.poll_send_event() {
-            if let bcl::SendEvent::Failed(_, f) = ev {
-                return Err(PingError::Transport(f.to_string()));
-            }
-        }
-        Ok(())
+impl<'a> TransportClient<'a> {
+    /// A client sending through `t`.
+    pub fn new(t: &'a mut dyn Transport) -> Self {
+        TransportClient { t }
     }
 }
 
-impl Roundtrip for BclClient<'_> {
+fn transport_error(e: TransportError) -> PingError {
+    PingError::Transport(e.0)
+}
+
+impl Roundtrip for TransportClient<'_> {
     fn roundtrip(
         &mut self,
         msg: &[u8],
         iteration: u64,
         timeout: Duration,
     ) -> Result<Echo, PingError> {
-        self.send(msg, Instant::now() + timeout)?;
+        self.t
+            .send(msg, Instant::now() + timeout)
+            .map_err(transport_error)?;
         self.wait_reply(msg, iteration, timeout)
     }
 
@@ -265,93 +243,56 @@ impl Roundtrip for BclClient<'_> {
         iteration: u64,
         timeout: Duration,
     ) -> Result<Echo, PingError> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(d) = self.ep.poll_delivery() {
-                let echo = match self.ep.message(&d) {
-                    Some(reply) if d.from == self.server => classify(msg, reply, iteration),
-                    _ => Echo::Corrupt,
-                };
-                self.ep
-                    .release(d)
-                    .map_err(|e| PingError::Transport(e.to_string()))?;
-                self.reap()?;
-                return Ok(echo);
-            }
-            if Instant::now() >= deadline {
-                return Err(PingError::Timeout(timeout));
-            }
-            self.ep
-                .progress()
-                .map_err(|e| PingError::Transport(e.to_string()))?;
+        let mut echo = Echo::Corrupt;
+        let got = self
+            .t
+            .recv(Instant::now() + timeout, &mut |reply| {
+                echo = classify(msg, reply, iteration)
+            })
+            .map_err(transport_error)?;
+        if got {
+            Ok(echo)
+        } else {
+            Err(PingError::Timeout(timeout))
         }
     }
 
     fn finish(&mut self) -> Result<(), PingError> {
         let deadline = Instant::now() + Duration::from_secs(2);
-        self.send(&[], deadline)?;
-        // Wait (briefly) for the end marker to be acknowledged, so the server
+        self.t.send(&[], deadline).map_err(transport_error)?;
+        // Wait (briefly) for the end marker to be delivered, so the server
         // is not left retransmitting to nobody.
-        while self.ep.port().outstanding_sends() > 0 && Instant::now() < deadline {
-            self.ep
-                .progress()
-                .map_err(|e| PingError::Transport(e.to_string()))?;
-            self.reap()?;
-        }
-        Ok(())
+        self.t.flush(deadline).map_err(transport_error)
     }
 }
 
-/// Runs a BCL echo server until a client sends the end marker or nothing
-/// arrives for `idle_timeout`. Returns the number of messages echoed.
-pub fn serve_bcl(ep: &mut Endpoint, idle_timeout: Duration) -> Result<u64, bcl::Error> {
+/// Runs an echo server over `t` until the client sends the end marker.
+/// Waits up to `first_wait` for the first message and `idle` between
+/// messages. Returns the number of messages echoed.
+pub fn serve_echo(
+    t: &mut dyn Transport,
+    first_wait: Duration,
+    idle: Duration,
+) -> Result<u64, TransportError> {
     let mut echoed = 0;
     let mut scratch = Vec::new();
-    let mut last_activity = Instant::now();
+    let mut wait = first_wait;
     loop {
-        ep.progress()?;
-        while ep.poll_send_event().is_some() {}
-        let Some(d) = ep.poll_delivery() else {
-            if last_activity.elapsed() > idle_timeout {
-                return Err(bcl::Error::Timeout(idle_timeout));
-            }
-            continue;
-        };
-        last_activity = Instant::now();
-        if d.len == 0 {
-            ep.release(d)?;
-            linger(ep, Duration::from_millis(200))?;
+        scratch.clear();
+        let got = t.recv(Instant::now() + wait, &mut |m| scratch.extend_from_slice(m))?;
+        if !got {
+            return Err(TransportError(format!(
+                "no message from the client within {wait:?}"
+            )));
+        }
+        wait = idle;
+        if scratch.is_empty() {
+            t.flush(Instant::now() + Duration::from_millis(300))?;
             return Ok(echoed);
         }
-        scratch.clear();
-        scratch.extend_from_slice(ep.message(&d).unwrap_or_default());
-        let from = d.from;
-        ep.release(d)?;
-        loop {
-            match ep.send(from, &scratch) {
-                Ok(_) => break,
-                Err(bcl::Error::Send(bcl::core::SendError::WouldBlock(_))) => {
-                    ep.progress()?;
-                    while ep.poll_send_event().is_some() {}
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        t.send(&scratch, Instant::now() + idle)?;
         echoed += 1;
     }
-}
-
-/// Keeps making progress for a while, so final acknowledgements go out.
-pub fn linger(ep: &mut Endpoint, time: Duration) -> Result<(), bcl::Error> {
-    let end = Instant::now() + time;
-    while Instant::now() < end {
-        ep.progress()?;
-        while ep.poll_send_event().is_some() {}
-        if ep.port().outstanding_sends() == 0 && ep.next_timeout().is_none() {
-            break;
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

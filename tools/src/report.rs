@@ -114,9 +114,149 @@ pub fn latency_table(results: &[PingResult]) -> String {
     out
 }
 
+/// One size's figures in the bandwidth report.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct BwResult {
+    /// Message size in bytes.
+    pub size: usize,
+    /// Messages delivered in the timed windows.
+    pub messages: u64,
+    /// Bytes delivered in the timed windows.
+    pub bytes: u64,
+    /// Duration of the timed windows.
+    pub seconds: f64,
+    /// 10^6 bytes per second.
+    pub mbytes_per_s: f64,
+    /// Messages per second.
+    pub msgs_per_s: f64,
+}
+
+impl BwResult {
+    /// The entry for `messages` of `size` bytes delivered in `seconds`.
+    pub fn new(size: usize, messages: u64, seconds: f64) -> Self {
+        let bytes = messages * size as u64;
+        let rate = |x: f64| if seconds > 0.0 { x / seconds } else { 0.0 };
+        BwResult {
+            size,
+            messages,
+            bytes,
+            seconds,
+            mbytes_per_s: rate(bytes as f64 / 1e6),
+            msgs_per_s: rate(messages as f64),
+        }
+    }
+}
+
+/// The receiver's verify counts in the bandwidth report.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// Distinct intact messages.
+    pub delivered: u64,
+    /// Messages that never arrived.
+    pub lost: u64,
+    /// Intact messages that arrived again.
+    pub duplicated: u64,
+    /// Intact messages that arrived after a later one.
+    pub out_of_order: u64,
+    /// Damaged messages.
+    pub corrupted: u64,
+}
+
+/// Transport counters of the bandwidth report.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct BwCounters {
+    /// Frames retransmitted by the transport (both ends when known).
+    pub retransmits: u64,
+    /// Frames dropped as malformed, corrupted or foreign (both ends when
+    /// known).
+    pub bad_frames: u64,
+}
+
+/// The `--json` output of `bcl-bw`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct BwReport {
+    /// Always `bcl-bw`.
+    pub tool: String,
+    /// The method measured.
+    pub method: String,
+    /// `system`: BCL's system channel (eager messages).
+    pub channel: String,
+    /// `busy-poll` or `blocking`.
+    pub mode: String,
+    /// This side: `sender` or `receiver`.
+    pub role: String,
+    /// One entry per size (the sender's measurements; the receiver's report
+    /// repeats none).
+    pub results: Vec<BwResult>,
+    /// Present with `--verify`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verify: Option<VerifyReport>,
+    /// Counters.
+    pub counters: BwCounters,
+}
+
+/// The OSU-style bandwidth table.
+pub fn bandwidth_table(results: &[BwResult]) -> String {
+    let mut out = format!(
+        "{:>10} {:>14} {:>14} {:>12}\n",
+        "# Size", "MB/s", "Messages/s", "Messages"
+    );
+    for r in results {
+        out.push_str(&format!(
+            "{:>10} {:>14.2} {:>14.0} {:>12}\n",
+            r.size, r.mbytes_per_s, r.msgs_per_s, r.messages
+        ));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bw_json_has_the_contract_fields() {
+        let report = BwReport {
+            tool: "bcl-bw".into(),
+            method: "udp".into(),
+            channel: "system".into(),
+            mode: "blocking".into(),
+            role: "sender".into(),
+            results: vec![BwResult::new(65536, 10, 0.5)],
+            verify: Some(VerifyReport::default()),
+            counters: BwCounters::default(),
+        };
+        let v: serde_json::Value = serde_json::to_value(&report).unwrap();
+        for key in ["tool", "method", "channel", "results", "verify", "counters"] {
+            assert!(v.get(key).is_some(), "missing {key}");
+        }
+        let r = &v["results"][0];
+        for key in [
+            "size",
+            "messages",
+            "bytes",
+            "seconds",
+            "mbytes_per_s",
+            "msgs_per_s",
+        ] {
+            assert!(r.get(key).is_some(), "missing results.{key}");
+        }
+        assert_eq!(r["bytes"], 655_360);
+        assert!((r["mbytes_per_s"].as_f64().unwrap() - 1.31072).abs() < 1e-9);
+        for key in [
+            "delivered",
+            "lost",
+            "duplicated",
+            "out_of_order",
+            "corrupted",
+        ] {
+            assert!(v["verify"].get(key).is_some(), "missing verify.{key}");
+        }
+        for key in ["retransmits", "bad_frames"] {
+            assert!(v["counters"].get(key).is_some(), "missing counters.{key}");
+        }
+        assert!(bandwidth_table(&report.results).contains("1.31"));
+    }
 
     #[test]
     fn json_has_the_contract_fields() {

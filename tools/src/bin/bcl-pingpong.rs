@@ -1,44 +1,31 @@
-//! `bcl-pingpong`: round-trip latency of BCL, with HDR histograms.
+//! `bcl-pingpong`: round-trip latency of BCL and of the kernel baselines,
+//! with HDR histograms.
 
-use bcl::sim::{FabricConfig, FaultSpec, RealClock, SimClock, SimFabric};
-use bcl::{Endpoint, JobKey, ProcessAddr};
 use bcl_tools::args::SizeList;
-use bcl_tools::pingpong::{run_client, serve_bcl, BclClient, ClientOutcome, PingOptions};
+use bcl_tools::cli::{CommonArgs, Role};
+use bcl_tools::launch::{announce, pin_current_thread, run_in_lab, spawn_pinned, split_pins};
+use bcl_tools::methods::{open_client, open_local_pair, open_server, BoxTransport};
+use bcl_tools::pingpong::{run_client, serve_echo, ClientOutcome, PingOptions, TransportClient};
 use bcl_tools::report::{latency_table, write_json, PingCounters, PingReport, PingResult};
-use clap::{Parser, ValueEnum};
+use bcl_tools::transport::TransportCounters;
+use clap::Parser;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// Methods this tool can measure.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum MethodArg {
-    /// The in-process simulated fabric (both ends in this process, in real
-    /// time, optionally with injected faults): measures the protocol's own
-    /// CPU cost and its recovery from faults.
-    Sim,
-}
-
-impl MethodArg {
-    fn name(self) -> &'static str {
-        match self {
-            MethodArg::Sim => "sim",
-        }
-    }
-}
-
-/// Measure BCL's round-trip latency: the client sends a message, the server
+/// Measure round-trip latency: the client sends a message, the server
 /// echoes it, and every round trip is recorded in an HDR histogram.
 ///
+/// BCL is measured over the packet, udp or sim method; the kernel-udp and
+/// kernel-tcp baselines run the very same timing loop over plain sockets.
 /// Prints an OSU-style table of round-trip percentiles per message size (in
 /// microseconds; one-way latency is half). With --json the same figures are
 /// written in the stable shape scripts rely on.
 #[derive(Parser, Debug)]
 #[command(name = "bcl-pingpong", version, after_help = EXAMPLES)]
 struct Cli {
-    /// Transport method to measure.
-    #[arg(long, value_enum, default_value = "sim")]
-    method: MethodArg,
+    #[command(flatten)]
+    common: CommonArgs,
 
     /// Message sizes in bytes, comma-separated; K/M suffixes allowed.
     #[arg(long, default_value = "8,64,1024,4096,16K")]
@@ -52,32 +39,6 @@ struct Cli {
     #[arg(long, default_value_t = 1_000)]
     warmup: u64,
 
-    /// Busy-poll for completions (the lowest latency). The sim method always
-    /// busy-polls.
-    #[arg(long)]
-    busy_poll: bool,
-
-    /// Start both ends in this process (the sim method always does).
-    #[arg(long)]
-    local: bool,
-
-    /// Faults of the simulated wire (sim only), e.g.
-    /// loss=0.1,reorder=0.05,dup=0.01,corrupt=0.001,delay=5us,jitter=1us,rate=10gbit,seed=7
-    #[arg(long)]
-    fault: Option<FaultSpec>,
-
-    /// Largest BCL frame of the simulated wire, in bytes (sim only).
-    #[arg(long, default_value_t = 1500)]
-    mtu: usize,
-
-    /// Give up on a reply after this many milliseconds (counted as lost).
-    #[arg(long, default_value_t = 10_000)]
-    timeout_ms: u64,
-
-    /// Write the results as JSON (see shared/contracts/tools.md).
-    #[arg(long, value_name = "FILE")]
-    json: Option<PathBuf>,
-
     /// Write each size's percentile distribution in HdrHistogram's .hgrm
     /// format; with several sizes, the size is added to the file name
     /// (lat.hgrm -> lat-64.hgrm).
@@ -86,8 +47,12 @@ struct Cli {
 }
 
 const EXAMPLES: &str = "Examples:
-  bcl-pingpong --method sim
-  bcl-pingpong --method sim --fault loss=0.2,reorder=0.1,dup=0.05,corrupt=0.01 --iters 20000 --json out.json";
+  bcl-pingpong --method sim --fault loss=0.2,reorder=0.1 --iters 20000
+  bcl-pingpong --method udp --local --busy-poll --sizes 64
+  bcl-pingpong --method packet --lab configs/lab/pair.toml --nodes a,b --busy-poll --pin 1,0 --json out.json
+  # two ends by hand, in two namespaces:
+  ip netns exec bl-pair.a bcl-pingpong --method packet --serve          # prints listening: packet:02:bc:..
+  ip netns exec bl-pair.b bcl-pingpong --method packet --connect packet:02:bc:01:00:00:01/2";
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -100,52 +65,103 @@ fn main() -> ExitCode {
     }
 }
 
-/// Everything a finished run reports.
-struct Finished {
-    outcome: ClientOutcome,
-    retransmits: u64,
-    bad_frames: u64,
-    notes: Vec<String>,
-}
-
 fn run(cli: &Cli) -> Result<ExitCode, String> {
     if cli.iters == 0 {
         return Err("--iters must be at least 1".into());
     }
+    let c = &cli.common;
+    let role = c.role()?;
+    let spec = c.spec();
+    let timeout = Duration::from_millis(c.timeout_ms);
+    let wait_client = Duration::from_secs(c.wait_client_s);
     let opts = PingOptions {
         sizes: cli.sizes.0.clone(),
         iters: cli.iters,
         warmup: cli.warmup,
-        timeout: Duration::from_millis(cli.timeout_ms),
+        timeout,
     };
-    let finished = match cli.method {
-        MethodArg::Sim => run_sim(cli, &opts)?,
-    };
-    let mode = "busy-poll";
-    let results: Vec<PingResult> = finished
-        .outcome
+    let pins = c.pin.as_deref();
+    match role {
+        Role::Lab(file, nodes) => run_in_lab(&file, &nodes, pins),
+        Role::Serve => {
+            if let Some(cpu) = pins.and_then(|p| p.first()) {
+                pin_current_thread(*cpu)?;
+            }
+            let served = open_server(&spec)?;
+            announce(&served.descriptor);
+            let mut t = served.accept(Instant::now() + wait_client)?;
+            let echoed = serve_echo(&mut *t, wait_client, timeout).map_err(|e| e.to_string())?;
+            let tc = t.counters();
+            println!(
+                "# served {echoed} messages; transport retransmits {} bad frames {}",
+                tc.retransmits, tc.bad_frames
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Role::Connect(descriptor) => {
+            if let Some(cpu) = pins.and_then(|p| p.first()) {
+                pin_current_thread(*cpu)?;
+            }
+            let mut t = open_client(&spec, &descriptor, Instant::now() + timeout)?;
+            let outcome =
+                run_client(&mut TransportClient::new(&mut *t), &opts).map_err(|e| e.to_string())?;
+            finish(cli, outcome, t.counters(), None)
+        }
+        Role::Local => {
+            let (served, mut client) = open_local_pair(&spec)?;
+            let (server_cpu, client_cpu) = split_pins(pins);
+            let server = spawn_pinned(server_cpu, move || -> Result<TransportCounters, String> {
+                let mut t: BoxTransport = served.accept(Instant::now() + wait_client)?;
+                serve_echo(&mut *t, wait_client, timeout).map_err(|e| format!("server: {e}"))?;
+                Ok(t.counters())
+            });
+            if let Some(cpu) = client_cpu {
+                pin_current_thread(cpu)?;
+            }
+            let outcome = run_client(&mut TransportClient::new(&mut *client), &opts)
+                .map_err(|e| e.to_string());
+            let server = server
+                .join()
+                .map_err(|_| "server thread panicked".to_string())??;
+            let server_counters = server?;
+            finish(cli, outcome?, client.counters(), Some(server_counters))
+        }
+    }
+}
+
+/// Prints and writes the results of the client side.
+fn finish(
+    cli: &Cli,
+    outcome: ClientOutcome,
+    client: TransportCounters,
+    server: Option<TransportCounters>,
+) -> Result<ExitCode, String> {
+    let c = &cli.common;
+    let mode = c.mode_name();
+    let results: Vec<PingResult> = outcome
         .results
         .iter()
         .map(|r| PingResult::new(r.size, r.iters, &r.latency.summary()))
         .collect();
-    let c = finished.outcome.counters;
+    let s = server.unwrap_or_default();
+    let a = outcome.counters;
     let counters = PingCounters {
-        sent: c.sent,
-        received: c.received,
-        lost: c.lost,
-        duplicates: c.duplicates,
-        corrupt: c.corrupt,
-        retransmits: finished.retransmits,
-        bad_frames: finished.bad_frames,
+        sent: a.sent,
+        received: a.received,
+        lost: a.lost,
+        duplicates: a.duplicates,
+        corrupt: a.corrupt,
+        retransmits: client.retransmits + s.retransmits,
+        bad_frames: client.bad_frames + s.bad_frames,
     };
-    println!("# bcl-pingpong: method {}, mode {mode}", cli.method.name());
-    for n in &finished.notes {
-        println!("# {n}");
+    println!("# bcl-pingpong: method {}, mode {mode}", c.method.name());
+    if let Some(f) = &c.fault {
+        println!("# faults: {f}");
     }
     print!("{}", latency_table(&results));
     println!(
         "# first contact {:.2} µs; sent {} received {} lost {} duplicates {} corrupt {}; transport retransmits {} bad frames {}",
-        finished.outcome.first_contact.as_nanos() as f64 / 1000.0,
+        outcome.first_contact.as_nanos() as f64 / 1000.0,
         counters.sent,
         counters.received,
         counters.lost,
@@ -154,20 +170,20 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
         counters.retransmits,
         counters.bad_frames
     );
-    if let Some(path) = &cli.json {
+    if let Some(path) = &c.json {
         let report = PingReport {
             tool: "bcl-pingpong".into(),
-            method: cli.method.name().into(),
+            method: c.method.name().into(),
             mode: mode.into(),
             results,
-            first_contact_ns: finished.outcome.first_contact.as_nanos() as u64,
+            first_contact_ns: outcome.first_contact.as_nanos() as u64,
             counters,
         };
         write_json(path, &report).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     if let Some(path) = &cli.hgrm {
-        for r in &finished.outcome.results {
-            let file = hgrm_path(path, r.size, finished.outcome.results.len());
+        for r in &outcome.results {
+            let file = hgrm_path(path, r.size, outcome.results.len());
             let mut f = std::fs::File::create(&file)
                 .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
             r.latency
@@ -175,7 +191,7 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
                 .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
         }
     }
-    let clean = c.lost == 0 && c.duplicates == 0 && c.corrupt == 0;
+    let clean = a.lost == 0 && a.duplicates == 0 && a.corrupt == 0;
     Ok(if clean {
         ExitCode::SUCCESS
     } else {
@@ -196,61 +212,6 @@ fn hgrm_path(path: &Path, size: usize, sizes: usize) -> PathBuf {
     path.with_file_name(format!("{stem}-{size}.{ext}"))
 }
 
-/// Both ends in this process on a real-time simulated fabric, each end on
-/// its own thread.
-fn run_sim(cli: &Cli, opts: &PingOptions) -> Result<Finished, String> {
-    let spec = cli.fault.clone().unwrap_or_default();
-    let fabric = SimFabric::new(FabricConfig {
-        mtu: cli.mtu,
-        faults: spec.profile.clone(),
-        seed: spec.seed,
-        clock: SimClock::Real(RealClock::new()),
-    });
-    let job = JobKey(0x5151);
-    let server_addr = ProcessAddr::new(2, 0);
-    let client_addr = ProcessAddr::new(1, 0);
-    let build = |addr| {
-        Endpoint::builder(addr, job)
-            .method(Box::new(fabric.endpoint()))
-            .clock(fabric.clock())
-            .build()
-            .map_err(|e| e.to_string())
-    };
-    let mut server = build(server_addr)?;
-    let mut client = build(client_addr)?;
-    client.add_peer(server_addr, server.descriptors()[0].clone());
-
-    let idle = opts.timeout.max(Duration::from_secs(30));
-    let server_thread = std::thread::spawn(move || {
-        let r = serve_bcl(&mut server, idle);
-        let stats = *server.port().stats();
-        (r, stats)
-    });
-    let outcome =
-        run_client(&mut BclClient::new(&mut client, server_addr), opts).map_err(|e| e.to_string());
-    let (served, server_stats) = server_thread
-        .join()
-        .map_err(|_| "server thread panicked".to_string())?;
-    let outcome = outcome?;
-    served.map_err(|e| format!("server: {e}"))?;
-    let client_stats = *client.port().stats();
-    let mut notes = vec![format!(
-        "faults: {}",
-        if cli.fault.is_some() {
-            spec.to_string()
-        } else {
-            "none".into()
-        }
-    )];
-    notes.push(format!("fabric: {}", fabric.stats()));
-    Ok(Finished {
-        outcome,
-        retransmits: client_stats.retransmits + server_stats.retransmits,
-        bad_frames: client_stats.bad_frames.total() + server_stats.bad_frames.total(),
-        notes,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -265,6 +226,39 @@ mod tests {
         assert!(err.to_string().contains("not a size"), "{err}");
         let err = Cli::try_parse_from(["bcl-pingpong", "--fault", "loss=2"]).unwrap_err();
         assert!(err.to_string().contains("loss"), "{err}");
+        let err = Cli::try_parse_from(["bcl-pingpong", "--serve", "--connect", "udp:1.2.3.4:5"])
+            .unwrap_err();
+        assert!(err.to_string().contains("cannot be used with"), "{err}");
+        let err = Cli::try_parse_from(["bcl-pingpong", "--lab", "x.toml"]).unwrap_err();
+        assert!(err.to_string().contains("--nodes"), "{err}");
+        let cli = Cli::try_parse_from(["bcl-pingpong", "--method", "udp"]).unwrap();
+        assert!(cli.common.role().unwrap_err().contains("--serve"));
+        let cli = Cli::try_parse_from([
+            "bcl-pingpong",
+            "--method",
+            "kernel-tcp",
+            "--fault",
+            "loss=0.1",
+        ])
+        .unwrap();
+        assert!(cli.common.role().unwrap_err().contains("sim method only"));
+        let cli = Cli::try_parse_from([
+            "bcl-pingpong",
+            "--method",
+            "packet",
+            "--pin",
+            "1,0",
+            "--lab",
+            "f",
+            "--nodes",
+            "a,b",
+        ])
+        .unwrap();
+        assert_eq!(cli.common.pin, Some(vec![1, 0]));
+        assert_eq!(
+            cli.common.role().unwrap(),
+            Role::Lab("f".into(), ("a".into(), "b".into()))
+        );
     }
 
     #[test]

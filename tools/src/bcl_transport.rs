@@ -1,0 +1,128 @@
+//! [`Transport`] over a BCL [`Endpoint`], on any method.
+
+use crate::transport::{Transport, TransportCounters, TransportError};
+use bcl::core::SendError;
+use bcl::{Endpoint, ProcessAddr, SendEvent, Time};
+use std::time::Instant;
+
+/// Extra bad-frame counts a method keeps itself (frames it dropped before
+/// the core saw them).
+pub type ExtraBadFrames = Box<dyn Fn() -> u64 + Send>;
+
+/// A BCL endpoint talking to one peer.
+pub struct BclTransport {
+    ep: Endpoint,
+    peer: Option<ProcessAddr>,
+    extra_bad: Option<ExtraBadFrames>,
+}
+
+impl BclTransport {
+    /// A transport to `peer` (`None` on a server: the first sender).
+    pub fn new(ep: Endpoint, peer: Option<ProcessAddr>, extra_bad: Option<ExtraBadFrames>) -> Self {
+        BclTransport {
+            ep,
+            peer,
+            extra_bad,
+        }
+    }
+
+    /// The endpoint.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.ep
+    }
+
+    fn time(&self, deadline: Instant) -> Time {
+        self.ep.now() + deadline.saturating_duration_since(Instant::now())
+    }
+
+    /// Drops completion events, failing on a failed send.
+    fn reap(&mut self) -> Result<(), TransportError> {
+        while let Some(ev) = self.ep.poll_send_event() {
+            if let SendEvent::Failed(_, f) = ev {
+                return Err(TransportError(f.to_string()));
+            }
+        }
+        Ok(())
+    }
+
+    fn step(&mut self, until: Time) -> Result<(), TransportError> {
+        self.ep
+            .progress_or_wait(Some(until))
+            .map(drop)
+            .map_err(|e| TransportError(e.to_string()))
+    }
+}
+
+impl Transport for BclTransport {
+    fn send(&mut self, msg: &[u8], deadline: Instant) -> Result<(), TransportError> {
+        let peer = self
+            .peer
+            .ok_or_else(|| TransportError("no peer yet: nothing received".into()))?;
+        let until = self.time(deadline);
+        loop {
+            match self.ep.send(peer, msg) {
+                Ok(_) => return Ok(()),
+                Err(bcl::Error::Send(SendError::WouldBlock(_))) if self.ep.now() < until => {
+                    self.reap()?;
+                    self.step(until)?;
+                }
+                Err(e) => return Err(TransportError(e.to_string())),
+            }
+        }
+    }
+
+    fn recv(
+        &mut self,
+        deadline: Instant,
+        f: &mut dyn FnMut(&[u8]),
+    ) -> Result<bool, TransportError> {
+        let until = self.time(deadline);
+        loop {
+            if let Some(d) = self.ep.poll_delivery() {
+                if self.peer.is_none() {
+                    self.peer = Some(d.from);
+                }
+                f(self.ep.message(&d).unwrap_or_default());
+                self.ep
+                    .release(d)
+                    .map_err(|e| TransportError(e.to_string()))?;
+                self.reap()?;
+                return Ok(true);
+            }
+            if self.ep.now() >= until {
+                return Ok(false);
+            }
+            self.step(until)?;
+        }
+    }
+
+    fn flush(&mut self, deadline: Instant) -> Result<(), TransportError> {
+        let until = self.time(deadline);
+        loop {
+            self.reap()?;
+            if self.ep.port().outstanding_sends() == 0 || self.ep.now() >= until {
+                break;
+            }
+            self.step(until)?;
+        }
+        // Keep answering (final ACKs) until the port has nothing left to do,
+        // briefly.
+        while self.ep.next_timeout().is_some() && self.ep.now() < until {
+            self.step(until)?;
+            self.reap()?;
+        }
+        Ok(())
+    }
+
+    fn counters(&self) -> TransportCounters {
+        let s = self.ep.port().stats();
+        TransportCounters {
+            retransmits: s.retransmits,
+            bad_frames: s.bad_frames.total() + self.extra_bad.as_ref().map_or(0, |f| f()),
+        }
+    }
+
+    fn max_message(&self) -> usize {
+        self.ep.port().config().eager_limit
+    }
+}

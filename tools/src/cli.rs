@@ -1,0 +1,174 @@
+//! Command-line options shared by `bcl-pingpong` and `bcl-bw`
+//! (shared/contracts/tools.md: common flags).
+
+use crate::launch::{parse_cpus, parse_nodes};
+use crate::methods::{EndSpec, MethodArg};
+use bcl::sim::FaultSpec;
+use std::path::PathBuf;
+
+/// Parses an EtherType: `0x88b5` or `34997`.
+pub fn parse_ethertype(text: &str) -> Result<u16, String> {
+    let v = match text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
+        Some(hex) => u16::from_str_radix(hex, 16),
+        None => text.parse(),
+    }
+    .map_err(|_| format!("{text:?} is not an EtherType (e.g. 0x88b5)"))?;
+    if v < 0x0600 {
+        return Err(format!(
+            "{text:?} is below 0x0600, which Ethernet reads as a length"
+        ));
+    }
+    Ok(v)
+}
+
+/// Options of both tools: the method, where the two ends run, and how.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CommonArgs {
+    /// Transport to measure.
+    #[arg(long, value_enum, default_value = "sim")]
+    pub method: MethodArg,
+
+    /// Busy-poll (spin on the transport: lowest latency, a CPU at 100 %)
+    /// instead of blocking (sleep in epoll / blocking socket calls). The sim
+    /// method always busy-polls.
+    #[arg(long)]
+    pub busy_poll: bool,
+
+    /// Serve: print exactly one line `listening: DESCRIPTOR`, then wait for a
+    /// client.
+    #[arg(long, group = "role")]
+    pub serve: bool,
+
+    /// Connect to the server at DESCRIPTOR, as printed by its `listening:`
+    /// line (for example packet:02:bc:01:00:00:01/2 or udp:10.77.1.1:40000).
+    #[arg(long, value_name = "DESCRIPTOR", group = "role")]
+    pub connect: Option<String>,
+
+    /// Start both ends in this process (two threads; IP methods on
+    /// 127.0.0.1 unless --bind). The default for sim.
+    #[arg(long, group = "role")]
+    pub local: bool,
+
+    /// Run the two ends inside the namespaces of this bcl-lab topology
+    /// (brought up for the run if it is not up); needs --nodes.
+    #[arg(long, value_name = "FILE", group = "role", requires = "nodes")]
+    pub lab: Option<PathBuf>,
+
+    /// With --lab: the serving node and the connecting node.
+    #[arg(long, value_name = "A,B", requires = "lab", value_parser = parse_nodes)]
+    pub nodes: Option<(String, String)>,
+
+    /// Pin to CPUs: one CPU for --serve/--connect; SERVER,CLIENT for --local
+    /// and --lab (e.g. --pin 1,0).
+    #[arg(long, value_name = "CPUS", value_parser = parse_cpus)]
+    pub pin: Option<Vec<usize>>,
+
+    /// Interface of the packet method (default: the only non-loopback
+    /// interface that is up).
+    #[arg(long, value_name = "IF")]
+    pub ifname: Option<String>,
+
+    /// Address of IP methods (udp, kernel-udp, kernel-tcp): IP or IP:PORT.
+    /// Default: an interface address (never 0.0.0.0), port chosen by the
+    /// kernel.
+    #[arg(long, value_name = "ADDR")]
+    pub bind: Option<String>,
+
+    /// EtherType of the packet method.
+    #[arg(long, value_name = "TYPE", default_value = "0x88b5", value_parser = parse_ethertype)]
+    pub ethertype: u16,
+
+    /// Faults of the simulated wire (sim only), e.g.
+    /// loss=0.1,reorder=0.05,dup=0.01,corrupt=0.001,delay=5us,jitter=1us,rate=10gbit,seed=7
+    #[arg(long, value_name = "SPEC")]
+    pub fault: Option<FaultSpec>,
+
+    /// Largest BCL frame of the simulated wire, in bytes (sim only).
+    #[arg(long, default_value_t = 1500)]
+    pub mtu: usize,
+
+    /// Give up waiting for the peer after this many milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    pub timeout_ms: u64,
+
+    /// A server waits this many seconds for its client.
+    #[arg(long, default_value_t = 60)]
+    pub wait_client_s: u64,
+
+    /// Write the results as JSON (see shared/contracts/tools.md).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+/// Where this process's end(s) run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// The serving end only.
+    Serve,
+    /// The connecting end only, to this descriptor.
+    Connect(String),
+    /// Both ends, in this process.
+    Local,
+    /// Both ends, in these lab nodes.
+    Lab(PathBuf, (String, String)),
+}
+
+impl CommonArgs {
+    /// The role the options select, checked against the method.
+    pub fn role(&self) -> Result<Role, String> {
+        if self.fault.is_some() && self.method != MethodArg::Sim {
+            return Err("--fault applies to the sim method only (for real wires use a bcl-lab impaired link, e.g. configs/lab/lossy-pair.toml)".into());
+        }
+        let role = if self.serve {
+            Role::Serve
+        } else if let Some(d) = &self.connect {
+            Role::Connect(d.clone())
+        } else if let (Some(f), Some(n)) = (&self.lab, &self.nodes) {
+            Role::Lab(f.clone(), n.clone())
+        } else if self.local || self.method == MethodArg::Sim {
+            Role::Local
+        } else {
+            return Err(format!(
+                "choose where the ends run: --serve, --connect DESCRIPTOR, --local, or --lab FILE --nodes A,B (method {})",
+                self.method.name()
+            ));
+        };
+        if self.method == MethodArg::Sim && role != Role::Local {
+            return Err("the sim method runs both ends in this process: use --local".into());
+        }
+        Ok(role)
+    }
+
+    /// How to open this run's ends.
+    pub fn spec(&self) -> EndSpec {
+        EndSpec {
+            method: self.method,
+            busy_poll: self.busy_poll,
+            ifname: self.ifname.clone(),
+            bind: self.bind.clone(),
+            ethertype: self.ethertype,
+            fault: self.fault.clone(),
+            sim_mtu: self.mtu,
+        }
+    }
+
+    /// `busy-poll` or `blocking`, as reported.
+    pub fn mode_name(&self) -> &'static str {
+        self.spec().mode().name()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ethertypes_parse_in_hex_or_decimal() {
+        assert_eq!(parse_ethertype("0x88b5").unwrap(), 0x88b5);
+        assert_eq!(parse_ethertype("34997").unwrap(), 0x88b5);
+        assert!(parse_ethertype("0x0100").unwrap_err().contains("length"));
+        assert!(parse_ethertype("x")
+            .unwrap_err()
+            .contains("not an EtherType"));
+    }
+}
