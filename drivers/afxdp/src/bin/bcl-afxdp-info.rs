@@ -1,4 +1,4 @@
-//! `bcl-afxdp-info IFNAME [--generic|--native] [--hold SECS]`: says whether
+//! `bcl-afxdp-info IFNAME [--generic|--native] [--frame-size N] [--hold SECS]`: says whether
 //! the `afxdp` method can run on an interface and, if so, opens it and
 //! prints its descriptor and mode report (which XDP mode, which bind mode
 //! per queue, and why). With `--hold`, keeps the endpoint open that long
@@ -15,11 +15,13 @@ fn main() {
     let mut ifname = None;
     let mut hold = None;
     let mut force = None;
+    let mut frame_size = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--generic" => force = Some(AttachMode::Generic),
             "--native" => force = Some(AttachMode::Native),
+            "--frame-size" => frame_size = it.next().and_then(|s| s.parse::<u32>().ok()),
             "--hold" => {
                 hold = it
                     .next()
@@ -27,7 +29,7 @@ fn main() {
                     .map(Duration::from_secs_f64)
             }
             "-h" | "--help" => {
-                println!("usage: bcl-afxdp-info IFNAME [--generic|--native] [--hold SECS]");
+                println!("usage: bcl-afxdp-info IFNAME [--generic|--native] [--frame-size N] [--hold SECS]");
                 return;
             }
             s if ifname.is_none() && !s.starts_with('-') => ifname = Some(s.to_string()),
@@ -38,7 +40,9 @@ fn main() {
         }
     }
     let Some(ifname) = ifname else {
-        eprintln!("usage: bcl-afxdp-info IFNAME [--generic|--native] [--hold SECS]");
+        eprintln!(
+            "usage: bcl-afxdp-info IFNAME [--generic|--native] [--frame-size N] [--hold SECS]"
+        );
         std::process::exit(2);
     };
     if let Availability::NotUsable(why) = probe(&ifname) {
@@ -47,6 +51,9 @@ fn main() {
     }
     let mut cfg = AfXdpConfig::new(&ifname);
     cfg.force_attach = force;
+    if let Some(f) = frame_size {
+        cfg.frame_size = f;
+    }
     match AfXdpMethod::open(cfg) {
         Ok(m) => {
             println!("descriptor {}", m.descriptor());

@@ -149,3 +149,101 @@ pub fn ip_link_json(lab: &Lab, node: &str, ifname: &str) -> String {
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// A raw AF_PACKET socket for one EtherType on one interface: a stand-in
+/// for the `packet` method in interoperability tests.
+pub struct PacketSock {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl PacketSock {
+    /// Opens and binds the socket in the calling thread's namespace.
+    pub fn open(ifname: &str, ethertype: u16) -> PacketSock {
+        use std::os::fd::FromRawFd;
+        let name = std::ffi::CString::new(ifname).unwrap();
+        // SAFETY: NUL-terminated name.
+        let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
+        assert!(ifindex > 0, "no interface {ifname}");
+        let proto = ethertype.to_be();
+        // SAFETY: plain system call.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                i32::from(proto),
+            )
+        };
+        assert!(
+            fd >= 0,
+            "AF_PACKET socket: {}",
+            std::io::Error::last_os_error()
+        );
+        // SAFETY: fresh descriptor.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        // SAFETY: sockaddr_ll is plain data.
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = proto;
+        sll.sll_ifindex = ifindex as i32;
+        // SAFETY: valid sockaddr_ll of the given size.
+        let r = unsafe {
+            libc::bind(
+                std::os::fd::AsRawFd::as_raw_fd(&fd),
+                (&sll as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            )
+        };
+        assert_eq!(r, 0, "bind AF_PACKET: {}", std::io::Error::last_os_error());
+        // PACKET_IGNORE_OUTGOING: do not read back our own transmissions.
+        let one: libc::c_int = 1;
+        // SAFETY: a valid int option value.
+        let r = unsafe {
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&fd),
+                libc::SOL_PACKET,
+                23,
+                (&one as *const libc::c_int).cast(),
+                4,
+            )
+        };
+        assert_eq!(r, 0, "PACKET_IGNORE_OUTGOING");
+        PacketSock { fd }
+    }
+
+    /// Sends one whole Ethernet frame.
+    pub fn send(&self, frame: &[u8]) {
+        // SAFETY: `frame` is valid for its length.
+        let n = unsafe {
+            libc::send(
+                std::os::fd::AsRawFd::as_raw_fd(&self.fd),
+                frame.as_ptr().cast(),
+                frame.len(),
+                0,
+            )
+        };
+        assert_eq!(
+            n,
+            frame.len() as isize,
+            "send: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+
+    /// Receives one frame, waiting at most `timeout`.
+    pub fn recv(&self, timeout: Duration) -> Option<Vec<u8>> {
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.fd);
+        if !bcl_afxdp::wait_readable(fd, timeout.as_millis() as i32).unwrap() {
+            return None;
+        }
+        let mut buf = vec![0u8; 65536];
+        // SAFETY: `buf` is valid for writes of its length.
+        let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+        if n < 0 {
+            return None;
+        }
+        buf.truncate(n as usize);
+        Some(buf)
+    }
+}
+
+use std::time::Duration;

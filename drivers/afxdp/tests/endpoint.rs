@@ -1,0 +1,173 @@
+//! The whole stack over AF_XDP (root): two `bcl::Endpoint`s in two network
+//! namespaces exchange verified messages through `AfXdpMethod`, directly
+//! and through the lab's impairment bridge (loss, reordering, duplication,
+//! corruption), with exactly-once, in-order delivery.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use bcl::{Descriptor, Endpoint, JobKey, ProcessAddr, ProgressMode, SendEvent};
+use bcl_afxdp::{AfXdpConfig, AfXdpMethod};
+use common::*;
+
+const SIZES: [usize; 8] = [1, 8, 64, 1000, 1444, 1445, 4000, 16384];
+
+fn message(i: u32, from: u32) -> Vec<u8> {
+    pattern(i ^ (from << 24), SIZES[i as usize % SIZES.len()])
+}
+
+/// One side: sends `count` messages to the peer, checks the `count` it
+/// receives arrive exactly once and in order, then keeps acknowledging
+/// until both sides are done. In blocking mode it sleeps on the method's
+/// readiness descriptor between rounds that moved nothing. Returns the port
+/// and engine statistics.
+#[allow(clippy::too_many_arguments)]
+fn run_side(
+    mode: ProgressMode,
+    me: u32,
+    peer: u32,
+    ifname: String,
+    count: u32,
+    to_peer: mpsc::Sender<Descriptor>,
+    from_peer: mpsc::Receiver<Descriptor>,
+    finished: Arc<AtomicUsize>,
+    timeout: Duration,
+) -> String {
+    let m = AfXdpMethod::open(AfXdpConfig::new(ifname)).expect("open afxdp");
+    let mut ep = Endpoint::builder(ProcessAddr::new(me, 0), JobKey(5))
+        .method(Box::new(m))
+        .mode(mode)
+        .build()
+        .expect("endpoint");
+    assert_eq!(ep.mode(), mode, "afxdp has a readiness descriptor");
+    to_peer.send(ep.descriptors()[0].clone()).unwrap();
+    let peer_addr = ProcessAddr::new(peer, 0);
+    ep.add_peer(peer_addr, from_peer.recv().unwrap());
+    let deadline = Instant::now() + timeout;
+    let (mut sent, mut completed, mut received) = (0u32, 0u32, 0u32);
+    let mut marked = false;
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "node {me}: timed out: sent {sent}, completed {completed}, received {received}: {:?}",
+            ep.port().stats()
+        );
+        while sent < count && sent - completed < 64 {
+            ep.send(peer_addr, &message(sent, me)).expect("send");
+            sent += 1;
+        }
+        let limit = ep.now() + Duration::from_millis(20);
+        ep.progress_or_wait(Some(limit)).expect("progress");
+        while let Some(ev) = ep.poll_send_event() {
+            match ev {
+                SendEvent::Complete(_) => completed += 1,
+                SendEvent::Failed(_, f) => panic!("node {me}: send failed: {f}"),
+            }
+        }
+        while let Some(d) = ep.poll_delivery() {
+            assert_eq!(d.from, peer_addr);
+            let bytes = ep.message(&d).expect("message bytes").to_vec();
+            assert_eq!(
+                bytes,
+                message(received, peer),
+                "node {me}: message {received} exactly once, in order"
+            );
+            received += 1;
+            ep.release(d).unwrap();
+        }
+        assert!(received <= count, "node {me}: extra deliveries");
+        if completed == count && received == count && !marked {
+            marked = true;
+            finished.fetch_add(1, Ordering::SeqCst);
+        }
+        if marked && finished.load(Ordering::SeqCst) == 2 {
+            // Linger a little so the peer's last acknowledgements go out.
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_millis(50) {
+                ep.progress().expect("progress");
+            }
+            break;
+        }
+    }
+    if mode == ProgressMode::Blocking {
+        let e = ep.engine_stats();
+        assert!(
+            e.woken_by_frames > 0,
+            "node {me}: never woken by a frame: {e:?}"
+        );
+    }
+    format!("{:?} {:?}", ep.port().stats(), ep.engine_stats())
+}
+
+fn exchange(
+    file: &str,
+    test: &str,
+    modes: [ProgressMode; 2],
+    count: u32,
+    timeout: Duration,
+) -> Option<bcl_lab::LabGuard> {
+    let lab = lab(file, test)?;
+    let (if_a, _, _) = iface(&lab, "a");
+    let (if_b, _, _) = iface(&lab, "b");
+    let (a_tx, a_rx) = mpsc::channel();
+    let (b_tx, b_rx) = mpsc::channel();
+    let finished = Arc::new(AtomicUsize::new(0));
+    let f2 = finished.clone();
+    let a = in_node(&lab, "a", move || {
+        run_side(modes[0], 1, 2, if_a, count, a_tx, b_rx, finished, timeout)
+    });
+    let b = in_node(&lab, "b", move || {
+        run_side(modes[1], 2, 1, if_b, count, b_tx, a_rx, f2, timeout)
+    });
+    let sa = a.join().expect("node a");
+    let sb = b.join().expect("node b");
+    println!("a: {sa}\nb: {sb}");
+    Some(lab)
+}
+
+#[test]
+fn endpoints_exchange_verified_messages_over_afxdp() {
+    exchange(
+        "pair.toml",
+        "endpoints_exchange_verified_messages_over_afxdp",
+        [ProgressMode::BusyPoll, ProgressMode::BusyPoll],
+        400,
+        Duration::from_secs(30),
+    );
+}
+
+#[test]
+fn exactly_once_in_order_through_an_impaired_link() {
+    let Some(lab) = exchange(
+        "lossy-pair.toml",
+        "exactly_once_in_order_through_an_impaired_link",
+        [ProgressMode::BusyPoll, ProgressMode::BusyPoll],
+        300,
+        Duration::from_secs(60),
+    ) else {
+        return;
+    };
+    // The faults really happened on the way.
+    let counters = lab.impairment_counters().expect("impairment counters");
+    let text = format!("{counters:?}");
+    println!("{text}");
+    let sum = |f: fn(&bcl_lab::ImpairCounters) -> u64| counters.iter().map(f).sum::<u64>();
+    assert!(sum(|c| c.dropped) > 0, "no loss injected: {text}");
+    assert!(sum(|c| c.duplicated) > 0, "no duplication injected: {text}");
+    assert!(sum(|c| c.reordered) > 0, "no reordering injected: {text}");
+}
+
+#[test]
+fn a_blocking_endpoint_sleeps_on_the_readiness_descriptor() {
+    // b sleeps in epoll on the AF_XDP socket between rounds; a busy-polls.
+    exchange(
+        "pair-2q.toml",
+        "a_blocking_endpoint_sleeps_on_the_readiness_descriptor",
+        [ProgressMode::BusyPoll, ProgressMode::Blocking],
+        200,
+        Duration::from_secs(30),
+    );
+}
