@@ -2,6 +2,18 @@
 //! (shared/contracts/tools.md: common flags).
 
 use crate::launch::{parse_cpus, parse_nodes};
+
+/// A comma-separated list of CPU numbers, as a command-line value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CpuList(pub Vec<usize>);
+
+impl std::str::FromStr for CpuList {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        parse_cpus(s).map(CpuList)
+    }
+}
 use crate::methods::{EndSpec, MethodArg};
 use bcl::sim::FaultSpec;
 use std::path::PathBuf;
@@ -60,8 +72,8 @@ pub struct CommonArgs {
 
     /// Pin to CPUs: one CPU for --serve/--connect; SERVER,CLIENT for --local
     /// and --lab (e.g. --pin 1,0).
-    #[arg(long, value_name = "CPUS", value_parser = parse_cpus)]
-    pub pin: Option<Vec<usize>>,
+    #[arg(long, value_name = "CPUS")]
+    pub pin: Option<CpuList>,
 
     /// Interface of the packet method (default: the only non-loopback
     /// interface that is up).
@@ -150,6 +162,11 @@ impl CommonArgs {
             fault: self.fault.clone(),
             sim_mtu: self.mtu,
         }
+    }
+
+    /// The CPUs of --pin, if given.
+    pub fn pins(&self) -> Option<&[usize]> {
+        self.pin.as_ref().map(|p| p.0.as_slice())
     }
 
     /// `busy-poll` or `blocking`, as reported.

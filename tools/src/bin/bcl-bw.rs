@@ -94,7 +94,7 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
         lossy: c.method == MethodArg::KernelUdp,
         timeout,
     };
-    let pins = c.pin.as_deref();
+    let pins = c.pins();
     let check_sizes = |t: &dyn Transport| -> Result<(), String> {
         match opts.sizes.iter().find(|s| **s > t.max_message()) {
             Some(s) => Err(format!(

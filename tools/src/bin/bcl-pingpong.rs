@@ -80,7 +80,7 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
         warmup: cli.warmup,
         timeout,
     };
-    let pins = c.pin.as_deref();
+    let pins = c.pins();
     match role {
         Role::Lab(file, nodes) => run_in_lab(&file, &nodes, pins),
         Role::Serve => {
@@ -254,7 +254,7 @@ mod tests {
             "a,b",
         ])
         .unwrap();
-        assert_eq!(cli.common.pin, Some(vec![1, 0]));
+        assert_eq!(cli.common.pins(), Some(&[1, 0][..]));
         assert_eq!(
             cli.common.role().unwrap(),
             Role::Lab("f".into(), ("a".into(), "b".into()))
