@@ -763,5 +763,19 @@ mod tests {
         std::fs::write(dir.path().join("dev/vfio/vfio"), "").unwrap();
         std::fs::write(dir.path().join("dev/vfio/2"), "").unwrap();
         assert_eq!(probe_with("00:02.0", &s), Availability::Usable);
+        // A Myri-10G NIC is supported too (opened with Myri10geMethod).
+        f.add_device(
+            "0000:00:04.0",
+            0x14c1,
+            0x0008,
+            0x020000,
+            Some("myri10ge"),
+            Some(4),
+        )
+        .unwrap();
+        assert!(not_usable("00:04.0").contains("bcl-vfio bind 0000:00:04.0"));
+        f.set_driver("0000:00:04.0", Some("vfio-pci")).unwrap();
+        std::fs::write(dir.path().join("dev/vfio/4"), "").unwrap();
+        assert_eq!(probe_with("00:04.0", &s), Availability::Usable);
     }
 }
