@@ -944,6 +944,10 @@ impl<P: PciFunction> Myri10ge<P> {
     /// written again, in case the firmware's last interrupt never reached
     /// us. Returns whether a block was handled.
     pub fn poll_irq(&mut self) -> bool {
+        if !self.ctl.active {
+            // Shut down: the firmware was reset and knows no block.
+            return false;
+        }
         let last = self
             .ctl
             .mem
@@ -1140,6 +1144,9 @@ impl<P: PciFunction> Myri10ge<P> {
         budget: usize,
         mut f: impl FnMut(DmaView<'_>),
     ) -> Result<usize, Myri10geError> {
+        if !self.up {
+            return Ok(0);
+        }
         self.poll_irq();
         let mut consumed = 0;
         while consumed < budget {
