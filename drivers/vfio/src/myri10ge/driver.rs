@@ -1030,8 +1030,12 @@ impl<P: PciFunction> Myri10ge<P> {
         len.max(ETH_ZLEN).div_ceil(TX_BOUNDARY)
     }
 
-    /// Frames of the largest size that fit in the send ring now.
+    /// Frames of the largest size that fit in the send ring now (0 once
+    /// shut down).
     pub fn tx_available(&mut self) -> usize {
+        if !self.up {
+            return 0;
+        }
         self.poll_irq();
         self.tx.avail() / Self::segments(self.max_frame_len())
     }
@@ -1338,11 +1342,7 @@ impl<P: PciFunction> EthernetDevice for Myri10ge<P> {
         self.ctl.pci.address()
     }
     fn tx_space(&mut self) -> usize {
-        if self.up {
-            self.tx_available()
-        } else {
-            0
-        }
+        self.tx_available()
     }
     fn send(&mut self, parts: &[&[u8]]) -> Result<bool, NicError> {
         Ok(Myri10ge::send(self, parts)?)

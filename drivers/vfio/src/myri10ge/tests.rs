@@ -1068,3 +1068,24 @@ fn the_vfio_method_carries_bcl_frames_over_myri10ge() {
     assert_eq!(ma.stats().tx_frames, 300);
     assert_eq!(mb.stats().rx_frames, 300);
 }
+
+#[test]
+fn shutdown_still_resets_the_nic_when_ethernet_down_fails() {
+    let (mut a, _b) = pair(32, 32);
+    model(&a, |m| {
+        m.fail_command(Cmd::ETHERNET_DOWN, CmdStatus::ERROR_BUSY, None)
+    });
+    a.nic.shutdown();
+    assert_eq!(a.nic.stats().link_down_events, 0, "no link-down answer");
+    let cmds: Vec<Cmd> = model(&a, |m| m.commands().iter().map(|c| c.cmd).collect());
+    assert_eq!(&cmds[cmds.len() - 2..], &[Cmd::ETHERNET_DOWN, Cmd::RESET]);
+    let cmd = a.host.config_read_u16(CFG_COMMAND).unwrap();
+    assert_eq!(cmd & COMMAND_BUS_MASTER, 0);
+    // After shutdown nothing touches the NIC any more.
+    let before = a.host.stats().mmio_accesses;
+    assert_eq!(a.nic.receive(16, |_| panic!("no frames")).unwrap(), 0);
+    assert!(!a.nic.poll_irq());
+    assert_eq!(a.nic.tx_available(), 0);
+    assert_eq!(a.host.stats().mmio_accesses, before);
+    assert_clean(&a);
+}
