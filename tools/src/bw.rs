@@ -433,11 +433,14 @@ pub fn run_receiver(
     let linger_end = Instant::now() + Duration::from_millis(300);
     while Instant::now() < linger_end {
         let mut again = false;
-        t.recv(linger_end, &mut |m| {
+        // The sender may close its end meanwhile (TCP): the run is over.
+        let Ok(_) = t.recv(linger_end, &mut |m| {
             again |= matches!(parse_control(m), Some((FINISH, _)));
-        })?;
-        if again {
-            t.send(&report, Instant::now() + idle)?;
+        }) else {
+            break;
+        };
+        if again && t.send(&report, Instant::now() + idle).is_err() {
+            break;
         }
     }
     Ok(BwOutcome {
