@@ -263,6 +263,67 @@ fn raw_pingpong(lab: &Lab, o: &Opts, frame_len: usize) -> Res<(Lat, String)> {
     Ok((lat(&h), report))
 }
 
+/// Streams `frame_len`-byte frames from a to b (batches of 64) for `secs`;
+/// returns frames per second received at b.
+fn raw_rate(lab: &Lab, o: &Opts, frame_len: usize) -> Res<f64> {
+    let (mac_a, if_a, _) = mac_of(lab, "a");
+    let (mac_b, if_b, _) = mac_of(lab, "b");
+    let stop = Arc::new(AtomicBool::new(false));
+    let s2 = stop.clone();
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let cb = xdp_config(&if_b, o);
+    let sink = in_node(lab, "b", 1, move || -> Res<(u64, Duration)> {
+        let mut x = RawXsk::open(&cb)?;
+        ready_tx.send(())?;
+        let mut n = 0u64;
+        let mut first: Option<Instant> = None;
+        let mut last = Instant::now();
+        while !s2.load(Ordering::Relaxed) {
+            let k = x.recv(64, &mut |_, _| {})?;
+            if k > 0 {
+                let now = Instant::now();
+                if first.is_none() {
+                    first = Some(now);
+                } else {
+                    n += k as u64;
+                }
+                last = now;
+            }
+        }
+        Ok((n, last.duration_since(first.unwrap_or(last))))
+    });
+    ready_rx.recv()?;
+    let ca = xdp_config(&if_a, o);
+    let secs = o.secs;
+    let src = in_node(lab, "a", 0, move || -> Res<u64> {
+        let mut x = RawXsk::open(&ca)?;
+        let mut frame = vec![0u8; frame_len];
+        frame[..6].copy_from_slice(&mac_b);
+        frame[6..12].copy_from_slice(&mac_a);
+        frame[12..14].copy_from_slice(&0x88b5u16.to_be_bytes());
+        let t = Instant::now();
+        let mut sent = 0u64;
+        while t.elapsed().as_secs_f64() < secs {
+            let mut k = 0;
+            sent += x.send_with(&mut |buf| {
+                if k == 64 {
+                    return None;
+                }
+                k += 1;
+                buf[..frame.len()].copy_from_slice(&frame);
+                Some(frame.len())
+            })? as u64;
+        }
+        Ok(sent)
+    });
+    let sent = src.join().expect("source thread")?;
+    std::thread::sleep(Duration::from_millis(100));
+    stop.store(true, Ordering::Relaxed);
+    let (n, dt) = sink.join().expect("sink thread")?;
+    let _ = sent;
+    Ok(n as f64 / dt.as_secs_f64().max(1e-9))
+}
+
 // ---------------------------------------------------------------- BCL
 
 fn endpoint(me: u32, cfg: AfXdpConfig, eager: Option<usize>) -> Res<Endpoint> {
@@ -578,6 +639,11 @@ fn main() -> Res<()> {
         bcl64.p99 / bcl64.p50
     );
 
+    let raw_pps = raw_rate(&lab, &o, 64)?;
+    println!(
+        "\nAF_XDP raw frame rate, 64 B frames, one sending core: {:.3} M frames/s",
+        raw_pps / 1e6
+    );
     let (rate, _, st) = bcl_stream(&lab, &o, 8, None)?;
     println!(
         "\n8 B message rate, BCL/afxdp, one sending core: {:.3} M msg/s  [>= 1]",

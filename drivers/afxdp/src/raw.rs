@@ -246,8 +246,9 @@ impl RawXsk {
 
     /// Lends TX buffers (each [`RawXsk::max_tx_frame`] bytes) to `f` until
     /// it returns `None` or buffers run out; `f` writes a whole Ethernet
-    /// frame at the start and returns its length. The batch is then handed
-    /// to the kernel. Returns the number of frames queued.
+    /// frame at the start and returns its length (0 ends the batch, like
+    /// `None`). The batch is then handed to the kernel. Returns the number
+    /// of frames queued.
     pub fn send_with(
         &mut self,
         f: &mut dyn FnMut(&mut [u8]) -> Option<usize>,

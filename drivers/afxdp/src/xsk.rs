@@ -381,11 +381,13 @@ impl Xsk {
         if want == 0 {
             return;
         }
-        let n = self.fill.free(want).min(want);
-        for i in 0..n {
+        let room = self.fill.free(want).min(want);
+        let mut n = 0;
+        while n < room {
             let Some(c) = self.rx_free.pop() else { break };
             self.umem.give(c);
-            self.fill.write(i, self.umem.addr(c));
+            self.fill.write(n, self.umem.addr(c));
+            n += 1;
         }
         self.fill.submit(n);
         if n > 0 && self.need_wakeup && self.bind == BindMode::ZeroCopy && self.fill.needs_wakeup()
@@ -404,10 +406,13 @@ impl Xsk {
     pub(crate) fn rx(&mut self, budget: u32, f: &mut dyn FnMut(&[u8])) -> u32 {
         let mut n = self.rx.available(budget);
         if n == 0 {
-            if !self.busy_poll {
+            let wake =
+                self.bind == BindMode::ZeroCopy && self.need_wakeup && self.fill.needs_wakeup();
+            if !self.busy_poll && !wake {
                 return 0;
             }
-            // Busy polling: let the kernel run the device's NAPI now.
+            // Busy polling: let the kernel run the device's NAPI now; or a
+            // zero-copy driver asks to be woken to fill its RX queue.
             self.kick_rx();
             n = self.rx.available(budget);
             if n == 0 {
@@ -464,8 +469,8 @@ impl Xsk {
 
     /// Lends whole TX chunks to `f` until it returns `None` or buffers run
     /// out; `f` writes a frame at the chunk's start and returns its length
-    /// (1..=chunk size). Submits the batch and kicks the kernel. Returns
-    /// the number of frames queued.
+    /// (1..=chunk size; 0 ends the batch like `None`). Submits the batch
+    /// and kicks the kernel. Returns the number of frames queued.
     pub(crate) fn tx(&mut self, f: &mut dyn FnMut(&mut [u8]) -> Option<usize>) -> io::Result<u32> {
         let room = self.tx_space();
         let fs = self.umem.frame_size() as usize;
@@ -480,8 +485,10 @@ impl Xsk {
                 self.tx_free.pop();
                 continue;
             };
-            let Some(len) = f(buf) else { break };
-            let len = len.clamp(1, fs) as u32;
+            let len = match f(buf) {
+                None | Some(0) => break,
+                Some(len) => len.min(fs) as u32,
+            };
             self.tx_free.pop();
             self.umem.give(c);
             tx.write(

@@ -76,7 +76,7 @@ fn program_passes_the_verifier_and_classifies_frames() {
 
 /// Sends 100 frames from each TX queue of `a` to `b`; `b` binds both RX
 /// queues. Returns the frames per receiving queue.
-fn two_queue_exchange(mode: AttachMode) -> HashMap<u32, usize> {
+fn two_queue_exchange(mode: AttachMode, tweak: fn(&mut AfXdpConfig)) -> HashMap<u32, usize> {
     let Some(lab) = lab("pair-2q.toml", "two_queue_exchange") else {
         return HashMap::from([(0, 1), (1, 1)]);
     };
@@ -95,6 +95,7 @@ fn two_queue_exchange(mode: AttachMode) -> HashMap<u32, usize> {
     let rx = in_node(&lab, "b", move || {
         let mut cfg = AfXdpConfig::new(if_b);
         cfg.force_attach = Some(mode);
+        tweak(&mut cfg);
         let mut x = RawXsk::open(&cfg).expect("open b");
         assert_eq!(x.queues(), vec![0, 1]);
         assert_eq!(x.mode_report().attach, mode);
@@ -104,6 +105,13 @@ fn two_queue_exchange(mode: AttachMode) -> HashMap<u32, usize> {
         while got.len() < 200 && Instant::now() < deadline {
             x.recv(64, &mut |q, f| got.push((q, f.to_vec()))).unwrap();
         }
+        if got.len() < 200 {
+            eprintln!(
+                "receiver: kernel stats {:?}, queue stats {:?}",
+                x.kernel_stats(),
+                x.queue_stats()
+            );
+        }
         got
     });
     ready_rx.recv().unwrap();
@@ -111,6 +119,7 @@ fn two_queue_exchange(mode: AttachMode) -> HashMap<u32, usize> {
         let mut cfg = AfXdpConfig::new(if_a);
         cfg.force_attach = Some(mode);
         cfg.tx_on_all_queues = true;
+        tweak(&mut cfg);
         let mut x = RawXsk::open(&cfg).expect("open a");
         for q in 0..2u32 {
             for i in 0..100u32 {
@@ -152,7 +161,7 @@ fn two_queue_exchange(mode: AttachMode) -> HashMap<u32, usize> {
 
 #[test]
 fn two_queue_veth_native_receives_on_both_queues() {
-    let per_q = two_queue_exchange(AttachMode::Native);
+    let per_q = two_queue_exchange(AttachMode::Native, |_| {});
     // veth hands a frame sent on TX queue q to the peer's RX queue q.
     assert!(
         per_q.get(&0).copied().unwrap_or(0) > 0 && per_q.get(&1).copied().unwrap_or(0) > 0,
@@ -163,8 +172,19 @@ fn two_queue_veth_native_receives_on_both_queues() {
 #[test]
 fn two_queue_veth_generic_receives_everything() {
     // Generic XDP on veth sees these frames on queue 0 only; binding every
-    // queue makes that irrelevant.
-    let per_q = two_queue_exchange(AttachMode::Generic);
+    // queue makes that irrelevant. Also covers the other knobs: no
+    // need_wakeup (kick after every batch), busy polling, 2 KiB frames,
+    // small rings.
+    let per_q = two_queue_exchange(AttachMode::Generic, |c| {
+        c.need_wakeup = false;
+        c.busy_poll = true;
+        c.frame_size = 2048;
+        // Room for all 200 frames: raw frames have no flow control, and a
+        // receiver that is scheduled out while the sender blasts would
+        // otherwise see its fill ring run dry (counted as rx_dropped).
+        c.rx_ring_size = 256;
+        c.tx_ring_size = 64;
+    });
     assert_eq!(per_q.values().sum::<usize>(), 200);
 }
 
