@@ -107,6 +107,11 @@ pub struct CommonArgs {
     #[arg(long, default_value_t = 60)]
     pub wait_client_s: u64,
 
+    /// Print everything the transport counted at the end (BCL: port,
+    /// progress-engine and peer counters).
+    #[arg(long)]
+    pub stats: bool,
+
     /// Write the results as JSON (see shared/contracts/tools.md).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,

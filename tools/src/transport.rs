@@ -49,4 +49,9 @@ pub trait Transport {
 
     /// Largest message the transport carries.
     fn max_message(&self) -> usize;
+
+    /// Everything the transport counted, for a person (`--stats`).
+    fn details(&self) -> String {
+        format!("{:?}", self.counters())
+    }
 }

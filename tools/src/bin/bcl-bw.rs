@@ -115,6 +115,9 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
             announce(&served.descriptor);
             let mut t = served.accept(Instant::now() + wait_client)?;
             let out = run_receiver(&mut *t, wait_client, timeout).map_err(|e| e.to_string())?;
+            if c.stats {
+                println!("{}", t.details());
+            }
             finish(cli, "receiver", &out, None)
         }
         Role::Connect(descriptor) => {
@@ -124,20 +127,32 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
             let mut t = open_client(&spec, &descriptor, Instant::now() + timeout)?;
             check_sizes(&*t)?;
             let out = run_sender(&mut *t, &opts).map_err(|e| e.to_string())?;
+            if c.stats {
+                println!("{}", t.details());
+            }
             finish(cli, "sender", &out, Some(t.counters()))
         }
         Role::Local => {
             let (served, mut client) = open_local_pair(&spec)?;
             check_sizes(&*client)?;
             let (server_cpu, client_cpu) = split_pins(pins);
+            let stats = c.stats;
             let receiver = spawn_pinned(server_cpu, move || -> Result<BwOutcome, String> {
                 let mut t = served.accept(Instant::now() + wait_client)?;
-                run_receiver(&mut *t, wait_client, timeout).map_err(|e| format!("receiver: {e}"))
+                let out = run_receiver(&mut *t, wait_client, timeout)
+                    .map_err(|e| format!("receiver: {e}"));
+                if stats {
+                    println!("# receiver:\n{}", t.details());
+                }
+                out
             });
             if let Some(cpu) = client_cpu {
                 pin_current_thread(cpu)?;
             }
             let out = run_sender(&mut *client, &opts).map_err(|e| e.to_string());
+            if c.stats {
+                println!("# sender:\n{}", client.details());
+            }
             receiver
                 .join()
                 .map_err(|_| "receiver thread panicked".to_string())??

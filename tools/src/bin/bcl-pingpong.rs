@@ -92,6 +92,9 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
             let mut t = served.accept(Instant::now() + wait_client)?;
             let echoed = serve_echo(&mut *t, wait_client, timeout).map_err(|e| e.to_string())?;
             let tc = t.counters();
+            if c.stats {
+                println!("{}", t.details());
+            }
             println!(
                 "# served {echoed} messages; transport retransmits {} bad frames {}",
                 tc.retransmits, tc.bad_frames
@@ -110,9 +113,13 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
         Role::Local => {
             let (served, mut client) = open_local_pair(&spec)?;
             let (server_cpu, client_cpu) = split_pins(pins);
+            let stats = c.stats;
             let server = spawn_pinned(server_cpu, move || -> Result<TransportCounters, String> {
                 let mut t: BoxTransport = served.accept(Instant::now() + wait_client)?;
                 serve_echo(&mut *t, wait_client, timeout).map_err(|e| format!("server: {e}"))?;
+                if stats {
+                    println!("# server:\n{}", t.details());
+                }
                 Ok(t.counters())
             });
             if let Some(cpu) = client_cpu {
@@ -120,6 +127,9 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
             }
             let outcome = run_client(&mut TransportClient::new(&mut *client), &opts)
                 .map_err(|e| e.to_string());
+            if c.stats {
+                println!("# client:\n{}", client.details());
+            }
             let server = server
                 .join()
                 .map_err(|_| "server thread panicked".to_string())??;
