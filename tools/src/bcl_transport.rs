@@ -93,7 +93,7 @@ impl Transport for BclTransport {
             // The deadline is for timeouts: reading the clock every round
             // would slow the busy-poll loop (progress reads it already).
             idle_rounds = idle_rounds.wrapping_add(1);
-            if idle_rounds % 64 == 0 && self.ep.now() >= until {
+            if idle_rounds.is_multiple_of(64) && self.ep.now() >= until {
                 return Ok(false);
             }
             self.step(until)?;
