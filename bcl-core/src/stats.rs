@@ -88,6 +88,9 @@ pub struct PortStats {
     pub ring_full_drops: u64,
     /// NAK(ring full) received: times this port had to back off.
     pub ring_full_backoffs: u64,
+    /// Times this port dropped a peer's out-of-order messages to make room
+    /// for the one it needed next.
+    pub reneged: u64,
     /// Messages accepted by `send`.
     pub messages_sent: u64,
     /// Messages acknowledged end to end.

@@ -93,6 +93,15 @@ pub struct PeerInfo {
     pub stats: PeerStats,
 }
 
+/// The receive ring held for one message that could not get in, so that
+/// other senders cannot starve it.
+#[derive(Clone, Copy, Debug)]
+struct RingReservation {
+    peer: PeerIdx,
+    msg_id: u32,
+    until: Time,
+}
+
 /// An accepted message on its way out.
 struct OutMessage {
     handle: SendHandle,
@@ -114,6 +123,7 @@ pub struct Port {
     peers: Vec<Peer>,
     peer_index: FxHashMap<ProcessAddr, PeerIdx>,
     ring: SystemRing,
+    ring_reservation: Option<RingReservation>,
     messages: Vec<Option<OutMessage>>,
     free_messages: Vec<u32>,
     buffers: Vec<Vec<u8>>,
@@ -146,6 +156,7 @@ impl Port {
             peers: Vec::new(),
             peer_index: FxHashMap::default(),
             ring: SystemRing::new(cfg.ring_blocks, cfg.ring_block_size),
+            ring_reservation: None,
             messages: (0..max).map(|_| None).collect(),
             free_messages: (0..max as u32).rev().collect(),
             buffers: Vec::with_capacity(max),
@@ -212,6 +223,40 @@ impl Port {
             srtt: p.rtt.srtt(),
             stats: p.stats,
         })
+    }
+
+    /// The full internal state kept for `addr`, formatted for a person
+    /// (debugging and diagnostics tools; the format is not stable).
+    pub fn peer_debug(&self, addr: ProcessAddr) -> Option<String> {
+        let p = &self.peers[*self.peer_index.get(&addr)? as usize];
+        Some(format!(
+            "peer {addr}: route {:?} queued {} | tx: una {:?} next {:?} queue_head {} retx [{:?},{:?}) all {} \
+             rto_deadline {:?} busy_until {:?} busy_shift {} timeouts {} window {} | rx: known {} expected {:?} \
+             deliver {:?}/{:?} unacked {} ack_now {} nak {:?} ack_deadline {:?} window {} | timer_armed {:?}",
+            p.route,
+            p.queued,
+            p.una,
+            p.next_seq,
+            p.queue_head,
+            p.retx_from,
+            p.retx_to,
+            p.retx_all,
+            p.rto_deadline,
+            p.busy_until,
+            p.busy_shift,
+            p.consecutive_timeouts,
+            p.tx.is_some(),
+            p.rx_known,
+            p.expected,
+            p.deliver_seq,
+            p.deliver_msg_id,
+            p.unacked,
+            p.ack_now,
+            p.nak,
+            p.ack_deadline,
+            p.rx.is_some(),
+            p.timer_armed,
+        ))
     }
 
     /// All peers the port keeps state for.

@@ -2,9 +2,10 @@
 //! the ring, in-order delivery and what to acknowledge.
 
 use super::peer::{PeerIdx, RxMsg, RxWindow, RX_MSGS};
-use super::Port;
+use super::{Port, RingReservation};
 use crate::event::Delivery;
 use crate::method::Route;
+use crate::ring::RingSlot;
 use crate::sack::RX_WINDOW;
 use crate::seq::Seq;
 use crate::time::Time;
@@ -155,7 +156,8 @@ impl Port {
                 return;
             }
             None => {
-                let Some(slot) = self.ring.alloc(msg_len as usize) else {
+                let Some(slot) = self.alloc_rx_slot(idx, msg_id, msg_len, offset == 0, now) else {
+                    let p = &mut self.peers[idx as usize];
                     p.stats.ring_full_drops += 1;
                     self.stats.ring_full_drops += 1;
                     if p.nak == NakReason::None || p.nak == NakReason::Gap {
@@ -164,7 +166,6 @@ impl Port {
                     }
                     return;
                 };
-                w.active_msgs += 1;
                 RxMsg {
                     has_first: false,
                     msg_id,
@@ -176,6 +177,8 @@ impl Port {
                 }
             }
         };
+        let p = &mut self.peers[idx as usize];
+        let Some(w) = p.rx.as_mut() else { return };
         let payload = frame.payload();
         let start = h.frag_offset.get() as usize;
         if let Some(dst) = self
@@ -193,6 +196,9 @@ impl Port {
         }
         if entry.last_seq.before(seq) {
             entry.last_seq = seq;
+        }
+        if w.entry(msg_id).is_none() {
+            w.active_msgs += 1;
         }
         *w.entry_mut(msg_id) = Some(entry);
         w.bitmap.set(offset);
@@ -215,6 +221,86 @@ impl Port {
         } else if p.nak == NakReason::None {
             p.nak = NakReason::Gap;
         }
+    }
+
+    /// Ring space for a new message from peer `idx`.
+    ///
+    /// The ring must never fill up with messages that cannot be delivered
+    /// because an earlier one is missing, or the earlier one could never get
+    /// in (a reassembly deadlock). So: a message that starts ahead of the
+    /// next wanted frame (`head_of_line` false) only gets space if enough
+    /// stays free for a full eager message; the head-of-line message may
+    /// evict this peer's out-of-order messages (reneging: they are resent);
+    /// and when it still does not fit, the ring is reserved for it, so other
+    /// senders' messages cannot starve it, until it gets in or the
+    /// reservation expires.
+    fn alloc_rx_slot(
+        &mut self,
+        idx: PeerIdx,
+        msg_id: u32,
+        len: u32,
+        head_of_line: bool,
+        now: Time,
+    ) -> Option<RingSlot> {
+        if let Some(r) = self.ring_reservation {
+            if r.until <= now {
+                self.ring_reservation = None;
+            } else if (r.peer, r.msg_id) != (idx, msg_id) {
+                return None;
+            }
+        }
+        let need = self.ring.blocks_for(len as usize);
+        if !head_of_line {
+            let headroom = self.ring.blocks_for(self.cfg.eager_limit);
+            if self.ring.free_blocks() < need + headroom {
+                return None;
+            }
+            return self.ring.alloc(len as usize);
+        }
+        let slot = self.ring.alloc(len as usize).or_else(|| {
+            self.renege(idx);
+            self.ring.alloc(len as usize)
+        });
+        match slot {
+            Some(_) => {
+                if self
+                    .ring_reservation
+                    .is_some_and(|r| r.peer == idx && r.msg_id == msg_id)
+                {
+                    self.ring_reservation = None;
+                }
+            }
+            None => {
+                if self.ring_reservation.is_none() {
+                    self.ring_reservation = Some(RingReservation {
+                        peer: idx,
+                        msg_id,
+                        until: now + self.cfg.rto.max * 2,
+                    });
+                }
+            }
+        }
+        slot
+    }
+
+    /// Drops every message peer `idx` has ahead of the next wanted frame,
+    /// returning their ring space. Only called when the next wanted frame
+    /// needs space, so every held message is out of order; the sender learns
+    /// from the next acknowledgement's bitmap that they must come again.
+    fn renege(&mut self, idx: PeerIdx) {
+        let p = &mut self.peers[idx as usize];
+        let Some(w) = p.rx.as_mut() else { return };
+        if w.active_msgs == 0 {
+            return;
+        }
+        for e in w.msgs.iter_mut() {
+            if let Some(m) = e.take() {
+                self.ring.free(m.slot);
+            }
+        }
+        w.active_msgs = 0;
+        w.bitmap = Default::default();
+        self.stats.reneged += 1;
     }
 
     /// Announces, in order, every message of peer `idx` that is complete and

@@ -8,7 +8,7 @@ use crate::event::{SendEvent, SendFailure, SendHandle};
 use crate::method::TxFrame;
 use crate::seq::Seq;
 use crate::time::Time;
-use crate::wire::{self, flags, AckBody, FrameType, HeaderFields, NakReason};
+use crate::wire::{self, flags, AckBody, FrameType, HeaderFields, NakReason, SACK_BITS};
 use zerocopy::network_endian::{U16, U32};
 use zerocopy::IntoBytes;
 
@@ -351,18 +351,23 @@ impl Port {
 
     /// Applies the selective part and reason of an ACK or NAK body.
     pub(super) fn on_ack_body(&mut self, idx: PeerIdx, ack: Seq, body: &AckBody, now: Time) {
+        // The bitmap is the receiver's whole view of the window past `ack`:
+        // frames it no longer holds (it may drop out-of-order data to make
+        // room) are un-marked, so they are sent again.
         let p = &mut self.peers[idx as usize];
         let (una, next) = (p.una, p.next_seq);
         let mut highest_sacked = None;
         if let Some(w) = p.tx.as_mut() {
-            for i in 0..usize::from(body.sack_bits.get()) {
-                if body.is_set(i) {
-                    let s = ack.plus(1 + i as u32);
-                    if s.in_window(una, next.since(una).unwrap_or(0)) {
-                        w.slot_mut(s).sacked = true;
+            let mut s = ack.next();
+            while s.before(next) && s.since(ack).is_some_and(|d| d <= SACK_BITS as u32) {
+                if !s.before(una) {
+                    let held = body.is_set((s.since(ack).unwrap_or(1) - 1) as usize);
+                    w.slot_mut(s).sacked = held;
+                    if held {
                         highest_sacked = Some(s);
                     }
                 }
+                s = s.next();
             }
         }
         match body.reason() {
@@ -375,6 +380,8 @@ impl Port {
             NakReason::RingFull => {
                 self.stats.ring_full_backoffs += 1;
                 let p = &mut self.peers[idx as usize];
+                // The peer answers: it is alive, only full.
+                p.consecutive_timeouts = 0;
                 if now >= p.busy_until {
                     let backoff = self
                         .cfg
@@ -412,6 +419,15 @@ impl Port {
         }
         p.rtt.back_off();
         let (una, next) = (p.una, p.next_seq);
+        // After a timeout, selective acknowledgements are not trusted: the
+        // receiver may have dropped what it held (RFC 2018, RFC 6675).
+        if let Some(w) = p.tx.as_mut() {
+            let mut s = una;
+            while s != next {
+                w.slot_mut(s).sacked = false;
+                s = s.next();
+            }
+        }
         p.add_retx_range(una, next, true);
         p.rto_deadline = now + p.rtt.rto(&self.cfg.rto);
     }
