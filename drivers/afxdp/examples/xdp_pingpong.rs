@@ -40,6 +40,7 @@ struct Opts {
     skip_bw: bool,
     bw_mtu: u32,
     secs: f64,
+    only: Option<String>,
 }
 
 fn parse_opts() -> Opts {
@@ -51,6 +52,7 @@ fn parse_opts() -> Opts {
         skip_bw: false,
         bw_mtu: 3500,
         secs: 2.0,
+        only: None,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut it = args.iter();
@@ -65,6 +67,7 @@ fn parse_opts() -> Opts {
             "--skip-bw" => o.skip_bw = true,
             "--bw-mtu" => o.bw_mtu = val().parse().expect("--bw-mtu N"),
             "--secs" => o.secs = val().parse().expect("--secs S"),
+            "--only" => o.only = Some(val()),
             other => panic!("unknown argument {other}"),
         }
     }
@@ -170,13 +173,15 @@ fn udp_pingpong(lab: &Lab, o: &Opts) -> Res<Lat> {
         for i in 0..warmup + iters {
             let t = Instant::now();
             s.send(&msg)?;
+            let mut spins = 0u32;
             loop {
                 match s.recv(&mut buf) {
                     Ok(_) => break,
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                     Err(e) => return Err(e.into()),
                 }
-                if t.elapsed() > Duration::from_secs(1) {
+                spins = spins.wrapping_add(1);
+                if spins % 4096 == 0 && t.elapsed() > Duration::from_secs(1) {
                     return Err("UDP reply lost".into());
                 }
             }
@@ -243,11 +248,13 @@ fn raw_pingpong(lab: &Lab, o: &Opts, frame_len: usize) -> Res<(Lat, String)> {
             let t = Instant::now();
             while !x.send(&frame)? {}
             let mut got = false;
+            let mut spins = 0u32;
             while !got {
                 x.recv(1, &mut |_, f| {
                     got = f.len() >= 22 && f[14..22] == i.to_le_bytes();
                 })?;
-                if t.elapsed() > Duration::from_secs(1) {
+                spins = spins.wrapping_add(1);
+                if spins % 4096 == 0 && t.elapsed() > Duration::from_secs(1) {
                     return Err(format!("raw reply {i} lost").into());
                 }
             }
@@ -290,6 +297,9 @@ fn raw_rate(lab: &Lab, o: &Opts, frame_len: usize) -> Res<f64> {
                 last = now;
             }
         }
+        if std::env::var_os("XPP_DEBUG").is_some() {
+            eprintln!("raw sink: kernel stats {:?}", x.kernel_stats());
+        }
         Ok((n, last.duration_since(first.unwrap_or(last))))
     });
     ready_rx.recv()?;
@@ -320,7 +330,9 @@ fn raw_rate(lab: &Lab, o: &Opts, frame_len: usize) -> Res<f64> {
     std::thread::sleep(Duration::from_millis(100));
     stop.store(true, Ordering::Relaxed);
     let (n, dt) = sink.join().expect("sink thread")?;
-    let _ = sent;
+    if std::env::var_os("XPP_DEBUG").is_some() {
+        eprintln!("raw source: sent {sent}, received {n} in {dt:?}");
+    }
     Ok(n as f64 / dt.as_secs_f64().max(1e-9))
 }
 
@@ -412,6 +424,7 @@ fn bcl_pingpong(lab: &Lab, o: &Opts, size: usize) -> Res<(Lat, String)> {
                 msg[..8].copy_from_slice(&i.to_le_bytes());
                 let t = Instant::now();
                 ep.send(b, &msg)?;
+                let mut spins = 0u32;
                 'wait: loop {
                     ep.progress()?;
                     while let Some(d) = ep.poll_delivery() {
@@ -421,7 +434,8 @@ fn bcl_pingpong(lab: &Lab, o: &Opts, size: usize) -> Res<(Lat, String)> {
                             break 'wait;
                         }
                     }
-                    if t.elapsed() > Duration::from_secs(2) {
+                    spins = spins.wrapping_add(1);
+                    if spins % 4096 == 0 && t.elapsed() > Duration::from_secs(2) {
                         return Err(format!("BCL reply {i} lost").into());
                     }
                 }
@@ -606,6 +620,24 @@ fn main() -> Res<()> {
         "{:<34} {:>8} {:>8} {:>8} {:>9} {:>8}",
         "transport", "p50", "p99", "min", "max", "n"
     );
+    if let Some(only) = o.only.as_deref() {
+        // One measurement alone (for profiling).
+        match only {
+            "udp" => row("kernel UDP, 64 B frame", &udp_pingpong(&lab, &o)?),
+            "raw" => row("AF_XDP raw, 64 B frame", &raw_pingpong(&lab, &o, 64)?.0),
+            "bcl" => row("BCL/afxdp, 64 B message", &bcl_pingpong(&lab, &o, 64)?.0),
+            "rate" => println!(
+                "BCL 8 B rate {:.3} M msg/s",
+                bcl_stream(&lab, &o, 8, None)?.0 / 1e6
+            ),
+            "rawrate" => println!(
+                "raw 64 B rate {:.3} M frames/s",
+                raw_rate(&lab, &o, 64)? / 1e6
+            ),
+            other => return Err(format!("--only {other}: udp, raw, bcl, rate or rawrate").into()),
+        }
+        return Ok(());
+    }
     let udp = udp_pingpong(&lab, &o)?;
     row("kernel UDP, 64 B frame", &udp);
     let (raw64, report) = raw_pingpong(&lab, &o, 64)?;

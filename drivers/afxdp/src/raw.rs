@@ -284,7 +284,7 @@ impl RawXsk {
         let queue = q.queue();
         q.tx(f)
             .map(|n| n as usize)
-            .map_err(AfXdpError::io(format!("queue {queue}: TX kick (sendto)")))
+            .map_err(|e| kick_error(queue, e))
     }
 
     /// Sends one frame (copied into a TX buffer). `Ok(false)` if no buffer
@@ -317,9 +317,18 @@ impl RawXsk {
     pub fn flush(&mut self) -> Result<(), AfXdpError> {
         for q in self.queues.iter_mut().filter(|q| q.has_tx()) {
             let queue = q.queue();
-            q.flush()
-                .map_err(AfXdpError::io(format!("queue {queue}: TX kick (sendto)")))?;
+            q.flush().map_err(|e| kick_error(queue, e))?;
         }
         Ok(())
+    }
+}
+
+/// The error of a failed TX kick (built only on failure: this is on the
+/// data path).
+#[cold]
+fn kick_error(queue: u32, source: std::io::Error) -> AfXdpError {
+    AfXdpError::Io {
+        context: format!("queue {queue}: TX kick (sendto)"),
+        source,
     }
 }
