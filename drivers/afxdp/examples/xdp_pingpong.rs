@@ -181,7 +181,7 @@ fn udp_pingpong(lab: &Lab, o: &Opts) -> Res<Lat> {
                     Err(e) => return Err(e.into()),
                 }
                 spins = spins.wrapping_add(1);
-                if spins % 4096 == 0 && t.elapsed() > Duration::from_secs(1) {
+                if spins.is_multiple_of(4096) && t.elapsed() > Duration::from_secs(1) {
                     return Err("UDP reply lost".into());
                 }
             }
@@ -254,7 +254,7 @@ fn raw_pingpong(lab: &Lab, o: &Opts, frame_len: usize) -> Res<(Lat, String)> {
                     got = f.len() >= 22 && f[14..22] == i.to_le_bytes();
                 })?;
                 spins = spins.wrapping_add(1);
-                if spins % 4096 == 0 && t.elapsed() > Duration::from_secs(1) {
+                if spins.is_multiple_of(4096) && t.elapsed() > Duration::from_secs(1) {
                     return Err(format!("raw reply {i} lost").into());
                 }
             }
@@ -435,7 +435,7 @@ fn bcl_pingpong(lab: &Lab, o: &Opts, size: usize) -> Res<(Lat, String)> {
                         }
                     }
                     spins = spins.wrapping_add(1);
-                    if spins % 4096 == 0 && t.elapsed() > Duration::from_secs(2) {
+                    if spins.is_multiple_of(4096) && t.elapsed() > Duration::from_secs(2) {
                         return Err(format!("BCL reply {i} lost").into());
                     }
                 }
