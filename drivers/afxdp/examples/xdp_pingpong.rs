@@ -9,7 +9,7 @@
 //!
 //! ```sh
 //! cargo build --release -p bcl-lab
-//! cargo run --release -p bcl-afxdp --example xdp_pingpong -- [--iters 20000] [--skip-bw]
+//! cargo run --release -p bcl-afxdp --example xdp_pingpong -- [--iters 20000] [--rounds 3] [--skip-bw]
 //! ```
 //!
 //! The lab (`configs/lab/pair.toml`) is brought up under its own prefix and
@@ -41,6 +41,7 @@ struct Opts {
     bw_mtu: u32,
     secs: f64,
     only: Option<String>,
+    rounds: usize,
 }
 
 fn parse_opts() -> Opts {
@@ -53,6 +54,7 @@ fn parse_opts() -> Opts {
         bw_mtu: 3500,
         secs: 2.0,
         only: None,
+        rounds: 3,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut it = args.iter();
@@ -68,6 +70,7 @@ fn parse_opts() -> Opts {
             "--bw-mtu" => o.bw_mtu = val().parse().expect("--bw-mtu N"),
             "--secs" => o.secs = val().parse().expect("--secs S"),
             "--only" => o.only = Some(val()),
+            "--rounds" => o.rounds = val().parse::<usize>().expect("--rounds N").max(1),
             other => panic!("unknown argument {other}"),
         }
     }
@@ -638,37 +641,69 @@ fn main() -> Res<()> {
         }
         return Ok(());
     }
-    let udp = udp_pingpong(&lab, &o)?;
-    row("kernel UDP, 64 B frame", &udp);
-    let (raw64, report) = raw_pingpong(&lab, &o, 64)?;
-    row("AF_XDP raw, 64 B frame", &raw64);
-    let (raw134, _) = raw_pingpong(&lab, &o, 14 + 56 + 64)?;
-    row("AF_XDP raw, 134 B frame", &raw134);
-    let (bcl64, stats) = bcl_pingpong(&lab, &o, 64)?;
-    row("BCL/afxdp, 64 B message", &bcl64);
-    let (bcl8, _) = bcl_pingpong(&lab, &o, 8)?;
-    row("BCL/afxdp, 8 B message", &bcl8);
+    // Interleaved rounds, so that a change in the machine's load hits every
+    // transport alike; the ratios use the median of the rounds' p50s.
+    let names = [
+        "kernel UDP, 64 B frame",
+        "AF_XDP raw, 64 B frame",
+        "AF_XDP raw, 134 B frame",
+        "BCL/afxdp, 64 B message",
+        "BCL/afxdp, 8 B message",
+    ];
+    let mut all: Vec<Vec<Lat>> = (0..names.len()).map(|_| Vec::new()).collect();
+    let mut report = String::new();
+    let mut stats = String::new();
+    for round in 0..o.rounds {
+        println!("round {} (load {})", round + 1, loadavg());
+        let udp = udp_pingpong(&lab, &o)?;
+        let (raw64, r) = raw_pingpong(&lab, &o, 64)?;
+        let (raw134, _) = raw_pingpong(&lab, &o, 14 + 56 + 64)?;
+        let (bcl64, st) = bcl_pingpong(&lab, &o, 64)?;
+        let (bcl8, _) = bcl_pingpong(&lab, &o, 8)?;
+        report = r;
+        stats = st;
+        for (k, l) in [udp, raw64, raw134, bcl64, bcl8].into_iter().enumerate() {
+            row(names[k], &l);
+            all[k].push(l);
+        }
+    }
+    let median = |v: &[Lat], f: fn(&Lat) -> f64| {
+        let mut x: Vec<f64> = v.iter().map(f).collect();
+        x.sort_by(|a, b| a.total_cmp(b));
+        x[x.len() / 2]
+    };
+    println!("\nmedian over {} rounds (µs):", o.rounds);
+    println!("{:<34} {:>8} {:>8}", "transport", "p50", "p99");
+    let p50: Vec<f64> = all.iter().map(|v| median(v, |l| l.p50)).collect();
+    let p99: Vec<f64> = all.iter().map(|v| median(v, |l| l.p99)).collect();
+    for k in 0..names.len() {
+        println!("{:<34} {:>8.2} {:>8.2}", names[k], p50[k], p99[k]);
+    }
     println!(
         "\nmodes (echo side): {}",
         report.trim_end().replace('\n', "\n  ")
     );
-    println!("client port: {stats}");
+    println!("client port (last BCL run): {stats}");
     println!("\nratios (targets in brackets):");
     println!(
         "  BCL 64 B p50 / kernel UDP p50      = {:.2}  [<= 0.45]",
-        bcl64.p50 / udp.p50
+        p50[3] / p50[0]
     );
     println!(
         "  BCL 64 B p50 / raw 64 B frame p50  = {:.2}  [<= 1.15]",
-        bcl64.p50 / raw64.p50
+        p50[3] / p50[1]
     );
     println!(
         "  BCL 64 B p50 / raw 134 B frame p50 = {:.2}  (same frame length on the wire)",
-        bcl64.p50 / raw134.p50
+        p50[3] / p50[2]
     );
     println!(
         "  BCL 64 B p99 / p50                 = {:.2}  [<= 2]",
-        bcl64.p99 / bcl64.p50
+        p99[3] / p50[3]
+    );
+    println!(
+        "  raw 64 B p99 / p50                 = {:.2}",
+        p99[1] / p50[1]
     );
 
     let raw_pps = raw_rate(&lab, &o, 64)?;

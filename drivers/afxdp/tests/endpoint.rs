@@ -29,23 +29,27 @@ fn run_side(
     mode: ProgressMode,
     me: u32,
     peer: u32,
-    ifname: String,
+    method: Box<dyn bcl::Method>,
     count: u32,
     to_peer: mpsc::Sender<Descriptor>,
     from_peer: mpsc::Receiver<Descriptor>,
     finished: Arc<AtomicUsize>,
     timeout: Duration,
 ) -> String {
-    let m = AfXdpMethod::open(AfXdpConfig::new(ifname)).expect("open afxdp");
+    let name = method.name();
     let mut ep = Endpoint::builder(ProcessAddr::new(me, 0), JobKey(5))
-        .method(Box::new(m))
+        .method(method)
         .mode(mode)
         .build()
         .expect("endpoint");
-    assert_eq!(ep.mode(), mode, "afxdp has a readiness descriptor");
+    assert_eq!(ep.mode(), mode, "the method has a readiness descriptor");
     to_peer.send(ep.descriptors()[0].clone()).unwrap();
     let peer_addr = ProcessAddr::new(peer, 0);
-    ep.add_peer(peer_addr, from_peer.recv().unwrap());
+    // The engine routes by method name; afxdp and packet put the same
+    // frames on the wire and share the MAC/IFINDEX address form, so a
+    // peer's descriptor of the other method is offered under our name.
+    let d = from_peer.recv().unwrap();
+    ep.add_peer(peer_addr, Descriptor::new(name, d.address));
     let deadline = Instant::now() + timeout;
     let (mut sent, mut completed, mut received) = (0u32, 0u32, 0u32);
     let mut marked = false;
@@ -102,10 +106,48 @@ fn run_side(
     format!("{:?} {:?}", ep.port().stats(), ep.engine_stats())
 }
 
+/// Which method a node runs.
+#[derive(Clone, Copy)]
+enum Kind {
+    AfXdp,
+    Packet,
+}
+
+fn open(kind: Kind, ifname: String) -> Box<dyn bcl::Method> {
+    match kind {
+        Kind::AfXdp => Box::new(AfXdpMethod::open(AfXdpConfig::new(ifname)).expect("open afxdp")),
+        Kind::Packet => Box::new(
+            bcl::packet::PacketMethod::open(bcl::packet::PacketConfig {
+                ifname: Some(ifname),
+                ..Default::default()
+            })
+            .expect("open packet"),
+        ),
+    }
+}
+
 fn exchange(
     file: &str,
     test: &str,
     modes: [ProgressMode; 2],
+    count: u32,
+    timeout: Duration,
+) -> Option<bcl_lab::LabGuard> {
+    exchange_with(
+        file,
+        test,
+        modes,
+        [Kind::AfXdp, Kind::AfXdp],
+        count,
+        timeout,
+    )
+}
+
+fn exchange_with(
+    file: &str,
+    test: &str,
+    modes: [ProgressMode; 2],
+    kinds: [Kind; 2],
     count: u32,
     timeout: Duration,
 ) -> Option<bcl_lab::LabGuard> {
@@ -117,10 +159,30 @@ fn exchange(
     let finished = Arc::new(AtomicUsize::new(0));
     let f2 = finished.clone();
     let a = in_node(&lab, "a", move || {
-        run_side(modes[0], 1, 2, if_a, count, a_tx, b_rx, finished, timeout)
+        run_side(
+            modes[0],
+            1,
+            2,
+            open(kinds[0], if_a),
+            count,
+            a_tx,
+            b_rx,
+            finished,
+            timeout,
+        )
     });
     let b = in_node(&lab, "b", move || {
-        run_side(modes[1], 2, 1, if_b, count, b_tx, a_rx, f2, timeout)
+        run_side(
+            modes[1],
+            2,
+            1,
+            open(kinds[1], if_b),
+            count,
+            b_tx,
+            a_rx,
+            f2,
+            timeout,
+        )
     });
     let sa = a.join().expect("node a");
     let sb = b.join().expect("node b");
@@ -167,6 +229,20 @@ fn a_blocking_endpoint_sleeps_on_the_readiness_descriptor() {
         "pair-2q.toml",
         "a_blocking_endpoint_sleeps_on_the_readiness_descriptor",
         [ProgressMode::BusyPoll, ProgressMode::Blocking],
+        200,
+        Duration::from_secs(30),
+    );
+}
+
+#[test]
+fn an_afxdp_endpoint_and_a_packet_endpoint_interoperate() {
+    // Same Ethernet framing: BCL over AF_XDP on one node, BCL over
+    // AF_PACKET (the `packet` method, through the `bcl` crate) on the other.
+    exchange_with(
+        "pair.toml",
+        "an_afxdp_endpoint_and_a_packet_endpoint_interoperate",
+        [ProgressMode::BusyPoll, ProgressMode::BusyPoll],
+        [Kind::AfXdp, Kind::Packet],
         200,
         Duration::from_secs(30),
     );
