@@ -266,9 +266,26 @@ impl Endpoint {
             })?;
         }
         self.port.handle_timeout(now);
+        moved += self.transmit_at(now)?;
+        Ok(moved)
+    }
+
+    /// Puts on the wire what the port has ready now (routing new peers
+    /// first), without receiving or running timers: one transmit burst per
+    /// method. Calling it right after [`Endpoint::send`] saves the latency of
+    /// the receive half of a [`progress`](Endpoint::progress) round (a
+    /// system call on socket methods) before the message leaves. Returns the
+    /// number of frames sent.
+    pub fn transmit(&mut self) -> Result<usize, Error> {
+        let now = self.clock.now();
+        self.transmit_at(now)
+    }
+
+    fn transmit_at(&mut self, now: Time) -> Result<usize, Error> {
         while let Some(addr) = self.port.next_unrouted() {
             self.route(addr, now);
         }
+        let mut moved = 0;
         for (i, m) in self.methods.iter_mut().enumerate() {
             let method = i as u8;
             if self.port.wants_transmit(method) {

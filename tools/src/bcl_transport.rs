@@ -61,7 +61,14 @@ impl Transport for BclTransport {
         let until = self.time(deadline);
         loop {
             match self.ep.send(peer, msg) {
-                Ok(_) => return Ok(()),
+                Ok(_) => {
+                    // Out at once, not after the next receive round.
+                    return self
+                        .ep
+                        .transmit()
+                        .map(drop)
+                        .map_err(|e| TransportError(e.to_string()));
+                }
                 Err(bcl::Error::Send(SendError::WouldBlock(_))) if self.ep.now() < until => {
                     self.reap()?;
                     self.step(until)?;

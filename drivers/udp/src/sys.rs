@@ -104,6 +104,8 @@ pub(crate) struct Batch {
     names: Vec<RawAddr>,
     iovs: Vec<libc::iovec>,
     hdrs: Vec<libc::mmsghdr>,
+    /// Slots the last receive filled (the only ones to reset).
+    dirty: usize,
 }
 
 // SAFETY: the raw pointers inside `iovs` and `hdrs` point only into `slab`,
@@ -145,6 +147,7 @@ impl Batch {
             names,
             iovs,
             hdrs,
+            dirty: count,
         }
     }
 
@@ -173,12 +176,15 @@ impl Batch {
         if n == 0 {
             return Ok(0);
         }
-        for i in 0..n {
+        // Only slots written by the last call (or set up for sending) differ
+        // from the receive set-up.
+        for i in 0..self.dirty.min(self.count()) {
             self.iovs[i].iov_len = self.buf_len;
             let h = &mut self.hdrs[i].msg_hdr;
             h.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
             h.msg_flags = 0;
         }
+        self.dirty = 0;
         // SAFETY: hdrs[..n] point at valid iovecs and name buffers owned by
         // self (see `new`), each iovec at a distinct buf_len-byte region of
         // the slab; the kernel writes only within those bounds.
@@ -201,11 +207,13 @@ impl Batch {
         for i in 0..r as usize {
             self.names[i].len = self.hdrs[i].msg_hdr.msg_namelen;
         }
+        self.dirty = r as usize;
         Ok(r as usize)
     }
 
     /// Sets slot `i` up to send its first `len` bytes to `to`.
     pub fn prepare_send(&mut self, i: usize, len: usize, to: &RawAddr) {
+        self.dirty = self.dirty.max(i + 1);
         self.names[i] = *to;
         self.iovs[i].iov_len = len.min(self.buf_len);
         self.hdrs[i].msg_hdr.msg_namelen = to.len;
