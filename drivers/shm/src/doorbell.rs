@@ -75,7 +75,13 @@ impl Doorbell {
         let (sa, len) = sockaddr(path)?;
         let _ = std::fs::remove_file(path);
         // SAFETY: `sa` is a valid sockaddr_un of `len` bytes.
-        let r = unsafe { libc::bind(fd.as_raw_fd(), &sa as *const _ as *const libc::sockaddr, len) };
+        let r = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                &sa as *const _ as *const libc::sockaddr,
+                len,
+            )
+        };
         if r != 0 {
             return Err(io::Error::last_os_error());
         }
@@ -144,7 +150,13 @@ impl Ringer {
         let fd = dgram_socket()?;
         let (sa, len) = sockaddr(path)?;
         // SAFETY: `sa` is a valid sockaddr_un of `len` bytes.
-        let r = unsafe { libc::connect(fd.as_raw_fd(), &sa as *const _ as *const libc::sockaddr, len) };
+        let r = unsafe {
+            libc::connect(
+                fd.as_raw_fd(),
+                &sa as *const _ as *const libc::sockaddr,
+                len,
+            )
+        };
         if r != 0 {
             return Err(io::Error::last_os_error());
         }

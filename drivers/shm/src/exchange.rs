@@ -111,7 +111,10 @@ impl ExView {
     fn chunk(&self, pos: u64) -> *mut u8 {
         // SAFETY: the index is < chunks, so the chunk lies inside the data
         // area of `chunks * chunk_size` bytes.
-        unsafe { self.data.add((pos % self.chunks) as usize * self.chunk_size) }
+        unsafe {
+            self.data
+                .add((pos % self.chunks) as usize * self.chunk_size)
+        }
     }
 
     fn cell(&self, pos: u64) -> &DataCell {
@@ -145,7 +148,10 @@ impl ExView {
     /// Whether the queue has room for a chunk (a hint for the producer).
     pub(crate) fn has_space(&self) -> bool {
         let c = self.ctl();
-        c.head.load(Ordering::Relaxed).wrapping_sub(c.tail.load(Ordering::Acquire)) < self.chunks
+        c.head
+            .load(Ordering::Relaxed)
+            .wrapping_sub(c.tail.load(Ordering::Acquire))
+            < self.chunks
     }
 
     /// Drops everything published and not consumed: the consumer's reset

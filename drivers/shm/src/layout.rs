@@ -255,7 +255,14 @@ impl Layout {
     }
 
     /// The header the owner writes for this layout.
-    pub(crate) fn header(&self, owner_pid: u32, owner_start: u64, job: u32, node: u32, port: u16) -> HeaderData {
+    pub(crate) fn header(
+        &self,
+        owner_pid: u32,
+        owner_start: u64,
+        job: u32,
+        node: u32,
+        port: u16,
+    ) -> HeaderData {
         let g = self.geometry;
         HeaderData {
             magic: MAGIC,
@@ -303,9 +310,19 @@ impl Layout {
             chunks: h.chunks,
         })
         .map_err(|e| format!("bad geometry: {e}"))?;
-        if (l.total_len, l.ring_ctl_off, l.ring_off, l.dir_off, l.entry_stride)
-            != (h.total_len, h.ring_ctl_off, h.ring_off, h.dir_off, h.entry_stride)
-        {
+        if (
+            l.total_len,
+            l.ring_ctl_off,
+            l.ring_off,
+            l.dir_off,
+            l.entry_stride,
+        ) != (
+            h.total_len,
+            h.ring_ctl_off,
+            h.ring_off,
+            h.dir_off,
+            h.entry_stride,
+        ) {
             return Err("offsets do not match the geometry".into());
         }
         if file_len < l.total_len {
@@ -351,10 +368,14 @@ mod tests {
         let good = l.header(1, 2, 3, 4, 5);
         let mut h = good;
         h.magic = 0;
-        assert!(Layout::from_header(&h, l.total_len).unwrap_err().contains("magic"));
+        assert!(Layout::from_header(&h, l.total_len)
+            .unwrap_err()
+            .contains("magic"));
         h = good;
         h.version = 99;
-        assert!(Layout::from_header(&h, l.total_len).unwrap_err().contains("version"));
+        assert!(Layout::from_header(&h, l.total_len)
+            .unwrap_err()
+            .contains("version"));
         h = good;
         h.ring_slots = 1000;
         assert!(Layout::from_header(&h, l.total_len).is_err());
@@ -369,11 +390,31 @@ mod tests {
     #[test]
     fn geometry_bounds() {
         let g = Geometry::default();
-        assert!(Geometry { block_size: 32, ..g }.validate().is_err());
-        assert!(Geometry { block_size: 100, ..g }.validate().is_err());
+        assert!(Geometry {
+            block_size: 32,
+            ..g
+        }
+        .validate()
+        .is_err());
+        assert!(Geometry {
+            block_size: 100,
+            ..g
+        }
+        .validate()
+        .is_err());
         assert!(Geometry { chunks: 1, ..g }.validate().is_err());
-        assert!(Geometry { dir_entries: 0, ..g }.validate().is_err());
-        assert!(Geometry { chunk_size: 4000, ..g }.validate().is_err());
+        assert!(Geometry {
+            dir_entries: 0,
+            ..g
+        }
+        .validate()
+        .is_err());
+        assert!(Geometry {
+            chunk_size: 4000,
+            ..g
+        }
+        .validate()
+        .is_err());
         assert!(Geometry { ring_slots: 3, ..g }.validate().is_err());
         assert_eq!(g.max_inline(), 232);
     }

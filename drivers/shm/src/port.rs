@@ -45,7 +45,6 @@ const EP_BELL: u64 = 0;
 /// What `check_peers` does about one directory entry.
 enum Act {
     Nothing,
-    Free,
     Gone { died: bool },
     CheckUnknown,
 }
@@ -139,8 +138,11 @@ struct Sender {
     /// The exchange head when we last looked (pulled or prepared to wait).
     ex_seen: u64,
     ringer: Option<Ringer>,
-    /// Dead or left: free the entry once the ring head reaches `free_after`.
+    /// Dead or left: report it and free the entry once the ring head
+    /// reaches `free_after` (so everything it published is delivered
+    /// before the event).
     gone: bool,
+    died: bool,
     free_after: u64,
     last_check: Option<Instant>,
 }
@@ -158,6 +160,8 @@ pub struct ShmPort {
     epoll: OwnedFd,
     idle: u32,
     stuck_since: Option<Instant>,
+    /// Senders that are gone and not yet reaped.
+    gone_pending: usize,
     pid: u32,
     start: u64,
     bell: Doorbell,
@@ -266,6 +270,7 @@ impl ShmPort {
             epoll,
             idle: 0,
             stuck_since: None,
+            gone_pending: 0,
             pid: std::process::id(),
             start: seg.header().owner_start,
             bell,
@@ -332,7 +337,9 @@ impl ShmPort {
                 .is_ok()
             {
                 e.ctl.start.store(self.start, Ordering::Relaxed);
-                e.ctl.addr.store(pack_addr(self.cfg.local), Ordering::Relaxed);
+                e.ctl
+                    .addr
+                    .store(pack_addr(self.cfg.local), Ordering::Relaxed);
                 e.ctl.waiting.store(0, Ordering::Relaxed);
                 e.intent.store(0, Ordering::Relaxed);
                 e.ctl.state.store(
@@ -350,7 +357,14 @@ impl ShmPort {
         // SAFETY: the intent word is inside our claimed entry of the peer's
         // mapping, which the Link keeps alive as long as the producer; no
         // other producer uses our entry.
-        let producer = unsafe { RingProducer::new(ring_view(&seg), &*e.intent, i as u16, pack_addr(self.cfg.local)) };
+        let producer = unsafe {
+            RingProducer::new(
+                ring_view(&seg),
+                &*e.intent,
+                i as u16,
+                pack_addr(self.cfg.local),
+            )
+        };
         let ex = ExSender::new(ex_view(&seg, i));
         let h = seg.header();
         let watch = Watch::new(h.owner_pid, h.owner_start);
@@ -381,7 +395,12 @@ impl ShmPort {
             }
         };
         if let Some(fd) = self.links[id.0 as usize].watch.fd() {
-            epoll_ctl(&self.epoll, libc::EPOLL_CTL_ADD, fd, EP_LINK | u64::from(id.0));
+            epoll_ctl(
+                &self.epoll,
+                libc::EPOLL_CTL_ADD,
+                fd,
+                EP_LINK | u64::from(id.0),
+            );
         }
         Ok(id)
     }
@@ -436,6 +455,20 @@ impl ShmPort {
         }
     }
 
+    /// Fault injection for tests: claims a ring slot of `peer`, writes
+    /// `partial` into it and never publishes it, as a producer killed in
+    /// the middle of a send would (call it, then die). Not for production
+    /// use: the slot stays claimed until the receiver finds this process
+    /// dead.
+    #[doc(hidden)]
+    pub fn test_abandon_claim(&mut self, peer: PeerId, partial: &[u8]) -> Result<(), ShmError> {
+        let link = self.link(peer)?;
+        let mut w = link.producer.claim().ok_or(ShmError::Full)?;
+        w.write(0, partial);
+        std::mem::forget(w);
+        Ok(())
+    }
+
     /// Publishes as many chunks of the large message `msg` into `peer`'s
     /// exchange queue as fit, continuing a message in progress. Call again
     /// with the same bytes until `done`; the receiver copies chunk k out
@@ -472,7 +505,9 @@ impl ShmPort {
     fn check_link(&mut self, peer: PeerId) -> Result<(), ShmError> {
         let l = &mut self.links[peer.0 as usize];
         let now = Instant::now();
-        if l.last_check.is_some_and(|t| now.duration_since(t) < LIVENESS_INTERVAL) {
+        if l.last_check
+            .is_some_and(|t| now.duration_since(t) < LIVENESS_INTERVAL)
+        {
             return Ok(());
         }
         l.last_check = Some(now);
@@ -492,7 +527,8 @@ impl ShmPort {
                 epoll_ctl(&self.epoll, libc::EPOLL_CTL_DEL, fd, 0);
             }
             let pid = l.watch.pid();
-            if l.watch.is_dead() {
+            let closed = l.seg.state().load(Ordering::Acquire) == crate::layout::STATE_CLOSED;
+            if !closed && l.watch.is_dead() {
                 self.report_death(addr, pid);
             } else {
                 self.events.push_back(ShmEvent::PeerClosed { addr });
@@ -577,8 +613,11 @@ impl ShmPort {
                 return Some(s.addr);
             }
         }
-        self.resolve_sender(u32::from(i))
-            .filter(|_| self.senders[usize::from(i)].as_ref().is_some_and(|s| s.src == src))
+        self.resolve_sender(u32::from(i)).filter(|_| {
+            self.senders[usize::from(i)]
+                .as_ref()
+                .is_some_and(|s| s.src == src)
+        })
     }
 
     /// Reads directory entry `i` and records its sender (cold path).
@@ -603,7 +642,12 @@ impl ShmPort {
         let start = e.ctl.start.load(Ordering::Relaxed);
         let watch = Watch::new(entry_state::pid(s), start);
         if let Some(fd) = watch.fd() {
-            epoll_ctl(&self.epoll, libc::EPOLL_CTL_ADD, fd, EP_SENDER | u64::from(i));
+            epoll_ctl(
+                &self.epoll,
+                libc::EPOLL_CTL_ADD,
+                fd,
+                EP_SENDER | u64::from(i),
+            );
         }
         let ex = ExReceiver::new(ex_view(&self.seg, i));
         let ex_seen = ex.view().head();
@@ -621,6 +665,7 @@ impl ShmPort {
             ex_seen,
             ringer: None,
             gone: false,
+            died: false,
             free_after: 0,
             last_check: None,
         });
@@ -633,6 +678,9 @@ impl ShmPort {
     fn on_idle(&mut self) {
         if self.rx.take_space_waiters(true) {
             self.wake_space_waiters();
+        }
+        if self.gone_pending > 0 {
+            self.reap_gone();
         }
         self.idle = self.idle.wrapping_add(1);
         if self.idle & IDLE_STUCK_MASK == 0 {
@@ -737,9 +785,9 @@ impl ShmPort {
         }
     }
 
-    /// The sender in entry `i` died (`died`) or closed: report it and
-    /// schedule the entry to be freed once everything it claimed in the
-    /// ring has been consumed.
+    /// The sender in entry `i` died (`died`) or closed. Its entry is freed,
+    /// and the event reported, once everything it claimed in the ring has
+    /// been consumed (see [`reap_gone`](Self::reap_gone)).
     fn sender_gone(&mut self, i: u32, died: bool) {
         let tail = self.rx.tail();
         if self.senders[i as usize].is_none() && self.resolve_sender(i).is_none() {
@@ -754,15 +802,37 @@ impl ShmPort {
             return;
         }
         s.gone = true;
+        s.died = died;
         s.free_after = tail;
-        let (addr, pid) = (s.addr, s.watch.pid());
         if let Some(fd) = s.watch.fd() {
             epoll_ctl(&self.epoll, libc::EPOLL_CTL_DEL, fd, 0);
         }
-        if died {
-            self.report_death(addr, pid);
-        } else {
-            self.events.push_back(ShmEvent::PeerClosed { addr });
+        self.gone_pending += 1;
+        self.reap_gone();
+    }
+
+    /// Reports and frees the gone senders whose ring messages have all
+    /// been consumed (and, for one that closed cleanly, whose exchange
+    /// queue has been drained).
+    fn reap_gone(&mut self) {
+        let head = self.rx.head();
+        for i in 0..self.senders.len() {
+            let Some(s) = &self.senders[i] else { continue };
+            // A sender that closed cleanly keeps its entry until we have
+            // also pulled what it left in its exchange queue; a dead one's
+            // unpulled exchange data is discarded.
+            let drained = s.died || s.ex.view().head() == s.ex.tail();
+            if !s.gone || head < s.free_after || !drained {
+                continue;
+            }
+            let (addr, pid, died) = (s.addr, s.watch.pid(), s.died);
+            if died {
+                self.report_death(addr, pid);
+            } else {
+                self.events.push_back(ShmEvent::PeerClosed { addr });
+            }
+            self.gone_pending -= 1;
+            self.free_entry(i as u32);
         }
     }
 
@@ -794,7 +864,14 @@ impl ShmPort {
     pub fn check_peers(&mut self) {
         let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 16];
         // SAFETY: epoll_wait writes at most evs.len() events into evs.
-        let n = unsafe { libc::epoll_wait(self.epoll.as_raw_fd(), evs.as_mut_ptr(), evs.len() as i32, 0) };
+        let n = unsafe {
+            libc::epoll_wait(
+                self.epoll.as_raw_fd(),
+                evs.as_mut_ptr(),
+                evs.len() as i32,
+                0,
+            )
+        };
         for ev in evs.iter().take(n.max(0) as usize) {
             let data = ev.u64;
             match data & !0xffff_ffff {
@@ -808,9 +885,16 @@ impl ShmPort {
                 }
                 EP_SENDER => {
                     let i = data as u32;
-                    let dead = self.senders.get_mut(i as usize).and_then(|s| s.as_mut()).is_some_and(|s| s.watch.is_dead());
+                    let dead = self
+                        .senders
+                        .get_mut(i as usize)
+                        .and_then(|s| s.as_mut())
+                        .is_some_and(|s| s.watch.is_dead());
                     if dead {
-                        self.sender_gone(i, true);
+                        // A sender that closed its link and then exited
+                        // left cleanly.
+                        let st = entry(&self.seg, i).ctl.state.load(Ordering::Acquire);
+                        self.sender_gone(i, entry_state::tag(st) != entry_state::LEFT);
                     }
                 }
                 _ => {}
@@ -818,22 +902,22 @@ impl ShmPort {
         }
         for id in 0..self.links.len() {
             let l = &mut self.links[id];
-            if !l.dead && (l.seg.state().load(Ordering::Acquire) != STATE_READY || (l.watch.fd().is_none() && l.watch.is_dead())) {
+            if !l.dead
+                && (l.seg.state().load(Ordering::Acquire) != STATE_READY
+                    || (l.watch.fd().is_none() && l.watch.is_dead()))
+            {
                 self.link_gone(PeerId(id as u32));
             }
         }
-        let head = self.rx.head();
         for i in 0..self.seg.layout().geometry.dir_entries {
             let s = entry(&self.seg, i).ctl.state.load(Ordering::Acquire);
             let tag = entry_state::tag(s);
             let act = match self.senders[i as usize].as_mut() {
-                Some(k) if k.generation == entry_state::generation(s) || tag == entry_state::FREE => {
+                Some(k)
+                    if k.generation == entry_state::generation(s) || tag == entry_state::FREE =>
+                {
                     if k.gone {
-                        if head >= k.free_after {
-                            Act::Free
-                        } else {
-                            Act::Nothing
-                        }
+                        Act::Nothing
                     } else if tag == entry_state::LEFT {
                         Act::Gone { died: false }
                     } else if k.watch.fd().is_none() && k.watch.is_dead() {
@@ -850,7 +934,6 @@ impl ShmPort {
             };
             match act {
                 Act::Nothing => {}
-                Act::Free => self.free_entry(i),
                 Act::Gone { died } => self.sender_gone(i, died),
                 Act::CheckUnknown => {
                     if !self.entry_alive(i) {
@@ -861,6 +944,7 @@ impl ShmPort {
                 }
             }
         }
+        self.reap_gone();
     }
 
     /// The next event about a peer (death, departure, protocol violation).
@@ -902,8 +986,12 @@ impl ShmPort {
     /// The length of the next large message from `from`, once its first
     /// chunk has arrived.
     pub fn next_message_len(&mut self, from: ProcessAddr) -> Result<Option<usize>, ShmError> {
-        let i = self.sender_entry(from).ok_or(ShmError::PeerGone { addr: from })?;
-        let s = self.senders[i as usize].as_mut().ok_or(ShmError::PeerGone { addr: from })?;
+        let i = self
+            .sender_entry(from)
+            .ok_or(ShmError::PeerGone { addr: from })?;
+        let s = self.senders[i as usize]
+            .as_mut()
+            .ok_or(ShmError::PeerGone { addr: from })?;
         Ok(s.ex.next_len()?)
     }
 
@@ -912,9 +1000,17 @@ impl ShmPort {
     /// message in progress. Call again until `Done`. If the sender died,
     /// the chunks it published are still delivered; then the call fails
     /// with `PeerGone` instead of waiting forever.
-    pub fn pull_into(&mut self, from: ProcessAddr, dst: &mut [u8]) -> Result<PullProgress, ShmError> {
-        let i = self.sender_entry(from).ok_or(ShmError::PeerGone { addr: from })?;
-        let s = self.senders[i as usize].as_mut().ok_or(ShmError::PeerGone { addr: from })?;
+    pub fn pull_into(
+        &mut self,
+        from: ProcessAddr,
+        dst: &mut [u8],
+    ) -> Result<PullProgress, ShmError> {
+        let i = self
+            .sender_entry(from)
+            .ok_or(ShmError::PeerGone { addr: from })?;
+        let s = self.senders[i as usize]
+            .as_mut()
+            .ok_or(ShmError::PeerGone { addr: from })?;
         let before = s.ex.tail();
         let r = s.ex.pull_into(dst);
         let moved = s.ex.tail() != before;
@@ -945,7 +1041,9 @@ impl ShmPort {
             return Err(ShmError::PeerGone { addr: from });
         }
         let now = Instant::now();
-        if s.last_check.is_some_and(|t| now.duration_since(t) < LIVENESS_INTERVAL) {
+        if s.last_check
+            .is_some_and(|t| now.duration_since(t) < LIVENESS_INTERVAL)
+        {
             return Ok(p);
         }
         s.last_check = Some(now);
@@ -975,8 +1073,15 @@ impl ShmPort {
         if !self.events.is_empty() {
             return false;
         }
-        for l in self.links.iter().filter(|l| !l.dead && (l.ring_blocked || l.ex_blocked)) {
-            entry(&l.seg, l.entry).ctl.waiting.store(1, Ordering::Relaxed);
+        for l in self
+            .links
+            .iter()
+            .filter(|l| !l.dead && (l.ring_blocked || l.ex_blocked))
+        {
+            entry(&l.seg, l.entry)
+                .ctl
+                .waiting
+                .store(1, Ordering::Relaxed);
             if l.ring_blocked {
                 l.producer.want_space();
             }
@@ -998,7 +1103,9 @@ impl ShmPort {
             }
         }
         for l in self.links.iter().filter(|l| !l.dead) {
-            if (l.ring_blocked && l.producer.has_space()) || (l.ex_blocked && l.ex.view().has_space()) {
+            if (l.ring_blocked && l.producer.has_space())
+                || (l.ex_blocked && l.ex.view().has_space())
+            {
                 work = true;
             }
         }
@@ -1010,8 +1117,15 @@ impl ShmPort {
     pub fn finish_wait(&mut self) {
         self.rx.disarm_sleep();
         bell::disarm(self.seg.bell_flag());
-        for l in self.links.iter().filter(|l| !l.dead && (l.ring_blocked || l.ex_blocked)) {
-            entry(&l.seg, l.entry).ctl.waiting.store(0, Ordering::Relaxed);
+        for l in self
+            .links
+            .iter()
+            .filter(|l| !l.dead && (l.ring_blocked || l.ex_blocked))
+        {
+            entry(&l.seg, l.entry)
+                .ctl
+                .waiting
+                .store(0, Ordering::Relaxed);
         }
         self.bell.drain();
         self.check_peers();
@@ -1055,7 +1169,9 @@ impl Drop for ShmPort {
             }
         }
         // Tell our senders we are closing, and wake those that wait on us.
-        self.seg.state().store(crate::layout::STATE_CLOSED, Ordering::Release);
+        self.seg
+            .state()
+            .store(crate::layout::STATE_CLOSED, Ordering::Release);
         for i in 0..self.seg.layout().geometry.dir_entries {
             if entry(&self.seg, i).ctl.waiting.swap(0, Ordering::AcqRel) != 0 {
                 self.ring_sender(i);

@@ -22,9 +22,12 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 /// if there is no such process.
 pub fn stat(pid: u32) -> io::Result<Option<(char, u64)>> {
     match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => parse_stat(&s)
-            .map(Some)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("unparsable /proc/{pid}/stat"))),
+        Ok(s) => parse_stat(&s).map(Some).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("unparsable /proc/{pid}/stat"),
+            )
+        }),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(None),
         Err(e) => Err(e),
@@ -80,7 +83,8 @@ impl Watch {
     pub(crate) fn new(pid: u32, start: u64) -> Watch {
         // SAFETY: pidfd_open takes a pid and flags and returns a new fd or
         // -1; no memory is passed.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_long, 0 as libc::c_long) };
+        let fd =
+            unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_long, 0 as libc::c_long) };
         let pidfd = (fd >= 0).then(|| {
             // SAFETY: the syscall returned a fresh fd that nothing else owns.
             unsafe { OwnedFd::from_raw_fd(fd as RawFd) }

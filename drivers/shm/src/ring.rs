@@ -276,7 +276,12 @@ impl RingProducer {
     ///
     /// `intent` must point to an `AtomicU64` that stays valid as long as the
     /// producer, and that no other producer uses.
-    pub(crate) unsafe fn new(view: RingView, intent: *const AtomicU64, entry: u16, src: u64) -> Self {
+    pub(crate) unsafe fn new(
+        view: RingView,
+        intent: *const AtomicU64,
+        entry: u16,
+        src: u64,
+    ) -> Self {
         RingProducer {
             view,
             intent,
@@ -417,7 +422,8 @@ impl SlotWriter<'_> {
         let len = len.min(p.view.payload_max) as u32;
         let h = p.view.hdr(self.pos);
         h.src.store(p.src, Ordering::Relaxed);
-        h.meta.store(pack_meta(len, p.entry, flags), Ordering::Relaxed);
+        h.meta
+            .store(pack_meta(len, p.entry, flags), Ordering::Relaxed);
         h.seq.store(self.pos + 1, Ordering::Release);
         // Release: a consumer that reads 0 here (acquire) also sees the
         // publication above (dead-producer recovery relies on it).

@@ -62,7 +62,13 @@ fn cpath(p: &Path) -> io::Result<CString> {
 fn open_raw(p: &Path, flags: libc::c_int, mode: libc::mode_t) -> io::Result<OwnedFd> {
     let c = cpath(p)?;
     // SAFETY: `c` is a NUL-terminated path; open returns a new fd or -1.
-    let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC | libc::O_NOFOLLOW, mode as libc::c_uint) };
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            flags | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+            mode as libc::c_uint,
+        )
+    };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -135,10 +141,7 @@ impl Mapping {
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        Ok(Mapping {
-            ptr: p.cast(),
-            len,
-        })
+        Ok(Mapping { ptr: p.cast(), len })
     }
 
     pub(crate) fn ptr(&self) -> *mut u8 {
@@ -272,7 +275,10 @@ impl Segment {
         let header = unsafe { std::ptr::read_volatile(header_map.ptr() as *const HeaderData) };
         drop(header_map);
         let layout = Layout::from_header(&header, len).map_err(&bad)?;
-        if header.job != job.0 || header.node != addr.node.0 || header.port != u32::from(addr.port.0) {
+        if header.job != job.0
+            || header.node != addr.node.0
+            || header.port != u32::from(addr.port.0)
+        {
             return Err(bad(format!(
                 "segment belongs to job {:08x} process {}.{}",
                 header.job, header.node, header.port
@@ -374,7 +380,9 @@ fn read_header(path: &Path) -> io::Result<Option<HeaderData>> {
     }
     // SAFETY: HeaderData is plain integers (any bit pattern is valid) and
     // buf holds exactly size_of::<HeaderData>() bytes.
-    Ok(Some(unsafe { std::ptr::read_unaligned(buf.as_ptr() as *const HeaderData) }))
+    Ok(Some(unsafe {
+        std::ptr::read_unaligned(buf.as_ptr() as *const HeaderData)
+    }))
 }
 
 enum Verdict {

@@ -12,7 +12,11 @@ fn job() -> JobKey {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .subsec_nanos();
-    JobKey((std::process::id() << 12) ^ t ^ N.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9e37_79b9))
+    JobKey(
+        (std::process::id() << 12)
+            ^ t
+            ^ N.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9e37_79b9),
+    )
 }
 
 fn port(job: JobKey, node: u32, p: u16) -> ShmPort {
@@ -99,7 +103,10 @@ fn too_large_for_a_slot_is_refused() {
     let b = port(j, 1, 2);
     let to_b = a.connect(b.local()).unwrap();
     let big = vec![0u8; a.max_inline() + 1];
-    assert!(matches!(a.try_send(to_b, &big), Err(ShmError::TooLarge { .. })));
+    assert!(matches!(
+        a.try_send(to_b, &big),
+        Err(ShmError::TooLarge { .. })
+    ));
     a.try_send(to_b, &big[..a.max_inline()]).unwrap();
 }
 
@@ -137,13 +144,19 @@ fn large_message_through_exchange_queue() {
     assert!(dst == msg);
     // Empty message, then a too-small buffer.
     assert!(a.push_message(to_b, &[]).unwrap().done);
-    assert_eq!(b.pull_into(a.local(), &mut dst).unwrap(), PullProgress::Done { len: 0 });
+    assert_eq!(
+        b.pull_into(a.local(), &mut dst).unwrap(),
+        PullProgress::Done { len: 0 }
+    );
     assert!(!a.push_message(to_b, &msg[..20000]).unwrap().done);
     assert_eq!(b.next_message_len(a.local()).unwrap(), Some(20000));
     let mut small = [0u8; 10];
     assert!(matches!(
         b.pull_into(a.local(), &mut small),
-        Err(ShmError::Exchange(bcl_shm::ExError::TooSmall { needed: 20000, .. }))
+        Err(ShmError::Exchange(bcl_shm::ExError::TooSmall {
+            needed: 20000,
+            ..
+        }))
     ));
 }
 
@@ -196,7 +209,10 @@ fn closed_receiver_is_reported_to_sender() {
     let to_b = a.connect(b.local()).unwrap();
     a.try_send(to_b, b"x").unwrap();
     drop(b);
-    assert!(matches!(a.try_send(to_b, b"y"), Err(ShmError::PeerGone { .. })));
+    assert!(matches!(
+        a.try_send(to_b, b"y"),
+        Err(ShmError::PeerGone { .. })
+    ));
     assert_eq!(
         a.poll_event(),
         Some(ShmEvent::PeerClosed {
@@ -236,6 +252,9 @@ fn wait_sleeps_and_wakes() {
         }
     }
     assert!(got);
-    assert!(t.elapsed() < Duration::from_secs(2), "woken by the doorbell, not the timeout");
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "woken by the doorbell, not the timeout"
+    );
     h.join().unwrap();
 }
