@@ -91,6 +91,11 @@ pub struct UdpMethod {
     tx_links: Vec<u32>,
     stats: UdpStats,
     closed: bool,
+    /// Datagrams asked of the next `recvmmsg`: 1 while traffic is light
+    /// (after the first datagram, every further slot costs the kernel a
+    /// message-header copy and a failed receive attempt, on the latency
+    /// path), doubling while batches come back full.
+    rx_vlen: usize,
 }
 
 impl std::fmt::Debug for UdpMethod {
@@ -155,6 +160,7 @@ impl UdpMethod {
             tx_links: Vec::with_capacity(BATCH),
             stats: UdpStats::default(),
             closed: false,
+            rx_vlen: 1,
         })
     }
 
@@ -246,7 +252,13 @@ impl Method for UdpMethod {
     ) -> Result<usize, MethodError> {
         self.check_open()?;
         let fd = self.socket.as_raw_fd();
-        let n = self.rx.recv(fd, budget).map_err(io_error("recvmmsg"))?;
+        let vlen = self.rx_vlen.min(budget);
+        let n = self.rx.recv(fd, vlen).map_err(io_error("recvmmsg"))?;
+        self.rx_vlen = if n == vlen && n > 0 {
+            (2 * vlen).min(BATCH)
+        } else {
+            n.max(1)
+        };
         let mut shown = 0;
         for i in 0..n {
             let (bytes, truncated, raw) = self.rx.received(i);
