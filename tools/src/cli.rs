@@ -99,6 +99,12 @@ pub struct CommonArgs {
     #[arg(long, default_value_t = 1500)]
     pub mtu: usize,
 
+    /// Lower bound of BCL's retransmission timeout in microseconds (default:
+    /// the core's, 200 µs). A VM whose vCPUs stall for milliseconds under
+    /// load times out spuriously with a small bound.
+    #[arg(long, value_name = "US")]
+    pub rto_min_us: Option<u64>,
+
     /// Give up waiting for the peer after this many milliseconds.
     #[arg(long, default_value_t = 10_000)]
     pub timeout_ms: u64,
@@ -166,6 +172,7 @@ impl CommonArgs {
             ethertype: self.ethertype,
             fault: self.fault.clone(),
             sim_mtu: self.mtu,
+            rto_min: self.rto_min_us.map(std::time::Duration::from_micros),
         }
     }
 

@@ -68,6 +68,8 @@ pub struct EndSpec {
     pub fault: Option<FaultSpec>,
     /// MTU of the sim method's wire.
     pub sim_mtu: usize,
+    /// Lower bound of BCL's retransmission timeout (default: the core's).
+    pub rto_min: Option<std::time::Duration>,
 }
 
 impl EndSpec {
@@ -101,23 +103,28 @@ pub fn bcl_max_message(mtu: usize) -> usize {
 
 /// Port settings of the tools: the largest eager messages the MTU allows
 /// and a 4 MiB receive ring, so streams of large messages flow.
-fn configure(cfg: &mut PortConfig, mtu: usize) {
+fn configure(cfg: &mut PortConfig, mtu: usize, rto_min: Option<std::time::Duration>) {
     cfg.eager_limit = bcl_max_message(mtu);
     cfg.ring_block_size = 256;
     cfg.ring_blocks = 16384;
+    if let Some(min) = rto_min {
+        cfg.rto.min = min;
+        cfg.rto.initial = cfg.rto.initial.max(min);
+        cfg.rto.max = cfg.rto.max.max(min);
+    }
 }
 
 fn endpoint(
     addr: ProcessAddr,
     method: Box<dyn Method>,
-    mode: ProgressMode,
+    spec: &EndSpec,
     clock: Option<SimClock>,
 ) -> Result<Endpoint, String> {
     let mtu = method.caps().mtu;
     let mut b = Endpoint::builder(addr, JOB)
         .method(method)
-        .mode(mode)
-        .configure(|c| configure(c, mtu));
+        .mode(spec.mode())
+        .configure(|c| configure(c, mtu, spec.rto_min));
     if let Some(clock) = clock {
         b = b.clock(clock);
     }
@@ -210,7 +217,7 @@ pub fn open_server(spec: &EndSpec) -> Result<Served, String> {
         MethodArg::Packet => {
             let (m, extra) = open_packet(spec)?;
             let d = m.descriptor().to_string();
-            let ep = endpoint(SERVER_ADDR, m, spec.mode(), None)?;
+            let ep = endpoint(SERVER_ADDR, m, spec, None)?;
             (
                 d,
                 Pending::Ready(Box::new(BclTransport::new(ep, None, Some(extra)))),
@@ -220,7 +227,7 @@ pub fn open_server(spec: &EndSpec) -> Result<Served, String> {
             let m =
                 UdpMethod::open(UdpConfig::new(server_bind(spec)?)).map_err(|e| e.to_string())?;
             let d = m.descriptor().to_string();
-            let ep = endpoint(SERVER_ADDR, Box::new(m), spec.mode(), None)?;
+            let ep = endpoint(SERVER_ADDR, Box::new(m), spec, None)?;
             (
                 d,
                 Pending::Ready(Box::new(BclTransport::new(ep, None, None))),
@@ -286,7 +293,7 @@ pub fn open_client(
         MethodArg::Packet => {
             let d = bcl_peer("packet")?;
             let (m, extra) = open_packet(spec)?;
-            let mut ep = endpoint(CLIENT_ADDR, m, spec.mode(), None)?;
+            let mut ep = endpoint(CLIENT_ADDR, m, spec, None)?;
             ep.add_peer(SERVER_ADDR, d);
             Ok(Box::new(BclTransport::new(
                 ep,
@@ -300,7 +307,7 @@ pub fn open_client(
                 bcl::udp::parse_address(&d.address).map_err(|e| format!("--connect: {e}"))?;
             let m = UdpMethod::open(UdpConfig::new(client_bind(spec, server)?))
                 .map_err(|e| e.to_string())?;
-            let mut ep = endpoint(CLIENT_ADDR, Box::new(m), spec.mode(), None)?;
+            let mut ep = endpoint(CLIENT_ADDR, Box::new(m), spec, None)?;
             ep.add_peer(SERVER_ADDR, d);
             Ok(Box::new(BclTransport::new(ep, Some(SERVER_ADDR), None)))
         }
@@ -335,9 +342,8 @@ pub fn open_local_pair(spec: &EndSpec) -> Result<(Served, BoxTransport), String>
             let s = fabric.endpoint();
             let c = fabric.endpoint();
             let d = s.descriptor();
-            let server = endpoint(SERVER_ADDR, Box::new(s), ProgressMode::BusyPoll, Some(fabric.clock()))?;
-            let mut client =
-                endpoint(CLIENT_ADDR, Box::new(c), ProgressMode::BusyPoll, Some(fabric.clock()))?;
+            let server = endpoint(SERVER_ADDR, Box::new(s), spec, Some(fabric.clock()))?;
+            let mut client = endpoint(CLIENT_ADDR, Box::new(c), spec, Some(fabric.clock()))?;
             client.add_peer(SERVER_ADDR, d.clone());
             Ok((
                 Served {
@@ -373,7 +379,7 @@ mod tests {
         assert_eq!(bcl_max_message(65_507), 1 << 20);
         let mut cfg = PortConfig::new(CLIENT_ADDR, JOB);
         for mtu in [200, 1452, 1472, 1500, 9000, 65_507] {
-            configure(&mut cfg, mtu);
+            configure(&mut cfg, mtu, Some(std::time::Duration::from_millis(5)));
             cfg.validate(Some(mtu)).unwrap();
         }
     }
@@ -388,6 +394,7 @@ mod tests {
             ethertype: 0x88b5,
             fault: None,
             sim_mtu: 1500,
+            rto_min: None,
         };
         assert!(!server_bind(&spec).unwrap().ip().is_unspecified());
         let with = EndSpec {
