@@ -128,13 +128,10 @@ impl ExView {
         }
     }
 
-    /// Chunk size in bytes.
-    pub(crate) fn chunk_size(&self) -> usize {
-        self.chunk_size
-    }
 
     /// Whether chunks are published and not consumed (either side may ask;
     /// a hint).
+    #[cfg(loom)]
     pub(crate) fn has_data(&self) -> bool {
         let c = self.ctl();
         c.head.load(Ordering::Acquire) != c.tail.load(Ordering::Acquire)
@@ -256,10 +253,6 @@ impl ExSender {
         }
     }
 
-    /// Whether a message is partly published.
-    pub(crate) fn in_progress(&self) -> bool {
-        self.cur.is_some()
-    }
 
     /// The queue this sender writes.
     pub(crate) fn view(&self) -> &ExView {
@@ -372,15 +365,7 @@ impl ExReceiver {
         self.tail
     }
 
-    /// Whether a message is partly received.
-    pub(crate) fn in_progress(&self) -> bool {
-        self.off > 0
-    }
 
-    /// Bytes received of the message in progress, and its total.
-    pub(crate) fn progress(&self) -> (usize, usize) {
-        (self.off as usize, self.total as usize)
-    }
 
     /// Refreshes the cached head if the cache says empty; returns the
     /// number of chunks available, validated.

@@ -87,7 +87,7 @@ impl Geometry {
                 g.ring_slots
             ));
         }
-        if g.block_size % 64 != 0
+        if !g.block_size.is_multiple_of(64)
             || !(64..=65536).contains(&g.block_size)
             || (g.block_size as usize) < SLOT_HDR + 8
         {
@@ -102,7 +102,7 @@ impl Geometry {
                 g.dir_entries
             ));
         }
-        if g.chunk_size % 64 != 0 || !(64..=16 << 20).contains(&g.chunk_size) {
+        if !g.chunk_size.is_multiple_of(64) || !(64..=16 << 20).contains(&g.chunk_size) {
             return Err(format!(
                 "chunk_size {} must be a multiple of 64 from 64 to 16 MiB",
                 g.chunk_size

@@ -195,7 +195,7 @@ impl World {
                     c.copy_head(info.len, &mut b);
                     assert_eq!(info.src, 100 + u64::from(info.entry));
                     c.release();
-                    if c.take_space_waiters(true) {
+                    if c.announce(true) {
                         for (p, w) in self.waiting.iter().enumerate() {
                             if w.swap(0, Ordering::AcqRel) != 0 {
                                 self.producer_bells[p].ring();
@@ -228,6 +228,7 @@ fn recv_spinning(c: &mut RingConsumer) -> (u16, Vec<u8>) {
             let mut b = vec![0u8; info.len];
             c.copy_head(info.len, &mut b);
             c.release();
+            c.announce(true);
             return (info.entry, b);
         }
         thread::yield_now();
@@ -443,7 +444,7 @@ fn ring_space_waiter_no_lost_wakeup() {
                 }
                 _ => thread::yield_now(),
             }
-            if c.take_space_waiters(true) && waiting.swap(0, Ordering::AcqRel) != 0 {
+            if c.announce(true) && waiting.swap(0, Ordering::AcqRel) != 0 {
                 n.ring();
             }
         }

@@ -676,7 +676,7 @@ impl ShmPort {
     /// Bookkeeping when the ring has nothing for us: wake producers waiting
     /// for space, and now and then look for a stuck head and dead peers.
     fn on_idle(&mut self) {
-        if self.rx.take_space_waiters(true) {
+        if self.rx.announce(true) {
             self.wake_space_waiters();
         }
         if self.gone_pending > 0 {
@@ -831,9 +831,9 @@ impl ShmPort {
             } else {
                 self.events.push_back(ShmEvent::PeerClosed { addr });
             }
-            self.gone_pending -= 1;
             self.free_entry(i as u32);
         }
+        self.gone_pending = self.senders.iter().flatten().filter(|s| s.gone).count();
     }
 
     /// Returns directory entry `i` to the free pool.
@@ -1070,6 +1070,11 @@ impl ShmPort {
     /// set); false if there is work (do not sleep). Either way, call
     /// [`finish_wait`](Self::finish_wait) afterwards.
     pub fn prepare_wait(&mut self) -> bool {
+        // Hand consumed slots back before sleeping: producers may be
+        // waiting for them.
+        if self.rx.announce(true) {
+            self.wake_space_waiters();
+        }
         if !self.events.is_empty() {
             return false;
         }
@@ -1233,7 +1238,7 @@ impl Incoming<'_> {
     pub fn release(self) {
         let port = self.port;
         port.rx.release();
-        if port.rx.take_space_waiters(false) {
+        if port.rx.announce(false) {
             port.wake_space_waiters();
         }
     }

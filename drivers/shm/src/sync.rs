@@ -11,15 +11,6 @@ pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
-/// Tells the CPU (or loom's scheduler) that we are spinning.
-#[inline]
-pub(crate) fn spin_hint() {
-    #[cfg(loom)]
-    loom::thread::yield_now();
-    #[cfg(not(loom))]
-    std::hint::spin_loop();
-}
-
 /// Pads and aligns `T` to 128 bytes: two 64-byte lines, because the
 /// adjacent-line prefetcher of x86 CPUs pulls lines in pairs.
 #[repr(C, align(128))]
@@ -65,37 +56,24 @@ impl DataCell {
     }
 }
 
-/// A table of [`DataCell`]s, one per slot or chunk. Outside loom the cells
-/// are zero-sized and the table holds nothing.
+/// A table of [`DataCell`]s, one per slot or chunk, for loom models.
+#[cfg(loom)]
 #[derive(Debug)]
 pub(crate) struct DataCells {
-    #[cfg(loom)]
     cells: Vec<DataCell>,
 }
 
+#[cfg(loom)]
 impl DataCells {
     /// A table of `n` cells.
     pub(crate) fn new(n: usize) -> Self {
-        #[cfg(loom)]
-        return DataCells {
+        DataCells {
             cells: (0..n).map(|_| DataCell::default()).collect(),
-        };
-        #[cfg(not(loom))]
-        {
-            let _ = n;
-            DataCells {}
         }
     }
 
-    /// The cell of slot `i` (reduced modulo the table size under loom).
-    #[inline]
+    /// The cell of slot `i` (reduced modulo the table size).
     pub(crate) fn get(&self, i: usize) -> &DataCell {
-        #[cfg(loom)]
-        return &self.cells[i % self.cells.len()];
-        #[cfg(not(loom))]
-        {
-            let _ = i;
-            &DataCell {}
-        }
+        &self.cells[i % self.cells.len()]
     }
 }
