@@ -14,15 +14,20 @@ pub struct BclTransport {
     ep: Endpoint,
     peer: Option<ProcessAddr>,
     extra_bad: Option<ExtraBadFrames>,
+    /// One instant on both clocks, to convert deadlines without reading
+    /// either clock again (both are monotonic, counted in nanoseconds).
+    base: (Instant, Time),
 }
 
 impl BclTransport {
     /// A transport to `peer` (`None` on a server: the first sender).
     pub fn new(ep: Endpoint, peer: Option<ProcessAddr>, extra_bad: Option<ExtraBadFrames>) -> Self {
+        let base = (Instant::now(), ep.now());
         BclTransport {
             ep,
             peer,
             extra_bad,
+            base,
         }
     }
 
@@ -32,7 +37,7 @@ impl BclTransport {
     }
 
     fn time(&self, deadline: Instant) -> Time {
-        self.ep.now() + deadline.saturating_duration_since(Instant::now())
+        self.base.1 + deadline.saturating_duration_since(self.base.0)
     }
 
     /// Drops completion events, failing on a failed send.
