@@ -2,19 +2,25 @@
 //! to its baseline from the same run, as a ratio.
 //!
 //! ```text
-//! cargo run --release -p bcl-shm --example shm_bench -- [all|latency|rate|bw|sweep|unix]
+//! cargo run --release -p bcl-shm --example shm_bench -- [all|latency|unix|rate|bw|sweep] [--cpus 0,1] [--iters N]
 //! ```
 //!
-//! Two processes (this one and a re-executed child), pinned to CPUs 0 and 1
-//! (`--cpus A,B` to change):
+//! Two processes (this one and a re-executed child), pinned to CPUs 0 and 1:
 //!
 //! * `latency`: 8-byte ping-pong through the system ring vs the floor
-//!   ("spin": two processes ping-ponging one cache line), one way = RTT/2;
-//! * `rate`: 8-byte messages, one sender, one receiver, messages/s;
-//! * `bw`: 4 MiB messages through the pipelined exchange queue vs a
-//!   single-thread `memcpy` of 4 MiB in this process;
-//! * `sweep`: `bw` for chunk sizes 4 KiB..1 MiB and two queue depths;
-//! * `unix`: 8-byte ping-pong over a Unix stream socket (blocking reads).
+//!   ("spin": two processes ping-ponging one cache line in shared memory);
+//!   one way = RTT/2;
+//! * `unix`: 8-byte ping-pong over a Unix stream socket (blocking reads),
+//!   for reference;
+//! * `rate`: 8-byte messages, one sender, one receiver, messages/s at the
+//!   receiver;
+//! * `bw`: 4 MiB messages through the pipelined exchange queue (default
+//!   geometry) vs a single-thread `memcpy` of 4 MiB, GB/s at the receiver;
+//! * `sweep`: `bw` for chunk sizes 4 KiB..1 MiB at queue depths 4 and 8.
+//!
+//! Every figure is measured in 40 windows; the best window and the median
+//! window are printed (the machine is shared, so a window can be hit by
+//! another process being scheduled on one of the two CPUs).
 
 use bcl_core::{JobKey, ProcessAddr};
 use bcl_shm::{Geometry, PullProgress, ShmConfig, ShmError, ShmPort};
@@ -42,7 +48,22 @@ fn pin(cpu: usize) {
 struct Opts {
     cpus: (usize, usize),
     job: JobKey,
+    /// Round trips (latency) or hundreds of messages (rate) per window.
     iters: u64,
+}
+
+/// Windows per figure. Each run yields one figure per window; we report
+/// the best window (the one least disturbed by other processes on this
+/// shared 2-vCPU machine) and, in brackets, the median window.
+const WINDOWS: u64 = 40;
+
+/// Best and median of per-window figures.
+fn best_median(mut v: Vec<f64>, higher_is_better: bool) -> (f64, f64) {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    if higher_is_better {
+        v.reverse();
+    }
+    (v[0], v[v.len() / 2])
 }
 
 fn opt<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
@@ -118,6 +139,42 @@ fn recv_spin(p: &mut ShmPort) -> u64 {
     }
 }
 
+/// Sends per-window results to the parent (one message each, then NaN).
+fn send_results(p: &mut ShmPort, to: bcl_shm::PeerId, v: &[f64]) {
+    for x in v.iter().chain(std::iter::once(&f64::NAN)) {
+        send_spin(p, to, &x.to_bits().to_le_bytes());
+    }
+}
+
+fn recv_results(p: &mut ShmPort) -> Vec<f64> {
+    let mut v = Vec::new();
+    loop {
+        let x = f64::from_bits(recv_spin(p));
+        if x.is_nan() {
+            return v;
+        }
+        v.push(x);
+    }
+}
+
+/// Runs `WINDOWS + 1` windows of `per` iterations of `step`, returns the
+/// time per iteration of each window but the first (warm-up), in ns.
+fn windows(per: u64, mut step: impl FnMut(u64)) -> Vec<f64> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    for w in 0..=WINDOWS {
+        let t0 = Instant::now();
+        for _ in 0..per {
+            step(i);
+            i += 1;
+        }
+        if w > 0 {
+            out.push(t0.elapsed().as_nanos() as f64 / per as f64);
+        }
+    }
+    out
+}
+
 // ---------------------------------------------------------------- spin floor
 
 fn spin_file(job: JobKey) -> String {
@@ -150,13 +207,12 @@ fn map_spin(path: &str, create: bool) -> &'static AtomicU64 {
     }
 }
 
-fn spin_pingpong(o: &Opts, child: bool) -> Option<f64> {
+fn spin_pingpong(o: &Opts, child: bool) -> Option<Vec<f64>> {
     let path = spin_file(o.job);
     if child {
         pin(o.cpus.1);
         let w = map_spin(&path, false);
-        let n = o.iters;
-        for i in 0..n {
+        for i in 0..o.iters * (WINDOWS + 1) {
             while w.load(Ordering::Acquire) != 2 * i + 1 {
                 std::hint::spin_loop();
             }
@@ -168,22 +224,15 @@ fn spin_pingpong(o: &Opts, child: bool) -> Option<f64> {
     w.store(0, Ordering::Relaxed);
     let mut c = spawn_child(o, "spin", &[]);
     pin(o.cpus.0);
-    let n = o.iters;
-    let warm = n / 10;
-    let mut t0 = Instant::now();
-    for i in 0..n {
-        if i == warm {
-            t0 = Instant::now();
-        }
+    let out = windows(o.iters, |i| {
         w.store(2 * i + 1, Ordering::Release);
         while w.load(Ordering::Acquire) != 2 * i + 2 {
             std::hint::spin_loop();
         }
-    }
-    let el = t0.elapsed();
+    });
     c.wait().unwrap();
     let _ = std::fs::remove_file(&path);
-    Some(el.as_nanos() as f64 / (n - warm) as f64 / 2.0)
+    Some(out.into_iter().map(|rtt| rtt / 2.0).collect())
 }
 
 // ---------------------------------------------------------------- ring ping-pong
@@ -197,12 +246,12 @@ fn small_geometry() -> Geometry {
     }
 }
 
-fn ring_pingpong(o: &Opts, child: bool) -> Option<f64> {
+fn ring_pingpong(o: &Opts, child: bool) -> Option<Vec<f64>> {
     if child {
         pin(o.cpus.1);
         let mut b = open_port(o, addr_b(), small_geometry());
         let to_a = connect(&mut b, addr_a());
-        for _ in 0..o.iters {
+        for _ in 0..o.iters * (WINDOWS + 1) {
             let v = recv_spin(&mut b);
             send_spin(&mut b, to_a, &v.to_le_bytes());
         }
@@ -212,47 +261,46 @@ fn ring_pingpong(o: &Opts, child: bool) -> Option<f64> {
     pin(o.cpus.0);
     let mut a = open_port(o, addr_a(), small_geometry());
     let to_b = connect(&mut a, addr_b());
-    let n = o.iters;
-    let warm = n / 10;
-    let mut t0 = Instant::now();
-    for i in 0..n {
-        if i == warm {
-            t0 = Instant::now();
-        }
+    let out = windows(o.iters, |i| {
         send_spin(&mut a, to_b, &i.to_le_bytes());
         let v = recv_spin(&mut a);
         assert_eq!(v, i);
-    }
-    let el = t0.elapsed();
+    });
     c.wait().unwrap();
-    Some(el.as_nanos() as f64 / (n - warm) as f64 / 2.0)
+    Some(out.into_iter().map(|rtt| rtt / 2.0).collect())
 }
 
 // ---------------------------------------------------------------- message rate
 
-fn rate(o: &Opts, child: bool) -> Option<f64> {
-    let n = o.iters * 20;
+/// Messages per second at the receiver, per window of `100 * iters`
+/// messages.
+fn rate(o: &Opts, child: bool) -> Option<Vec<f64>> {
+    let win = o.iters * 100;
+    let n = win * (WINDOWS + 1);
     if child {
         pin(o.cpus.1);
         let mut b = open_port(o, addr_b(), small_geometry());
         let to_a = connect(&mut b, addr_a());
         let mut got = 0u64;
-        let mut t0 = None;
         let mut next = 0u64;
+        let mut out = Vec::new();
+        let mut t0 = Instant::now();
+        let mut mark = win;
         while got < n {
             got += b.recv_burst(64, |_, m| {
                 let v = u64::from_le_bytes(m.try_into().unwrap());
                 assert_eq!(v, next);
                 next += 1;
             }) as u64;
-            if got > 0 && t0.is_none() {
-                t0 = Some(Instant::now());
+            if got >= mark {
+                if mark > win {
+                    out.push(win as f64 / t0.elapsed().as_secs_f64());
+                }
+                t0 = Instant::now();
+                mark += win;
             }
         }
-        let el = t0.unwrap().elapsed();
-        // Report the receiver's rate back to the parent.
-        let rate = (n - 1) as f64 / el.as_secs_f64();
-        send_spin(&mut b, to_a, &rate.to_bits().to_le_bytes());
+        send_results(&mut b, to_a, &out);
         return None;
     }
     let mut c = spawn_child(o, "rate", &[]);
@@ -262,7 +310,7 @@ fn rate(o: &Opts, child: bool) -> Option<f64> {
     for i in 0..n {
         send_spin(&mut a, to_b, &i.to_le_bytes());
     }
-    let r = f64::from_bits(recv_spin(&mut a));
+    let r = recv_results(&mut a);
     c.wait().unwrap();
     Some(r)
 }
@@ -281,23 +329,20 @@ fn bw_geometry(chunk: u32, chunks: u32) -> Geometry {
     }
 }
 
-/// One 4 MiB message per round, `rounds` rounds after 3 warm-up rounds;
-/// returns GB/s measured by the receiver (first byte of round 0 to the
-/// last byte of the last round).
-fn bw(o: &Opts, child: bool, chunk: u32, chunks: u32, rounds: u64) -> Option<f64> {
+/// `WINDOWS` messages of 4 MiB after 3 warm-up ones; GB/s of each, measured
+/// by the receiver from the end of the previous message to the end of this
+/// one (so the pipeline's fill time counts).
+fn bw(o: &Opts, child: bool, chunk: u32, chunks: u32) -> Option<Vec<f64>> {
     let warm = 3;
     let g = bw_geometry(chunk, chunks);
     if child {
         pin(o.cpus.1);
         let mut b = open_port(o, addr_b(), g);
         let to_a = connect(&mut b, addr_a());
-        let mut dst = vec![0u8; MSG];
-        dst.iter_mut().for_each(|x| *x = 1);
+        let mut dst = vec![1u8; MSG];
+        let mut out = Vec::new();
         let mut t0 = Instant::now();
-        for r in 0..warm + rounds {
-            if r == warm {
-                t0 = Instant::now();
-            }
+        for r in 0..warm + WINDOWS {
             loop {
                 match b.pull_into(addr_a(), &mut dst) {
                     Ok(PullProgress::Done { len }) => {
@@ -305,67 +350,64 @@ fn bw(o: &Opts, child: bool, chunk: u32, chunks: u32, rounds: u64) -> Option<f64
                         break;
                     }
                     Ok(_) => {}
+                    // Not connected yet.
                     Err(ShmError::PeerGone { .. }) => {}
                     Err(e) => panic!("pull: {e}"),
                 }
             }
+            if r >= warm {
+                out.push(MSG as f64 / t0.elapsed().as_secs_f64() / 1e9);
+            }
+            t0 = Instant::now();
             assert_eq!(dst[MSG - 1], (r as u8).wrapping_add(1));
         }
-        let el = t0.elapsed();
-        let gbs = (rounds as usize * MSG) as f64 / el.as_secs_f64() / 1e9;
-        send_spin(&mut b, to_a, &gbs.to_bits().to_le_bytes());
+        send_results(&mut b, to_a, &out);
         return None;
     }
-    let mut c = spawn_child(
-        o,
-        "bw",
-        &[
-            "--chunk".into(),
-            chunk.to_string(),
-            "--chunks".into(),
-            chunks.to_string(),
-            "--rounds".into(),
-            rounds.to_string(),
-        ],
-    );
+    let extra = [
+        "--chunk".to_string(),
+        chunk.to_string(),
+        "--chunks".into(),
+        chunks.to_string(),
+    ];
+    let mut c = spawn_child(o, "bw", &extra);
     pin(o.cpus.0);
     let mut a = open_port(o, addr_a(), g);
     let to_b = connect(&mut a, addr_b());
     let mut src = vec![0u8; MSG];
-    for r in 0..warm + rounds {
+    for r in 0..warm + WINDOWS {
         src[0] = r as u8;
         src[MSG - 1] = (r as u8).wrapping_add(1);
         while !a.push_message(to_b, &src).expect("push").done {}
     }
-    let g = f64::from_bits(recv_spin(&mut a));
+    let g = recv_results(&mut a);
     c.wait().unwrap();
     Some(g)
 }
 
-/// Single-thread memcpy of 4 MiB between two warm buffers, GB/s (best of
-/// five runs of `rounds` copies).
-fn memcpy_bw(rounds: u64) -> f64 {
+/// Single-thread memcpy of 4 MiB between two warm buffers, GB/s per copy.
+fn memcpy_bw(cpu: usize) -> Vec<f64> {
+    pin(cpu);
     let src = vec![3u8; MSG];
     let mut dst = vec![0u8; MSG];
-    let mut best = 0f64;
-    for _ in 0..5 {
-        let t0 = Instant::now();
-        for r in 0..rounds {
-            dst.copy_from_slice(&src);
+    dst.copy_from_slice(&src);
+    (0..WINDOWS)
+        .map(|r| {
+            let t0 = Instant::now();
+            dst.copy_from_slice(std::hint::black_box(&src));
             std::hint::black_box(&mut dst);
+            let g = MSG as f64 / t0.elapsed().as_secs_f64() / 1e9;
             dst[r as usize % MSG] = 0;
-        }
-        let g = (rounds as usize * MSG) as f64 / t0.elapsed().as_secs_f64() / 1e9;
-        best = best.max(g);
-    }
-    best
+            g
+        })
+        .collect()
 }
 
 // ---------------------------------------------------------------- unix socket
 
-fn unix_pingpong(o: &Opts, child: bool) -> Option<f64> {
+fn unix_pingpong(o: &Opts, child: bool) -> Option<Vec<f64>> {
     let path = format!("/tmp/bcl-bench-unix-{:08x}", o.job.0);
-    let n = (o.iters / 20).max(1000);
+    let per = (o.iters / 50).max(20);
     if child {
         pin(o.cpus.1);
         let mut s = loop {
@@ -375,7 +417,7 @@ fn unix_pingpong(o: &Opts, child: bool) -> Option<f64> {
             }
         };
         let mut b = [0u8; 8];
-        for _ in 0..n {
+        for _ in 0..per * (WINDOWS + 1) {
             s.read_exact(&mut b).unwrap();
             s.write_all(&b).unwrap();
         }
@@ -386,20 +428,14 @@ fn unix_pingpong(o: &Opts, child: bool) -> Option<f64> {
     let mut c = spawn_child(o, "unix", &[]);
     pin(o.cpus.0);
     let (mut s, _) = l.accept().unwrap();
-    let warm = n / 10;
     let mut b = [0u8; 8];
-    let mut t0 = Instant::now();
-    for i in 0..n {
-        if i == warm {
-            t0 = Instant::now();
-        }
+    let out = windows(per, |i| {
         s.write_all(&i.to_le_bytes()).unwrap();
         s.read_exact(&mut b).unwrap();
-    }
-    let el = t0.elapsed();
+    });
     c.wait().unwrap();
     let _ = std::fs::remove_file(&path);
-    Some(el.as_nanos() as f64 / (n - warm) as f64 / 2.0)
+    Some(out.into_iter().map(|rtt| rtt / 2.0).collect())
 }
 
 // ---------------------------------------------------------------- driver
@@ -424,7 +460,7 @@ fn main() {
         .unwrap_or(JobKey(0xbe00_0000 | (std::process::id() & 0xffffff)));
     let iters = opt(&args, "--iters")
         .map(|s| s.parse().unwrap())
-        .unwrap_or(200_000);
+        .unwrap_or(2_000);
     let o = Opts { cpus, job, iters };
     if let Some(role) = opt(&args, "--child") {
         match role {
@@ -435,8 +471,7 @@ fn main() {
             "bw" => {
                 let chunk = opt(&args, "--chunk").unwrap().parse().unwrap();
                 let chunks = opt(&args, "--chunks").unwrap().parse().unwrap();
-                let rounds = opt(&args, "--rounds").unwrap().parse().unwrap();
-                bw(&o, true, chunk, chunks, rounds)
+                bw(&o, true, chunk, chunks)
             }
             r => panic!("unknown role {r}"),
         };
@@ -448,69 +483,60 @@ fn main() {
         .filter(|a| !a.starts_with("--"))
         .unwrap_or("all");
     println!(
-        "# bcl-shm raw benchmarks; CPUs {},{}; load before: {}",
+        "# bcl-shm raw benchmarks; CPUs {},{}; best of {WINDOWS} windows [median]; load before: {}",
         cpus.0,
         cpus.1,
         loadavg()
     );
     let all = what == "all";
     if all || what == "latency" {
-        // Interleave floor and ring runs, keep the best of each (least
-        // disturbed by other load).
-        let mut floor = f64::MAX;
-        let mut ring = f64::MAX;
-        for _ in 0..3 {
-            floor = floor.min(spin_pingpong(&o, false).unwrap());
-            ring = ring.min(ring_pingpong(&o, false).unwrap());
-        }
+        let (fb, fm) = best_median(spin_pingpong(&o, false).unwrap(), false);
+        let (rb, rm) = best_median(ring_pingpong(&o, false).unwrap(), false);
         println!(
-            "latency 8 B one-way: ring {ring:.0} ns, floor (spin) {floor:.0} ns, ratio {:.2} (target <= 1.3 and <= 250 ns)",
-            ring / floor
+            "latency 8 B one-way: ring {rb:.0} ns [{rm:.0}], floor (spin) {fb:.0} ns [{fm:.0}], ratio {:.2} [{:.2}] (target <= 1.3 and <= 250 ns)",
+            rb / fb,
+            rm / fm
         );
     }
     if all || what == "unix" {
-        let u = unix_pingpong(&o, false).unwrap();
+        let (ub, um) = best_median(unix_pingpong(&o, false).unwrap(), false);
         println!(
-            "latency 8 B one-way: unix stream socket {:.1} us (reference)",
-            u / 1000.0
+            "latency 8 B one-way: unix stream socket {:.1} us [{:.1}] (reference)",
+            ub / 1000.0,
+            um / 1000.0
         );
     }
     if all || what == "rate" {
-        let mut best = 0f64;
-        for _ in 0..3 {
-            best = best.max(rate(&o, false).unwrap());
-        }
+        let (b, m) = best_median(rate(&o, false).unwrap(), true);
         println!(
-            "rate 8 B, 1 sender 1 receiver: {:.2} M msg/s (target >= 3)",
-            best / 1e6
+            "rate 8 B, 1 sender 1 receiver: {:.2} M msg/s [{:.2}] (target >= 3)",
+            b / 1e6,
+            m / 1e6
         );
     }
     if all || what == "bw" {
-        let rounds = 50;
         let g = Geometry::default();
-        let mut best = 0f64;
-        for _ in 0..3 {
-            best = best.max(bw(&o, false, g.chunk_size, g.chunks, rounds).unwrap());
-        }
-        let m = memcpy_bw(rounds);
+        let (b, bm) = best_median(bw(&o, false, g.chunk_size, g.chunks).unwrap(), true);
+        let (m, mm) = best_median(memcpy_bw(cpus.1), true);
         println!(
-            "bandwidth 4 MiB: exchange {best:.1} GB/s ({} KiB x {} chunks), memcpy {m:.1} GB/s, ratio {:.2} (target >= 0.8)",
+            "bandwidth 4 MiB: exchange {b:.1} GB/s [{bm:.1}] ({} KiB x {} chunks), memcpy {m:.1} GB/s [{mm:.1}], ratio {:.2} [{:.2}] (target >= 0.8)",
             g.chunk_size / 1024,
             g.chunks,
-            best / m
+            b / m,
+            bm / mm
         );
     }
     if what == "sweep" {
-        let rounds = 30;
-        println!("chunk_KiB depth exchange_GBps memcpy_GBps ratio");
+        println!("chunk_KiB depth  exchange_GB/s [median]  memcpy_GB/s [median]  ratio [median]");
         for depth in [4u32, 8] {
             for kib in [4u32, 8, 16, 32, 64, 128, 256, 512, 1024] {
-                let mut best = 0f64;
-                for _ in 0..3 {
-                    best = best.max(bw(&o, false, kib * 1024, depth, rounds).unwrap());
-                }
-                let m = memcpy_bw(rounds);
-                println!("{kib:9} {depth:5} {best:12.1} {m:11.1} {:5.2}", best / m);
+                let (b, bm) = best_median(bw(&o, false, kib * 1024, depth).unwrap(), true);
+                let (m, mm) = best_median(memcpy_bw(cpus.1), true);
+                println!(
+                    "{kib:9} {depth:5}  {b:13.1} [{bm:5.1}]  {m:11.1} [{mm:5.1}]  {:5.2} [{:4.2}]",
+                    b / m,
+                    bm / mm
+                );
             }
         }
     }

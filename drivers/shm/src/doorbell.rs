@@ -116,7 +116,6 @@ impl Doorbell {
             }
         }
     }
-
 }
 
 impl Drop for Doorbell {

@@ -128,7 +128,6 @@ impl ExView {
         }
     }
 
-
     /// Whether chunks are published and not consumed (either side may ask;
     /// a hint).
     #[cfg(loom)]
@@ -253,7 +252,6 @@ impl ExSender {
         }
     }
 
-
     /// The queue this sender writes.
     pub(crate) fn view(&self) -> &ExView {
         &self.view
@@ -301,9 +299,9 @@ impl ExSender {
                 // not until we publish; the source is the caller's buffer at
                 // off..off+n, in bounds since off + n <= total = bytes.len().
                 unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        bytes.as_ptr().add(cur.off as usize),
+                    crate::copy::copy_bytes(
                         self.view.chunk(pos),
+                        bytes.as_ptr().add(cur.off as usize),
                         n as usize,
                     )
                 }
@@ -364,8 +362,6 @@ impl ExReceiver {
     pub(crate) fn tail(&self) -> u64 {
         self.tail
     }
-
-
 
     /// Refreshes the cached head if the cache says empty; returns the
     /// number of chunks available, validated.
@@ -444,9 +440,9 @@ impl ExReceiver {
                 // destination off..off+len is inside `dst` because
                 // off + len <= total <= dst.len(); private memory, no overlap.
                 unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        self.view.chunk(pos),
+                    crate::copy::copy_bytes(
                         dst.as_mut_ptr().add(off as usize),
+                        self.view.chunk(pos),
                         len as usize,
                     )
                 }

@@ -33,6 +33,7 @@
 //! compiled (see `loom.sh`).
 
 pub mod bell;
+pub(crate) mod copy;
 pub mod exchange;
 pub mod ring;
 pub(crate) mod sync;

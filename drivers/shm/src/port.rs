@@ -110,6 +110,39 @@ pub enum ShmEvent {
     },
 }
 
+/// Rate limit for liveness checks of a peer that keeps making no
+/// progress: the clock is read on every 64th such call, and the peer is
+/// checked (a `poll` on its pidfd) at most once per [`LIVENESS_INTERVAL`].
+#[derive(Debug, Default)]
+struct Stall {
+    calls: u32,
+    last: Option<Instant>,
+}
+
+impl Stall {
+    /// Called on each call that made no progress: whether to check now.
+    fn due(&mut self) -> bool {
+        self.calls = self.calls.wrapping_add(1);
+        if self.calls % 64 != 1 {
+            return false;
+        }
+        let now = Instant::now();
+        match self.last {
+            Some(t) if now.duration_since(t) < LIVENESS_INTERVAL => false,
+            _ => {
+                self.last = Some(now);
+                true
+            }
+        }
+    }
+
+    /// Makes the next [`due`](Self::due) true.
+    fn force(&mut self) {
+        self.calls = 0;
+        self.last = None;
+    }
+}
+
 /// A peer we send to.
 #[derive(Debug)]
 struct Link {
@@ -122,7 +155,7 @@ struct Link {
     dead: bool,
     ring_blocked: bool,
     ex_blocked: bool,
-    last_check: Option<Instant>,
+    stall: Stall,
     /// Last: the producer and exchange views point into this mapping.
     seg: Segment,
 }
@@ -144,7 +177,7 @@ struct Sender {
     gone: bool,
     died: bool,
     free_after: u64,
-    last_check: Option<Instant>,
+    stall: Stall,
 }
 
 /// The shared-memory side of one endpoint (see the module documentation).
@@ -153,6 +186,8 @@ pub struct ShmPort {
     rx: RingConsumer,
     senders: Vec<Option<Sender>>,
     by_addr: HashMap<ProcessAddr, u32>,
+    /// The last sender looked up by address (exchange pulls repeat it).
+    last_from: Option<(ProcessAddr, u32)>,
     links: Vec<Link>,
     link_by_addr: HashMap<ProcessAddr, PeerId>,
     events: VecDeque<ShmEvent>,
@@ -263,6 +298,7 @@ impl ShmPort {
             rx,
             senders: (0..entries).map(|_| None).collect(),
             by_addr: HashMap::new(),
+            last_from: None,
             links: Vec::new(),
             link_by_addr: HashMap::new(),
             events: VecDeque::new(),
@@ -379,7 +415,7 @@ impl ShmPort {
             dead: false,
             ring_blocked: false,
             ex_blocked: false,
-            last_check: None,
+            stall: Stall::default(),
             seg,
         };
         let id = match existing {
@@ -495,7 +531,7 @@ impl ShmPort {
         let l = &mut self.links[peer.0 as usize];
         if let Some(r) = &l.ringer {
             if r.ring() == Rang::Gone {
-                l.last_check = None;
+                l.stall.force();
                 let _ = self.check_link(peer);
             }
         }
@@ -504,13 +540,9 @@ impl ShmPort {
     /// Rate-limited liveness check of a link that made no progress.
     fn check_link(&mut self, peer: PeerId) -> Result<(), ShmError> {
         let l = &mut self.links[peer.0 as usize];
-        let now = Instant::now();
-        if l.last_check
-            .is_some_and(|t| now.duration_since(t) < LIVENESS_INTERVAL)
-        {
+        if !l.stall.due() {
             return Ok(());
         }
-        l.last_check = Some(now);
         if l.watch.is_dead() || l.seg.state().load(Ordering::Acquire) != STATE_READY {
             return Err(self.link_gone(peer));
         }
@@ -667,7 +699,7 @@ impl ShmPort {
             gone: false,
             died: false,
             free_after: 0,
-            last_check: None,
+            stall: Stall::default(),
         });
         self.by_addr.insert(addr, i);
         Some(addr)
@@ -957,7 +989,17 @@ impl ShmPort {
     // ----------------------------------------------------------------
 
     fn sender_entry(&mut self, from: ProcessAddr) -> Option<u32> {
+        if let Some((a, i)) = self.last_from {
+            if a == from
+                && self.senders[i as usize]
+                    .as_ref()
+                    .is_some_and(|s| s.addr == from)
+            {
+                return Some(i);
+            }
+        }
         if let Some(&i) = self.by_addr.get(&from) {
+            self.last_from = Some((from, i));
             return Some(i);
         }
         for i in 0..self.seg.layout().geometry.dir_entries {
@@ -1027,7 +1069,6 @@ impl ShmPort {
             Err(e) => return Err(e.into()),
         };
         if moved {
-            s.last_check = None;
             if bell::should_wake(&entry(&self.seg, i).ctl.waiting) {
                 self.ring_sender(i);
             }
@@ -1040,13 +1081,9 @@ impl ShmPort {
         if s.gone {
             return Err(ShmError::PeerGone { addr: from });
         }
-        let now = Instant::now();
-        if s.last_check
-            .is_some_and(|t| now.duration_since(t) < LIVENESS_INTERVAL)
-        {
+        if !s.stall.due() {
             return Ok(p);
         }
-        s.last_check = Some(now);
         if s.watch.is_dead() {
             // Chunks published just before death may have arrived since.
             if s.ex.view().head() != s.ex.tail() {

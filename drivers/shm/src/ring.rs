@@ -189,8 +189,6 @@ impl RingView {
         }
     }
 
-
-
     fn ctl(&self) -> &RingCtl {
         // SAFETY: `new`'s contract: `ctl` is valid while the view is used.
         unsafe { &*self.ctl }
@@ -397,7 +395,6 @@ impl RingProducer {
 }
 
 impl SlotWriter<'_> {
-
     /// Copies `bytes` into the payload at `offset`. Bytes beyond the slot
     /// are cut off; returns how many were written.
     pub(crate) fn write(&mut self, offset: usize, bytes: &[u8]) -> usize {
