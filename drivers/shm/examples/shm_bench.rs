@@ -23,7 +23,7 @@
 //! another process being scheduled on one of the two CPUs).
 
 use bcl_core::{JobKey, ProcessAddr};
-use bcl_shm::{Geometry, PullProgress, ShmConfig, ShmError, ShmPort};
+use bcl_shm::{Geometry, PullProgress, SendError, ShmConfig, ShmError, ShmPort};
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::process::{Child, Command};
@@ -120,7 +120,7 @@ fn send_spin(p: &mut ShmPort, to: bcl_shm::PeerId, msg: &[u8]) {
     loop {
         match p.try_send(to, msg) {
             Ok(()) => return,
-            Err(ShmError::Full) => std::hint::spin_loop(),
+            Err(SendError::Full) => std::hint::spin_loop(),
             Err(e) => panic!("send: {e}"),
         }
     }
@@ -515,6 +515,13 @@ fn main() {
         );
     }
     if all || what == "bw" {
+        let quick = Opts {
+            iters: 500,
+            cpus,
+            job,
+        };
+        let (floor, _) = best_median(spin_pingpong(&quick, false).unwrap(), false);
+        println!("# spin floor before the bandwidth run: {floor:.0} ns (vCPU placement)");
         let g = Geometry::default();
         let (b, bm) = best_median(bw(&o, false, g.chunk_size, g.chunks).unwrap(), true);
         let (m, mm) = best_median(memcpy_bw(cpus.1), true);
@@ -527,13 +534,25 @@ fn main() {
         );
     }
     if what == "sweep" {
-        println!("chunk_KiB depth  exchange_GB/s [median]  memcpy_GB/s [median]  ratio [median]");
-        for depth in [4u32, 8] {
+        // The host moves the two vCPUs between nearby and distant cores
+        // (the spin floor jumps between ~35 and ~200 ns); each row records
+        // the floor measured just before it, so rows can be compared.
+        let quick = Opts {
+            iters: 500,
+            cpus,
+            job,
+        };
+        println!("chunk_KiB depth  floor_ns  exchange_GB/s [median]  memcpy_GB/s [median]  ratio [median]");
+        let depths: Vec<u32> = opt(&args, "--depths")
+            .map(|s| s.split(',').map(|d| d.parse().unwrap()).collect())
+            .unwrap_or_else(|| vec![4, 8]);
+        for &depth in &depths {
             for kib in [4u32, 8, 16, 32, 64, 128, 256, 512, 1024] {
+                let (floor, _) = best_median(spin_pingpong(&quick, false).unwrap(), false);
                 let (b, bm) = best_median(bw(&o, false, kib * 1024, depth).unwrap(), true);
                 let (m, mm) = best_median(memcpy_bw(cpus.1), true);
                 println!(
-                    "{kib:9} {depth:5}  {b:13.1} [{bm:5.1}]  {m:11.1} [{mm:5.1}]  {:5.2} [{:4.2}]",
+                    "{kib:9} {depth:5}  {floor:8.0}  {b:13.1} [{bm:5.1}]  {m:11.1} [{mm:5.1}]  {:5.2} [{:4.2}]",
                     b / m,
                     bm / mm
                 );

@@ -57,6 +57,7 @@ pub use exchange::{ExError, PullProgress, PushProgress};
 pub use layout::Geometry;
 #[cfg(not(loom))]
 pub use port::{Incoming, PeerId, ShmConfig, ShmEvent, ShmPort};
+
 #[cfg(not(loom))]
 pub use segment::{cleanup_stale, segment_name, CleanupReport};
 
@@ -64,6 +65,43 @@ pub use segment::{cleanup_stale, segment_name, CleanupReport};
 use bcl_core::ProcessAddr;
 #[cfg(not(loom))]
 use std::path::PathBuf;
+
+/// Why [`ShmPort::try_send`] did not send. Small and `Copy` because it is
+/// returned on the hot path (`Full` is routine back-pressure).
+#[cfg(not(loom))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    /// The peer's ring is full: nothing was sent; retry on a later progress
+    /// call (back-pressure, not loss).
+    #[error("the peer's ring is full; retry later")]
+    Full,
+    /// The message does not fit in a ring slot; use the exchange queue.
+    #[error("message of {len} bytes exceeds the {max}-byte ring slot; send it through the exchange queue")]
+    TooLarge {
+        /// The message length.
+        len: usize,
+        /// The slot capacity.
+        max: usize,
+    },
+    /// The peer died or closed (connect again to reach a new incarnation).
+    #[error("peer {0} is gone (died or closed)")]
+    PeerGone(ProcessAddr),
+    /// No such peer id.
+    #[error("no peer {0:?} on this port")]
+    UnknownPeer(port::PeerId),
+}
+
+#[cfg(not(loom))]
+impl From<SendError> for ShmError {
+    fn from(e: SendError) -> Self {
+        match e {
+            SendError::Full => ShmError::Full,
+            SendError::TooLarge { len, max } => ShmError::TooLarge { len, max },
+            SendError::PeerGone(addr) => ShmError::PeerGone { addr },
+            SendError::UnknownPeer(p) => ShmError::UnknownPeer(p),
+        }
+    }
+}
 
 /// Anything that can go wrong in this crate.
 #[cfg(not(loom))]

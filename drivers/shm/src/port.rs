@@ -21,7 +21,7 @@ use crate::ring::{
 };
 use crate::segment::{self, Segment};
 use crate::sync::Ordering;
-use crate::ShmError;
+use crate::{SendError, ShmError};
 use bcl_core::{JobKey, ProcessAddr};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;
@@ -194,6 +194,8 @@ pub struct ShmPort {
     reported: HashSet<(ProcessAddr, u32)>,
     epoll: OwnedFd,
     idle: u32,
+    /// The head at the last stuck check.
+    idle_head: u64,
     stuck_since: Option<Instant>,
     /// Senders that are gone and not yet reaped.
     gone_pending: usize,
@@ -305,6 +307,7 @@ impl ShmPort {
             reported: HashSet::new(),
             epoll,
             idle: 0,
+            idle_head: 0,
             stuck_since: None,
             gone_pending: 0,
             pid: std::process::id(),
@@ -465,11 +468,20 @@ impl ShmPort {
     /// Sends `msg` (at most [`max_inline`](Self::max_inline) bytes) through
     /// `peer`'s system ring: one claim, one copy, one publish. `Full` is
     /// back-pressure: nothing was sent, retry on a later progress call.
+    ///
+    /// The fast path does not look at the peer's health: a send to a peer
+    /// that has just closed or died succeeds into its abandoned ring (the
+    /// message is lost with the peer). The death is reported when the ring
+    /// fills up (`PeerGone` instead of `Full`) or by
+    /// [`check_peers`](Self::check_peers), which the engine runs
+    /// periodically and after every sleep.
     #[inline]
-    pub fn try_send(&mut self, peer: PeerId, msg: &[u8]) -> Result<(), ShmError> {
-        let link = self.link(peer)?;
-        if link.seg.state().load(Ordering::Relaxed) != STATE_READY {
-            return Err(self.link_gone(peer));
+    pub fn try_send(&mut self, peer: PeerId, msg: &[u8]) -> Result<(), SendError> {
+        let Some(link) = self.links.get_mut(peer.0 as usize) else {
+            return Err(SendError::UnknownPeer(peer));
+        };
+        if link.dead {
+            return Err(SendError::PeerGone(link.addr));
         }
         match link.producer.try_send(msg) {
             Ok(wake) => {
@@ -479,14 +491,17 @@ impl ShmPort {
                 }
                 Ok(())
             }
-            Err(RingSendError::TooLarge) => Err(ShmError::TooLarge {
+            Err(RingSendError::TooLarge) => Err(SendError::TooLarge {
                 len: msg.len(),
                 max: link.producer.payload_max(),
             }),
             Err(RingSendError::Full) => {
                 link.ring_blocked = true;
-                self.check_link(peer)?;
-                Err(ShmError::Full)
+                let addr = link.addr;
+                match self.check_link(peer) {
+                    Ok(()) => Err(SendError::Full),
+                    Err(_) => Err(SendError::PeerGone(addr)),
+                }
             }
         }
     }
@@ -540,10 +555,10 @@ impl ShmPort {
     /// Rate-limited liveness check of a link that made no progress.
     fn check_link(&mut self, peer: PeerId) -> Result<(), ShmError> {
         let l = &mut self.links[peer.0 as usize];
-        if !l.stall.due() {
-            return Ok(());
+        if l.seg.state().load(Ordering::Acquire) != STATE_READY {
+            return Err(self.link_gone(peer));
         }
-        if l.watch.is_dead() || l.seg.state().load(Ordering::Acquire) != STATE_READY {
+        if l.stall.due() && l.watch.is_dead() {
             return Err(self.link_gone(peer));
         }
         Ok(())
@@ -584,6 +599,36 @@ impl ShmPort {
     /// `Incoming` without releasing leaves it at the head.
     #[inline]
     pub fn recv(&mut self) -> Option<Incoming<'_>> {
+        // The fast paths inline: a message from a known sender, and nothing.
+        match self.rx.poll() {
+            Head::Ready(info) if info.flags == 0 => {
+                if let Some(Some(s)) = self.senders.get(usize::from(info.entry)) {
+                    if s.src == info.src {
+                        let from = s.addr;
+                        return Some(Incoming {
+                            port: self,
+                            from,
+                            len: info.len,
+                        });
+                    }
+                }
+            }
+            Head::NotReady => {
+                self.idle = self.idle.wrapping_add(1);
+                if self.gone_pending > 0 || self.idle & IDLE_STUCK_MASK == 0 {
+                    self.on_idle();
+                }
+                return None;
+            }
+            _ => {}
+        }
+        self.recv_slow()
+    }
+
+    /// [`recv`](Self::recv) for everything but the fast paths: void and
+    /// corrupt slots, a sender's first message.
+    #[inline(never)]
+    fn recv_slow(&mut self) -> Option<Incoming<'_>> {
         loop {
             match self.rx.poll() {
                 Head::Ready(info) => {
@@ -615,10 +660,7 @@ impl ShmPort {
                         what: "ring slot length beyond the slot",
                     });
                 }
-                Head::NotReady => {
-                    self.on_idle();
-                    return None;
-                }
+                Head::NotReady => return None,
             }
         }
     }
@@ -707,15 +749,23 @@ impl ShmPort {
 
     /// Bookkeeping when the ring has nothing for us: wake producers waiting
     /// for space, and now and then look for a stuck head and dead peers.
+    #[cold]
+    #[inline(never)]
     fn on_idle(&mut self) {
-        if self.rx.announce(true) {
-            self.wake_space_waiters();
-        }
         if self.gone_pending > 0 {
             self.reap_gone();
         }
-        self.idle = self.idle.wrapping_add(1);
         if self.idle & IDLE_STUCK_MASK == 0 {
+            // Only a head that has not moved for a whole stretch of idle
+            // polls can be stuck, and only then are peers worth a system
+            // call: while messages flow, leave the producers' tail line and
+            // the kernel alone.
+            let head = self.rx.head();
+            if head != self.idle_head {
+                self.idle_head = head;
+                self.stuck_since = None;
+                return;
+            }
             self.check_head();
             if self.idle & IDLE_PEERS_MASK == 0 {
                 self.check_peers();
@@ -892,7 +942,8 @@ impl ShmPort {
     /// Cheap (one non-blocking `epoll_wait` plus a load per peer); the
     /// engine should call it now and then (say every 10-100 ms) when it
     /// busy-polls; [`recv`](Self::recv) also calls it every 65536 idle
-    /// polls, and [`finish_wait`](Self::finish_wait) after every sleep.
+    /// polls while nothing arrives, and [`finish_wait`](Self::finish_wait)
+    /// after every sleep.
     pub fn check_peers(&mut self) {
         let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 16];
         // SAFETY: epoll_wait writes at most evs.len() events into evs.
@@ -1266,6 +1317,7 @@ impl Incoming<'_> {
     }
 
     /// Copies the message into `dst`; returns the bytes copied.
+    #[inline]
     pub fn copy_to(&self, dst: &mut [u8]) -> usize {
         self.port.rx.copy_head(self.len, dst)
     }

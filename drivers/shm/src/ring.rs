@@ -25,9 +25,9 @@
 //!   publishes with `seq = pos + 1` (release), then clears its intent
 //!   (release).
 //! * The consumer checks `seq == head + 1` (acquire), reads the slot in
-//!   place, and advances its private `head`. Every `cap / 4` messages, and
-//!   whenever it finds the ring empty, it stores `released = head`
-//!   (release).
+//!   place, and advances its private `head`. Every 64 messages (or a
+//!   quarter of the ring, if smaller), and before it sleeps, it stores
+//!   `released = head` (release).
 //!
 //! Memory ordering: the producer's payload writes happen before its
 //! release store of `seq`; the consumer's acquire load of `seq` makes them
@@ -60,6 +60,10 @@
 
 use crate::sync::{fence, AtomicU32, AtomicU64, DataCell, Line, Ordering};
 use std::mem::size_of;
+
+/// Consumed slots are announced to producers in batches of this many (or
+/// a quarter of the ring if smaller).
+pub(crate) const ANNOUNCE_BATCH: u64 = 64;
 
 /// Bit of `tail` set while the consumer is (about to be) asleep.
 pub(crate) const SLEEP: u64 = 1 << 63;
@@ -144,6 +148,8 @@ pub(crate) enum Head {
 pub(crate) struct RingView {
     ctl: *const RingCtl,
     slots: *mut u8,
+    /// One past the last slot.
+    end: *mut u8,
     stride: usize,
     cap: u64,
     payload_max: usize,
@@ -181,6 +187,9 @@ impl RingView {
         RingView {
             ctl,
             slots,
+            // SAFETY: one past the end of the `cap * stride` bytes the
+            // contract promises.
+            end: unsafe { slots.add(cap as usize * stride) },
             stride,
             cap,
             payload_max: stride - SLOT_HDR,
@@ -202,15 +211,47 @@ impl RingView {
     }
 
     fn hdr(&self, pos: u64) -> &SlotHdr {
-        // SAFETY: every slot starts with a valid, 8-aligned SlotHdr (`new`'s
-        // contract); SlotHdr holds only atomics, so a shared reference to it
-        // is sound even though other processes write it concurrently.
-        unsafe { &*(self.slot(pos) as *const SlotHdr) }
+        self.hdr_at(self.slot(pos))
     }
 
-    fn payload(&self, pos: u64) -> *mut u8 {
-        // SAFETY: the payload area follows the header inside the slot.
-        unsafe { self.slot(pos).add(SLOT_HDR) }
+    /// The header of the slot starting at `slot`, which must be a slot
+    /// pointer of this view (from [`slot`](Self::slot) or
+    /// [`next_slot`](Self::next_slot)).
+    #[inline]
+    fn hdr_at(&self, slot: *mut u8) -> &SlotHdr {
+        // SAFETY: `slot` is the start of one of our slots, which starts with
+        // a valid, 8-aligned SlotHdr (`new`'s contract); SlotHdr holds only
+        // atomics, so a shared reference to it is sound even though other
+        // processes write it concurrently.
+        unsafe { &*(slot as *const SlotHdr) }
+    }
+
+    /// The slot after `slot` (wrapping at the end of the ring).
+    #[inline]
+    fn next_slot(&self, slot: *mut u8) -> *mut u8 {
+        // SAFETY: `slot` is one of our slots, so `slot + stride` is at most
+        // one past the end, which we compare against.
+        let n = unsafe { slot.add(self.stride) };
+        if n == self.end {
+            self.slots
+        } else {
+            n
+        }
+    }
+
+    /// Prefetches the header line of `slot` for reading (a hint).
+    #[inline]
+    fn prefetch(&self, slot: *mut u8) {
+        #[cfg(all(target_arch = "x86_64", not(loom)))]
+        {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            // SAFETY: a prefetch never faults and has no architectural
+            // effect; the address is inside the ring anyway. SSE is part of
+            // the x86_64 baseline.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(slot as *const i8) };
+        }
+        #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+        let _ = slot;
     }
 
     fn cell(&self, pos: u64) -> &DataCell {
@@ -268,16 +309,16 @@ pub(crate) struct RingProducer {
 // memory kept alive by the producer's creator.
 unsafe impl Send for RingProducer {}
 
-/// A slot claimed by [`RingProducer::claim`], to be written and committed.
-/// Dropping it without [`commit`](SlotWriter::commit) publishes it as a
-/// void slot, because a claim cannot be undone.
+/// A slot claimed by [`RingProducer::claim`], to be written in place.
+/// Dropping it publishes it as a void slot (which the consumer skips),
+/// because a claim cannot be undone. ([`RingProducer::try_send`] is the
+/// copy-in send; this is the in-place one, used by the fault-injection
+/// hook and available to a method that builds frames in the slot.)
 #[derive(Debug)]
 pub(crate) struct SlotWriter<'a> {
     producer: &'a RingProducer,
     pos: u64,
-    /// The claim cleared the consumer's sleep bit: the caller must ring its
-    /// doorbell after committing.
-    pub(crate) wake: bool,
+    slot: *mut u8,
     done: bool,
 }
 
@@ -318,6 +359,19 @@ impl RingProducer {
     /// returns `None` if the ring is full.
     #[inline]
     pub(crate) fn claim(&self) -> Option<SlotWriter<'_>> {
+        let (pos, slot, _wake) = self.claim_raw()?;
+        Some(SlotWriter {
+            producer: self,
+            pos,
+            slot,
+            done: false,
+        })
+    }
+
+    /// The claim itself: returns the position, its slot, and whether the
+    /// claim cleared the consumer's sleep bit.
+    #[inline]
+    fn claim_raw(&self) -> Option<(u64, *mut u8, bool)> {
         let ctl = self.view.ctl();
         let cap = self.view.cap;
         let mut t = ctl.tail.load(Ordering::Relaxed);
@@ -346,14 +400,7 @@ impl RingProducer {
                 .tail
                 .compare_exchange_weak(t, pos + 1, Ordering::AcqRel, Ordering::Relaxed)
             {
-                Ok(_) => {
-                    return Some(SlotWriter {
-                        producer: self,
-                        pos,
-                        wake: t & SLEEP != 0,
-                        done: false,
-                    })
-                }
+                Ok(_) => return Some((pos, self.view.slot(pos), t & SLEEP != 0)),
                 Err(cur) => t = cur,
             }
         }
@@ -361,15 +408,39 @@ impl RingProducer {
 
     /// Copies `bytes` into the next slot and publishes it. On success,
     /// returns whether the consumer must be woken (its sleep bit was set).
+    #[inline]
     pub(crate) fn try_send(&self, bytes: &[u8]) -> Result<bool, RingSendError> {
         if bytes.len() > self.view.payload_max {
             return Err(RingSendError::TooLarge);
         }
-        let mut w = self.claim().ok_or(RingSendError::Full)?;
-        w.write(0, bytes);
-        let wake = w.wake;
-        w.commit(bytes.len());
+        let (pos, slot, wake) = self.claim_raw().ok_or(RingSendError::Full)?;
+        self.view.cell(pos).write(|| {
+            // SAFETY: len <= payload_max, so the destination lies in the
+            // claimed slot's payload area, which by the ring protocol nobody
+            // else touches until we publish; the source is the caller's
+            // separate buffer.
+            unsafe { crate::copy::copy_bytes(slot.add(SLOT_HDR), bytes.as_ptr(), bytes.len()) }
+        });
+        self.publish(pos, slot, bytes.len() as u32, 0);
         Ok(wake)
+    }
+
+    /// Publishes the claimed position `pos` in `slot` with a payload of
+    /// `len` bytes (at most the slot's capacity) and `flags`.
+    #[inline]
+    fn publish(&self, pos: u64, slot: *mut u8, len: u32, flags: u16) {
+        // Read-prefetch the header line of the next slot: the consumer is
+        // (or will be) spinning on it, and holding a shared copy lets our
+        // next write to it be an upgrade instead of a full fetch.
+        self.view.prefetch(self.view.next_slot(slot));
+        let h = self.view.hdr_at(slot);
+        h.src.store(self.src, Ordering::Relaxed);
+        h.meta
+            .store(pack_meta(len, self.entry, flags), Ordering::Relaxed);
+        h.seq.store(pos + 1, Ordering::Release);
+        // Release: a consumer that reads 0 here (acquire) also sees the
+        // publication above (dead-producer recovery relies on it).
+        self.intent().store(0, Ordering::Release);
     }
 
     /// Whether the slot at the current tail is free (a hint: another
@@ -397,6 +468,7 @@ impl RingProducer {
 impl SlotWriter<'_> {
     /// Copies `bytes` into the payload at `offset`. Bytes beyond the slot
     /// are cut off; returns how many were written.
+    #[inline]
     pub(crate) fn write(&mut self, offset: usize, bytes: &[u8]) -> usize {
         let view = &self.producer.view;
         let n = bytes.len().min(view.payload_max.saturating_sub(offset));
@@ -408,30 +480,19 @@ impl SlotWriter<'_> {
             // this slot's payload area; we claimed the slot, so by the ring
             // protocol nobody else reads or writes it until we publish; the
             // source is a separate private buffer, so they do not overlap.
-            unsafe {
-                std::ptr::copy_nonoverlapping(bytes.as_ptr(), view.payload(self.pos).add(offset), n)
-            }
+            unsafe { crate::copy::copy_bytes(self.slot.add(SLOT_HDR + offset), bytes.as_ptr(), n) }
         });
         n
     }
 
-    /// Publishes the slot with a payload of `len` bytes (clamped to the
-    /// slot's capacity).
-    pub(crate) fn commit(mut self, len: usize) {
-        self.publish(len, 0);
-    }
-
     fn publish(&mut self, len: usize, flags: u16) {
         let p = self.producer;
-        let len = len.min(p.view.payload_max) as u32;
-        let h = p.view.hdr(self.pos);
-        h.src.store(p.src, Ordering::Relaxed);
-        h.meta
-            .store(pack_meta(len, p.entry, flags), Ordering::Relaxed);
-        h.seq.store(self.pos + 1, Ordering::Release);
-        // Release: a consumer that reads 0 here (acquire) also sees the
-        // publication above (dead-producer recovery relies on it).
-        p.intent().store(0, Ordering::Release);
+        p.publish(
+            self.pos,
+            self.slot,
+            len.min(p.view.payload_max) as u32,
+            flags,
+        );
         self.done = true;
     }
 }
@@ -450,9 +511,15 @@ impl Drop for SlotWriter<'_> {
 pub(crate) struct RingConsumer {
     view: RingView,
     head: u64,
+    /// The slot of `head`.
+    cur: *mut u8,
     /// Messages consumed since `released` was last announced.
     unannounced: u64,
 }
+
+// SAFETY: `cur` points into the ring memory the view covers (see
+// `RingView`); the consumer is the only user of its private state.
+unsafe impl Send for RingConsumer {}
 
 impl RingConsumer {
     /// The consumer of `view`, starting at position 0 (a freshly
@@ -461,6 +528,7 @@ impl RingConsumer {
         RingConsumer {
             view,
             head: 0,
+            cur: view.slot(0),
             unannounced: 0,
         }
     }
@@ -483,7 +551,7 @@ impl RingConsumer {
     /// What is at the head. One acquire load on the fast path.
     #[inline]
     pub(crate) fn poll(&self) -> Head {
-        let h = self.view.hdr(self.head);
+        let h = self.view.hdr_at(self.cur);
         if h.seq.load(Ordering::Acquire) != self.head.wrapping_add(1) {
             return Head::NotReady;
         }
@@ -504,7 +572,8 @@ impl RingConsumer {
     /// allowed while [`poll`](Self::poll) says `Ready` with that `len` and
     /// the slot has not been released.
     pub(crate) fn payload_ptr(&self) -> *const u8 {
-        self.view.payload(self.head)
+        // SAFETY: the payload area follows the header inside the slot.
+        unsafe { self.cur.add(SLOT_HDR) }
     }
 
     /// Runs `f` as a read of the head slot's payload (a loom race check).
@@ -514,13 +583,14 @@ impl RingConsumer {
 
     /// Copies the head slot's payload (`len` from a `Ready` poll) into
     /// `dst`; returns the bytes copied.
+    #[inline]
     pub(crate) fn copy_head(&self, len: usize, dst: &mut [u8]) -> usize {
         let n = len.min(dst.len()).min(self.view.payload_max);
         self.reading(|| {
             // SAFETY: n is within the slot's payload area; the slot is
             // published and not released, so by the protocol nobody writes
             // it; `dst` is private memory, so they do not overlap.
-            unsafe { std::ptr::copy_nonoverlapping(self.payload_ptr(), dst.as_mut_ptr(), n) }
+            unsafe { crate::copy::copy_bytes(dst.as_mut_ptr(), self.payload_ptr(), n) }
         });
         n
     }
@@ -531,6 +601,7 @@ impl RingConsumer {
     #[inline]
     pub(crate) fn release(&mut self) {
         self.head = self.head.wrapping_add(1);
+        self.cur = self.view.next_slot(self.cur);
         self.unannounced += 1;
     }
 
@@ -586,14 +657,20 @@ impl RingConsumer {
     }
 
     /// Announces consumed slots to the producers (`released = head`,
-    /// release) if anything was consumed since the last announcement and
-    /// either `idle` (the ring has nothing more for us now) or a quarter of
-    /// the ring is waiting to be announced. Then returns whether producers
-    /// asked to be woken when space is freed (checked after a fence, which
-    /// is thus paid at most once per batch).
+    /// release) once [`ANNOUNCE_BATCH`] (at most a quarter of the ring)
+    /// have accumulated, or whenever anything is unannounced if `force`.
+    /// Then returns whether producers asked to be woken when space is freed
+    /// (checked after a fence, which is thus paid once per batch).
+    ///
+    /// Batching cannot starve a producer: a producer sees the ring full
+    /// only if unconsumed plus unannounced slots make up the whole ring, so
+    /// at least `cap - batch + 1 >= batch` messages wait to be consumed, and
+    /// consuming them triggers an announcement. A consumer about to sleep
+    /// forces one (see `ShmPort::prepare_wait`).
     #[inline]
-    pub(crate) fn announce(&mut self, idle: bool) -> bool {
-        if self.unannounced == 0 || (!idle && self.unannounced < self.view.cap / 4) {
+    pub(crate) fn announce(&mut self, force: bool) -> bool {
+        let batch = ANNOUNCE_BATCH.min(self.view.cap / 4);
+        if self.unannounced == 0 || (!force && self.unannounced < batch) {
             return false;
         }
         self.unannounced = 0;

@@ -7,7 +7,9 @@
 //! test, default 500 000 with 4 producers: two million messages).
 
 use bcl_core::{JobKey, ProcessAddr};
-use bcl_shm::{cleanup_stale, segment_name, PullProgress, ShmConfig, ShmError, ShmEvent, ShmPort};
+use bcl_shm::{
+    cleanup_stale, segment_name, PullProgress, SendError, ShmConfig, ShmError, ShmEvent, ShmPort,
+};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -175,7 +177,7 @@ fn child_entry() {
                 loop {
                     match p.try_send(to, &buf) {
                         Ok(()) => break,
-                        Err(ShmError::Full) => {
+                        Err(SendError::Full) => {
                             if !p.wait(Some(Duration::from_millis(10))) {
                                 std::thread::yield_now();
                             }
@@ -196,7 +198,7 @@ fn child_entry() {
             for seq in 0..count {
                 payload(id, seq, max, &mut buf);
                 while let Err(e) = p.try_send(to, &buf) {
-                    assert!(matches!(e, ShmError::Full), "{e}");
+                    assert!(matches!(e, SendError::Full), "{e}");
                     std::thread::yield_now();
                 }
             }
@@ -615,10 +617,7 @@ fn consumer_death_gives_the_producer_an_error_not_a_hang() {
         }
     };
     assert!(matches!(err, ShmError::PeerGone { .. }), "{err}");
-    assert!(matches!(
-        p.try_send(to, b"y"),
-        Err(ShmError::PeerGone { .. })
-    ));
+    assert!(matches!(p.try_send(to, b"y"), Err(SendError::PeerGone(_))));
     assert!(matches!(p.poll_event(), Some(ShmEvent::PeerDied { .. })));
     cleanup_stale(&dir()).unwrap();
     assert!(!seg_path(j, 60).exists());

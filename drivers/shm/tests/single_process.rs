@@ -2,7 +2,7 @@
 //! talking through their segments.
 
 use bcl_core::{JobKey, ProcessAddr};
-use bcl_shm::{PullProgress, ShmConfig, ShmError, ShmEvent, ShmPort};
+use bcl_shm::{PullProgress, SendError, ShmConfig, ShmError, ShmEvent, ShmPort};
 use std::time::{Duration, Instant};
 
 fn job() -> JobKey {
@@ -57,7 +57,7 @@ fn full_ring_is_back_pressure_not_loss() {
     loop {
         match a.try_send(to_b, &sent.to_le_bytes()) {
             Ok(()) => sent += 1,
-            Err(ShmError::Full) => break,
+            Err(SendError::Full) => break,
             Err(e) => panic!("{e}"),
         }
     }
@@ -73,7 +73,7 @@ fn full_ring_is_back_pressure_not_loss() {
         a.try_send(to_b, &sent.to_le_bytes()).unwrap();
         sent += 1;
     }
-    assert!(matches!(a.try_send(to_b, b"full"), Err(ShmError::Full)));
+    assert!(matches!(a.try_send(to_b, b"full"), Err(SendError::Full)));
     let mut next = 4u32;
     while let Some(m) = b.recv() {
         assert_eq!(m.bytes(), &next.to_le_bytes());
@@ -115,7 +115,7 @@ fn too_large_for_a_slot_is_refused() {
     let big = vec![0u8; a.max_inline() + 1];
     assert!(matches!(
         a.try_send(to_b, &big),
-        Err(ShmError::TooLarge { .. })
+        Err(SendError::TooLarge { .. })
     ));
     a.try_send(to_b, &big[..a.max_inline()]).unwrap();
 }
@@ -219,9 +219,10 @@ fn closed_receiver_is_reported_to_sender() {
     let to_b = a.connect(b.local()).unwrap();
     a.try_send(to_b, b"x").unwrap();
     drop(b);
+    a.check_peers();
     assert!(matches!(
         a.try_send(to_b, b"y"),
-        Err(ShmError::PeerGone { .. })
+        Err(SendError::PeerGone(_))
     ));
     assert_eq!(
         a.poll_event(),
