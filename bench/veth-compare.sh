@@ -109,6 +109,7 @@ echo "$TABLE"
 
 if [ "$APPEND" = 1 ]; then
   DOC=docs/PERFORMANCE.md
+  mkdir -p docs
   if [ ! -f "$DOC" ]; then
     cat > "$DOC" <<'MD'
 # BCL performance
