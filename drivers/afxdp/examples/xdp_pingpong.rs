@@ -13,8 +13,12 @@
 //! ```
 //!
 //! The lab (`configs/lab/pair.toml`) is brought up under its own prefix and
-//! taken down at the end. Numbers are printed as a table with the ratios the
-//! issue sets targets for.
+//! taken down at the end. Latency runs are interleaved over `--rounds`
+//! rounds and summarised by their medians; the ratios the issue sets
+//! targets for are printed last. `--only udp|raw|bcl|rate|rawrate|bw|tcp`
+//! runs one measurement (for `perf record`); `--generic`/`--native` force
+//! the XDP mode; `XPP_RTO_MIN_MS=N` raises the protocol's minimum
+//! retransmission timeout; `XPP_DEBUG=1` prints AF_XDP drop counters.
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream, UdpSocket};
@@ -346,6 +350,13 @@ fn endpoint(me: u32, cfg: AfXdpConfig, eager: Option<usize>) -> Res<Endpoint> {
     let ep = Endpoint::builder(ProcessAddr::new(me, 0), JobKey(9))
         .method(Box::new(m))
         .configure(|c| {
+            if let Some(ms) = std::env::var("XPP_RTO_MIN_MS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+            {
+                c.rto.min = Duration::from_millis(ms);
+                c.rto.initial = c.rto.initial.max(c.rto.min);
+            }
             if let Some(e) = eager {
                 c.eager_limit = e;
                 c.ring_blocks = 16384;
@@ -466,35 +477,33 @@ fn bcl_pingpong(lab: &Lab, o: &Opts, size: usize) -> Res<(Lat, String)> {
 fn bcl_stream(lab: &Lab, o: &Opts, size: usize, eager: Option<usize>) -> Res<(f64, f64, String)> {
     let delivered = Arc::new(AtomicU64::new(0));
     let d2 = delivered.clone();
+    let rx_stats = Arc::new(std::sync::Mutex::new(String::new()));
+    let rx2 = rx_stats.clone();
     let secs = o.secs;
-    let (start_tx, start_rx) = mpsc::channel::<()>();
-    let (t0_tx, t0_rx) = mpsc::channel::<Instant>();
     let r = bcl_pair(
         lab,
         o,
         eager,
         move |ep, _a, stop| {
-            let mut first: Option<Instant> = None;
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 ep.progress()?;
                 while let Some(d) = ep.poll_delivery() {
-                    if first.is_none() {
-                        first = Some(Instant::now());
-                        let _ = t0_tx.send(Instant::now());
-                    }
                     ep.release(d)?;
                     n += 1;
-                    d2.store(n, Ordering::Relaxed);
                 }
+                d2.store(n, Ordering::Relaxed);
             }
-            let _ = start_rx;
+            let s = ep.port().stats();
+            *rx2.lock().map_err(|_| "poisoned")? = format!(
+                "receiver: frames_received {}, duplicates {}, acks_sent {}, naks_sent {}",
+                s.frames_received, s.duplicates, s.acks_sent, s.naks_sent
+            );
             Ok(())
         },
         move |ep, b| {
             let msg = vec![3u8; size];
             let start = Instant::now();
-            let _ = start_tx.send(());
             let mut sent = 0u64;
             let mut completed = 0u64;
             let mut measured: Option<(Instant, u64)> = None;
@@ -532,12 +541,15 @@ fn bcl_stream(lab: &Lab, o: &Opts, size: usize, eager: Option<usize>) -> Res<(f6
             ))
         },
     )?;
-    let _ = t0_rx;
     let (rate, stats) = r;
+    let rx = rx_stats.lock().map_err(|_| "poisoned")?.clone();
     Ok((
         rate,
         rate * size as f64,
-        format!("{stats}; delivered {}", delivered.load(Ordering::Relaxed)),
+        format!(
+            "{stats}; delivered {}; {rx}",
+            delivered.load(Ordering::Relaxed)
+        ),
     ))
 }
 
@@ -629,15 +641,34 @@ fn main() -> Res<()> {
             "udp" => row("kernel UDP, 64 B frame", &udp_pingpong(&lab, &o)?),
             "raw" => row("AF_XDP raw, 64 B frame", &raw_pingpong(&lab, &o, 64)?.0),
             "bcl" => row("BCL/afxdp, 64 B message", &bcl_pingpong(&lab, &o, 64)?.0),
-            "rate" => println!(
-                "BCL 8 B rate {:.3} M msg/s",
-                bcl_stream(&lab, &o, 8, None)?.0 / 1e6
-            ),
+            "rate" => {
+                let (r, _, st) = bcl_stream(&lab, &o, 8, None)?;
+                println!("BCL 8 B rate {:.3} M msg/s\n  {st}", r / 1e6);
+            }
             "rawrate" => println!(
                 "raw 64 B rate {:.3} M frames/s",
                 raw_rate(&lab, &o, 64)? / 1e6
             ),
-            other => return Err(format!("--only {other}: udp, raw, bcl, rate or rawrate").into()),
+            "bw" => {
+                set_mtu(&lab, o.bw_mtu)?;
+                let (m, bw, st) = bcl_stream(&lab, &o, 65536, Some(65536))?;
+                println!(
+                    "BCL 64 KiB: {:.2} Gbit/s ({m:.0} msg/s)\n  {st}",
+                    bw * 8.0 / 1e9
+                );
+            }
+            "tcp" => {
+                set_mtu(&lab, o.bw_mtu)?;
+                println!(
+                    "TCP 64 KiB: {:.2} Gbit/s",
+                    tcp_stream(&lab, &o, 65536)? * 8.0 / 1e9
+                );
+            }
+            other => {
+                return Err(
+                    format!("--only {other}: udp, raw, bcl, rate, rawrate, bw or tcp").into(),
+                )
+            }
         }
         return Ok(());
     }
