@@ -35,6 +35,14 @@ impl SackBitmap {
         }
     }
 
+    /// Clears bit `i`; ignored outside the window.
+    pub fn clear(&mut self, i: u32) {
+        let i = i as usize;
+        if i < SACK_BITS {
+            self.words[i / 64] &= !(1 << (i % 64));
+        }
+    }
+
     /// Whether no bit is set.
     pub fn is_empty(&self) -> bool {
         self.words.iter().all(|w| *w == 0)

@@ -26,6 +26,7 @@ use crate::config::{ConfigError, PortConfig};
 use crate::event::{Delivery, SendEvent, SendHandle};
 use crate::method::{MethodCaps, Route};
 use crate::ring::{RingSlot, SystemRing};
+use crate::seq::Seq;
 use crate::stats::{PeerStats, PortStats};
 use crate::time::Time;
 use crate::wire::{Expect, HEADER_LEN};
@@ -108,6 +109,8 @@ struct OutMessage {
     peer: PeerIdx,
     data: Vec<u8>,
     msg_id: u32,
+    /// Sequence number of the first frame, once framing started.
+    first_seq: Seq,
     /// Offset of the next fragment to frame.
     next_offset: u32,
     /// Next message in the peer's queue.
@@ -232,7 +235,7 @@ impl Port {
         Some(format!(
             "peer {addr}: route {:?} queued {} | tx: una {:?} next {:?} queue_head {} retx [{:?},{:?}) all {} \
              rto_deadline {:?} busy_until {:?} busy_shift {} timeouts {} window {} | rx: known {} expected {:?} \
-             deliver {:?}/{:?} unacked {} ack_now {} nak {:?} ack_deadline {:?} window {} | timer_armed {:?}",
+             deliver {:?} unacked {} ack_now {} nak {:?} ack_deadline {:?} window {} | timer_armed {:?}",
             p.route,
             p.queued,
             p.una,
@@ -248,8 +251,7 @@ impl Port {
             p.tx.is_some(),
             p.rx_known,
             p.expected,
-            p.deliver_seq,
-            p.deliver_msg_id,
+            p.deliver_id,
             p.unacked,
             p.ack_now,
             p.nak,
@@ -257,6 +259,19 @@ impl Port {
             p.rx.is_some(),
             p.timer_armed,
         ))
+    }
+
+    /// Port-wide state for diagnostics (the format is not stable).
+    pub fn debug_summary(&self) -> String {
+        format!(
+            "ring free {}/{} reservation {:?} deliveries queued {} outstanding {} send events {}",
+            self.ring.free_blocks(),
+            self.ring.capacity_blocks(),
+            self.ring_reservation,
+            self.deliveries.len(),
+            self.outstanding,
+            self.send_events.len()
+        )
     }
 
     /// All peers the port keeps state for.

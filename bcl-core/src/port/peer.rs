@@ -75,13 +75,14 @@ impl TxWindow {
 /// A message being reassembled in the ring.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct RxMsg {
-    /// The fragment at offset 0 has arrived, so `first_seq` is known.
-    pub has_first: bool,
     pub msg_id: u32,
     pub slot: RingSlot,
     pub len: u32,
+    /// Payload bytes received so far (each frame counted once).
     pub received: u32,
+    /// Sequence number of the message's first frame (from the header).
     pub first_seq: Seq,
+    /// Highest sequence number of its frames received so far.
     pub last_seq: Seq,
 }
 
@@ -128,6 +129,9 @@ pub(crate) struct Peer {
     pub awaiting_route: bool,
 
     // ---- sending ----
+    /// Times the sender gave up on this peer; it starts a new sequence space
+    /// (a new epoch on the wire) each time.
+    pub tx_generation: u8,
     pub tx: Option<Box<TxWindow>>,
     /// Next sequence number to assign.
     pub next_seq: Seq,
@@ -159,10 +163,10 @@ pub(crate) struct Peer {
     pub rx_epoch: u32,
     /// Next sequence number wanted (everything before it has arrived).
     pub expected: Seq,
-    /// First frame of the next message to deliver.
-    pub deliver_seq: Seq,
-    /// Id of the next message to deliver, once known.
-    pub deliver_msg_id: Option<u32>,
+    /// Id of the next message to deliver (messages are delivered in id
+    /// order); unknown until the frame at the start of the sender's window
+    /// arrives.
+    pub deliver_id: Option<u32>,
     /// In-order frames not acknowledged yet.
     pub unacked: u32,
     /// An acknowledgement should go out at the next opportunity.
@@ -188,6 +192,7 @@ impl Peer {
             frag_payload: 0,
             queued: false,
             awaiting_route: false,
+            tx_generation: 0,
             tx: None,
             next_seq: Seq(initial_seq),
             una: Seq(initial_seq),
@@ -206,8 +211,7 @@ impl Peer {
             rx_known: false,
             rx_epoch: 0,
             expected: Seq(0),
-            deliver_seq: Seq(0),
-            deliver_msg_id: None,
+            deliver_id: None,
             unacked: 0,
             ack_now: false,
             nak: NakReason::None,

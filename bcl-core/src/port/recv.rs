@@ -1,7 +1,7 @@
 //! The receiving side: validation, duplicate suppression, reassembly into
 //! the ring, in-order delivery and what to acknowledge.
 
-use super::peer::{PeerIdx, RxMsg, RxWindow, RX_MSGS};
+use super::peer::{PeerIdx, RxMsg, RxWindow};
 use super::{Port, RingReservation};
 use crate::event::Delivery;
 use crate::method::Route;
@@ -74,16 +74,21 @@ impl Port {
         self.recycle_windows(idx);
     }
 
-    /// Learns where the sender's sequence space starts: on first contact, when
-    /// the sender restarted (new epoch), or when it moved its window past
-    /// frames we never saw (it gave up on them).
+    /// Learns where the sender's sequence space starts: on first contact, or
+    /// when the sender starts a new one (new epoch: it restarted, or gave up
+    /// on us and began afresh). A window base beyond what we expect in the
+    /// same epoch is a protocol violation; we follow the sender anyway so
+    /// the exchange cannot stall.
     fn note_sender_epoch(&mut self, idx: PeerIdx, frame: &Frame<'_>) {
         let h = frame.header();
         let base = Seq(h.base.get());
         let p = &self.peers[idx as usize];
-        let restart = !p.rx_known || p.rx_epoch != frame.epoch() || p.expected.before(base);
-        if !restart {
+        let new_space = !p.rx_known || p.rx_epoch != frame.epoch();
+        if !new_space && !p.expected.before(base) {
             return;
+        }
+        if !new_space {
+            self.stats.bad_frames.out_of_window += 1;
         }
         // Drop any half-assembled messages of the old sequence space.
         if let Some(mut w) = self.peers[idx as usize].rx.take() {
@@ -100,8 +105,8 @@ impl Port {
         p.rx_known = true;
         p.rx_epoch = frame.epoch();
         p.expected = base;
-        p.deliver_seq = base;
-        p.deliver_msg_id = None;
+        // Which message comes next is learnt from the frame at `base`.
+        p.deliver_id = None;
         p.unacked = 0;
         p.last_ack_sent = base;
     }
@@ -111,7 +116,7 @@ impl Port {
         let seq = Seq(h.seq.get());
         let p = &mut self.peers[idx as usize];
         let Some(offset) = seq.since(p.expected) else {
-            // Already delivered: our acknowledgement was lost or is late.
+            // Already received: our acknowledgement was lost or is late.
             p.stats.duplicates += 1;
             self.stats.duplicates += 1;
             p.ack_now = true;
@@ -130,6 +135,15 @@ impl Port {
             self.stats.bad_frames.bad_length += 1;
             return;
         }
+        let msg_id = h.msg_id.get();
+        let first_seq = Seq(h.msg_seq.get());
+        // Frames of one message are consecutive from `msg_seq`; a frame whose
+        // message would reach back more than a window is not from an honest
+        // sender.
+        if seq.since(first_seq).is_none_or(|d| d >= RX_WINDOW) {
+            self.stats.bad_frames.bad_length += 1;
+            return;
+        }
         if p.rx.is_none() {
             p.rx = Some(self.rx_windows.pop().unwrap_or_else(RxWindow::new));
         }
@@ -140,69 +154,41 @@ impl Port {
             p.ack_now = true;
             return;
         }
-        let msg_id = h.msg_id.get();
-        let entry = match *w.entry(msg_id) {
-            Some(e) if e.msg_id == msg_id => {
-                if e.len != msg_len {
-                    self.stats.bad_frames.bad_length += 1;
-                    return;
+        if offset == 0 && p.deliver_id.is_none() {
+            // The first frame of the sender's window: delivery starts with its
+            // message, or with the next one if its message began before the
+            // window (those earlier frames were acknowledged to somebody else).
+            let next = if first_seq == seq {
+                msg_id
+            } else {
+                msg_id.wrapping_add(1)
+            };
+            p.deliver_id = Some(next);
+            self.drop_entries_before(idx, next);
+        }
+        let p = &mut self.peers[idx as usize];
+        let delivered_already = p.deliver_id.is_some_and(|d| Seq(msg_id).before(Seq(d)));
+        if !delivered_already {
+            let start = h.frag_offset.get();
+            if !self.place_fragment(idx, frame, msg_id, msg_len, first_seq, start, now) {
+                let p = &mut self.peers[idx as usize];
+                p.stats.ring_full_drops += 1;
+                self.stats.ring_full_drops += 1;
+                if p.nak == NakReason::None || p.nak == NakReason::Gap {
+                    p.nak = NakReason::RingFull;
+                    p.nak_dropped = seq;
                 }
-                e
-            }
-            Some(_) => {
-                // Another message holds this entry: not possible from an honest
-                // sender within the window.
-                self.stats.bad_frames.out_of_window += 1;
                 return;
             }
-            None => {
-                let Some(slot) = self.alloc_rx_slot(idx, msg_id, msg_len, offset == 0, now) else {
-                    let p = &mut self.peers[idx as usize];
-                    p.stats.ring_full_drops += 1;
-                    self.stats.ring_full_drops += 1;
-                    if p.nak == NakReason::None || p.nak == NakReason::Gap {
-                        p.nak = NakReason::RingFull;
-                        p.nak_dropped = seq;
-                    }
-                    return;
-                };
-                RxMsg {
-                    has_first: false,
-                    msg_id,
-                    slot,
-                    len: msg_len,
-                    received: 0,
-                    first_seq: seq,
-                    last_seq: seq,
-                }
-            }
-        };
+        } else {
+            // A frame of a message delivered already (resent after our
+            // window was trimmed): only its sequence number matters.
+            self.peers[idx as usize].stats.duplicates += 1;
+            self.stats.duplicates += 1;
+        }
         let p = &mut self.peers[idx as usize];
         let Some(w) = p.rx.as_mut() else { return };
-        let payload = frame.payload();
-        let start = h.frag_offset.get() as usize;
-        if let Some(dst) = self
-            .ring
-            .bytes_mut(entry.slot)
-            .and_then(|b| b.get_mut(start..start + payload.len()))
-        {
-            dst.copy_from_slice(payload);
-        }
-        let mut entry = entry;
-        entry.received += payload.len() as u32;
-        if start == 0 {
-            entry.has_first = true;
-            entry.first_seq = seq;
-        }
-        if entry.last_seq.before(seq) {
-            entry.last_seq = seq;
-        }
-        if w.entry(msg_id).is_none() {
-            w.active_msgs += 1;
-        }
-        *w.entry_mut(msg_id) = Some(entry);
         w.bitmap.set(offset);
-
         if offset == 0 {
             let run = w.bitmap.leading_run();
             w.bitmap.advance(run);
@@ -217,10 +203,79 @@ impl Port {
                 // A gap remains ahead: say so, so the sender fills it.
                 p.nak = NakReason::Gap;
             }
-            self.deliver(idx);
         } else if p.nak == NakReason::None {
             p.nak = NakReason::Gap;
         }
+        self.deliver(idx);
+    }
+
+    /// Copies one fragment into its message's ring space, taking space for a
+    /// new message first. False if there is no room (the frame is dropped).
+    #[allow(clippy::too_many_arguments)]
+    fn place_fragment(
+        &mut self,
+        idx: PeerIdx,
+        frame: &Frame<'_>,
+        msg_id: u32,
+        msg_len: u32,
+        first_seq: Seq,
+        start: u64,
+        now: Time,
+    ) -> bool {
+        let seq = Seq(frame.header().seq.get());
+        let existing = self.peers[idx as usize]
+            .rx
+            .as_ref()
+            .and_then(|w| *w.entry(msg_id));
+        let entry = match existing {
+            Some(e) if e.msg_id == msg_id => {
+                if e.len != msg_len || e.first_seq != first_seq {
+                    self.stats.bad_frames.bad_length += 1;
+                    return true;
+                }
+                e
+            }
+            Some(_) => {
+                // Another message holds this entry: not possible from an
+                // honest sender within the window.
+                self.stats.bad_frames.out_of_window += 1;
+                return true;
+            }
+            None => {
+                let head_of_line = self.peers[idx as usize].deliver_id == Some(msg_id);
+                let Some(slot) = self.alloc_rx_slot(idx, msg_id, msg_len, head_of_line, now) else {
+                    return false;
+                };
+                RxMsg {
+                    msg_id,
+                    slot,
+                    len: msg_len,
+                    received: 0,
+                    first_seq,
+                    last_seq: seq,
+                }
+            }
+        };
+        let payload = frame.payload();
+        if let Some(dst) = usize::try_from(start).ok().and_then(|start| {
+            self.ring
+                .bytes_mut(entry.slot)
+                .and_then(|b| b.get_mut(start..start + payload.len()))
+        }) {
+            dst.copy_from_slice(payload);
+        }
+        let mut entry = entry;
+        entry.received += payload.len() as u32;
+        if entry.last_seq.before(seq) {
+            entry.last_seq = seq;
+        }
+        let p = &mut self.peers[idx as usize];
+        let Some(w) = p.rx.as_mut() else { return true };
+        if w.entry(msg_id).is_none() {
+            w.active_msgs += 1;
+        }
+        *w.entry_mut(msg_id) = Some(entry);
+        true
     }
 
     /// Ring space for a new message from peer `idx`.
@@ -258,7 +313,7 @@ impl Port {
             return self.ring.alloc(len as usize);
         }
         let slot = self.ring.alloc(len as usize).or_else(|| {
-            self.renege(idx);
+            self.renege_all(now);
             self.ring.alloc(len as usize)
         });
         match slot {
@@ -283,71 +338,87 @@ impl Port {
         slot
     }
 
-    /// Drops every message peer `idx` has ahead of the next wanted frame,
-    /// returning their ring space. Only called when the next wanted frame
-    /// needs space, so every held message is out of order; the sender learns
-    /// from the next acknowledgement's bitmap that they must come again.
-    fn renege(&mut self, idx: PeerIdx) {
-        let p = &mut self.peers[idx as usize];
-        let Some(w) = p.rx.as_mut() else { return };
-        if w.active_msgs == 0 {
-            return;
-        }
-        for e in w.msgs.iter_mut() {
-            if let Some(m) = e.take() {
+    /// Drops every message not yet delivered from every peer, returning
+    /// their ring space, and forgets exactly their frames (each message's
+    /// frames are consecutive from its `msg_seq`). Only called when a
+    /// message that is next in order for its sender cannot get space: then
+    /// whatever else the ring holds for undelivered messages is in the way.
+    /// (A message that is next in order and already has space keeps it: it
+    /// needs no more space to complete.) Each peer affected is sent an
+    /// acknowledgement at once, whose bitmap tells it what to send again.
+    fn renege_all(&mut self, now: Time) {
+        let mut reneged = false;
+        for idx in 0..self.peers.len() as PeerIdx {
+            let p = &mut self.peers[idx as usize];
+            let (expected, deliver_id) = (p.expected, p.deliver_id);
+            let Some(w) = p.rx.as_mut() else { continue };
+            if w.active_msgs == 0 {
+                continue;
+            }
+            let mut dropped = false;
+            for e in w.msgs.iter_mut() {
+                let Some(m) = *e else { continue };
+                if deliver_id == Some(m.msg_id) {
+                    continue;
+                }
+                *e = None;
+                w.active_msgs -= 1;
                 self.ring.free(m.slot);
+                let mut s = m.first_seq;
+                while !m.last_seq.before(s) {
+                    if let Some(off) = s.since(expected) {
+                        w.bitmap.clear(off);
+                    }
+                    s = s.next();
+                }
+                dropped = true;
+            }
+            if dropped {
+                reneged = true;
+                p.ack_now = true;
+                self.schedule(idx, now);
+                self.arm_timer(idx);
             }
         }
-        w.active_msgs = 0;
-        w.bitmap = Default::default();
-        self.stats.reneged += 1;
+        if reneged {
+            self.stats.reneged += 1;
+        }
     }
 
-    /// Announces, in order, every message of peer `idx` that is complete and
-    /// has nothing missing before it.
+    /// Frees the entries of messages before `first` (they cannot be
+    /// completed in this sequence space).
+    fn drop_entries_before(&mut self, idx: PeerIdx, first: u32) {
+        let p = &mut self.peers[idx as usize];
+        let Some(w) = p.rx.as_mut() else { return };
+        for e in w.msgs.iter_mut() {
+            if e.is_some_and(|m| Seq(m.msg_id).before(Seq(first))) {
+                if let Some(m) = e.take() {
+                    self.ring.free(m.slot);
+                    w.active_msgs -= 1;
+                }
+            }
+        }
+    }
+
+    /// Announces, in id order, every message of peer `idx` that is complete.
     fn deliver(&mut self, idx: PeerIdx) {
         let p = &mut self.peers[idx as usize];
         let Some(w) = p.rx.as_mut() else { return };
         loop {
-            if !p.deliver_seq.before(p.expected) {
-                return;
-            }
-            let id = match p.deliver_msg_id {
-                Some(id) => id,
-                None => {
-                    // First delivery in this sequence space: find the message
-                    // that starts where delivery stands.
-                    let found = w
-                        .msgs
-                        .iter()
-                        .flatten()
-                        .find(|m| m.has_first && m.first_seq == p.deliver_seq);
-                    match found {
-                        Some(m) => m.msg_id,
-                        None => return,
-                    }
-                }
-            };
+            let Some(id) = p.deliver_id else { return };
             let slot = w.entry_mut(id);
-            let Some(m) =
-                slot.filter(|m| m.msg_id == id && m.has_first && m.first_seq == p.deliver_seq)
-            else {
+            let Some(m) = slot.filter(|m| m.msg_id == id && m.received == m.len) else {
                 return;
             };
-            if m.received != m.len || !m.last_seq.before(p.expected) {
-                return;
-            }
             *slot = None;
             w.active_msgs -= 1;
-            p.deliver_seq = m.last_seq.next();
-            p.deliver_msg_id = Some(id.wrapping_add(1));
+            p.deliver_id = Some(id.wrapping_add(1));
             self.deliveries.push_back(Delivery {
                 from: p.addr,
                 slot: m.slot,
                 len: m.len,
             });
             self.stats.messages_delivered += 1;
-            debug_assert!(RX_MSGS.is_power_of_two());
         }
     }
 }

@@ -58,6 +58,7 @@ impl Port {
             peer: idx,
             data,
             msg_id,
+            first_seq: Seq(0),
             next_offset: 0,
             next: NO_MSG,
         });
@@ -134,7 +135,7 @@ impl Port {
             job: self.cfg.job,
             src: self.cfg.local,
             dst: p.addr,
-            epoch: self.cfg.epoch,
+            epoch: self.cfg.epoch ^ (u32::from(p.tx_generation) << 24),
             ack: p.expected.0,
             base: p.una.0,
             ..HeaderFields::default()
@@ -162,10 +163,12 @@ impl Port {
         let offset = msg.next_offset;
         let len = (total - offset).min(frag_payload);
         let last = offset + len == total;
+        let first_seq = if offset == 0 { seq } else { msg.first_seq };
         let mut fields = self.fields_to(idx, FrameType::Data);
         fields.seq = seq.0;
         fields.msg_id = msg.msg_id;
-        fields.frag_offset = offset;
+        fields.msg_seq = first_seq.0;
+        fields.frag_offset = u64::from(offset);
         fields.msg_len = total;
         let frame_len = wire::encode(
             buf,
@@ -177,6 +180,7 @@ impl Port {
 
         if let Some(msg) = self.messages[m as usize].as_mut() {
             msg.next_offset = offset + len;
+            msg.first_seq = first_seq;
         }
         let next_in_queue = self.messages[m as usize]
             .as_ref()
@@ -233,7 +237,8 @@ impl Port {
             let mut fields = self.fields_to(idx, FrameType::Data);
             fields.seq = seq.0;
             fields.msg_id = msg.msg_id;
-            fields.frag_offset = slot.offset;
+            fields.msg_seq = msg.first_seq.0;
+            fields.frag_offset = u64::from(slot.offset);
             fields.msg_len = msg.data.len() as u32;
             let range = slot.offset as usize..slot.offset as usize + usize::from(slot.len);
             let frame_len = wire::encode(buf, &fields, &msg.data[range], self.cfg.crc).ok()?;
@@ -358,6 +363,11 @@ impl Port {
         let (una, next) = (p.una, p.next_seq);
         let mut highest_sacked = None;
         if let Some(w) = p.tx.as_mut() {
+            // The frame at the cumulative acknowledgement is by definition
+            // missing at the receiver.
+            if ack.in_window(una, next.since(una).unwrap_or(0)) {
+                w.slot_mut(ack).sacked = false;
+            }
             let mut s = ack.next();
             while s.before(next) && s.since(ack).is_some_and(|d| d <= SACK_BITS as u32) {
                 if !s.before(una) {
@@ -396,13 +406,11 @@ impl Port {
                         p.rto_deadline = p.busy_until + rto;
                     }
                 }
-                let dropped = Seq(body.dropped_seq.get());
-                let from = if dropped.in_window(una, next.since(una).unwrap_or(0)) {
-                    dropped
-                } else {
-                    ack
-                };
-                p.add_retx_range(from, next, true);
+                // After the back-off, resend everything the bitmap says is
+                // missing: the dropped frame and anything lost before it (a
+                // stream of ring-full NAKs keeps the timeout from firing, so
+                // nothing else would repair those holes).
+                p.add_retx_range(ack, next, true);
             }
         }
     }
@@ -466,7 +474,11 @@ impl Port {
         }
         // A message partly framed sits both in the window (not as last) and at
         // the queue head; it was pushed once, from the queue.
+        // A new sequence space from here: the receiver sees a new epoch and
+        // starts over, message ids from 0.
         let p = &mut self.peers[idx as usize];
+        p.tx_generation = p.tx_generation.wrapping_add(1);
+        p.next_msg_id = 0;
         p.una = p.next_seq;
         p.retx_from = p.next_seq;
         p.retx_to = p.next_seq;

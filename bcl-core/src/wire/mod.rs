@@ -1,10 +1,10 @@
 //! The BCL wire format.
 //!
-//! Every frame starts with a fixed 56-byte [`Header`] in network byte order,
-//! followed by `payload_len` bytes of payload. On Ethernet methods the header
-//! follows an Ethernet II header with the BCL EtherType; on the `udp` method
-//! it is the UDP payload. Trailing bytes after the payload (Ethernet padding)
-//! are ignored.
+//! Every frame starts with a fixed 64-byte [`Header`] (one cache line) in
+//! network byte order, followed by `payload_len` bytes of payload. On
+//! Ethernet methods the header follows an Ethernet II header with the BCL
+//! EtherType; on the `udp` method it is the UDP payload. Trailing bytes after
+//! the payload (Ethernet padding) are ignored.
 //!
 //! ```text
 //!  0       1       2               4                               8
@@ -19,11 +19,18 @@
 //!  +-------------------------------+---------------+---------------+
 //!  |  window base (oldest unacked) |    channel    |  payload len  |
 //!  +-------------------------------+---------------+---------------+
-//!  |          message id           |        fragment offset        |
+//!  |          message id           | sequence number of the first  |
+//!  |                               |  frame of this message        |
+//!  +-------------------------------+-------------------------------+
+//!  |                 fragment offset (64 bits)                     |
 //!  +-------------------------------+-------------------------------+
 //!  |        message length         |     CRC32C (header+payload)   |
 //!  +-------------------------------+-------------------------------+
 //! ```
+//!
+//! The frames of one message (or of one chunk of a large transfer) have
+//! consecutive sequence numbers starting at `msg_seq`, so a receiver knows
+//! exactly which frames belong to a message it has to drop.
 //!
 //! [`parse`] checks version, type, lengths, job key, destination and (when
 //! present or required) the CRC32C before it returns a [`Frame`]; anything
@@ -35,7 +42,7 @@ mod ack;
 pub use ack::{AckBody, NakReason, SACK_BITS};
 
 use crate::addr::{JobKey, NodeId, PortId, ProcessAddr};
-use zerocopy::network_endian::{U16, U32};
+use zerocopy::network_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
 /// The wire-format version this build speaks.
@@ -86,10 +93,14 @@ pub struct Header {
     pub channel: U16,
     /// Payload bytes following the header.
     pub payload_len: U16,
-    /// Message id, per sender and receiver, counting up from 0.
+    /// Message id, per sender and receiver, counting up from 0 (for
+    /// transfers on normal and open channels: the transfer id).
     pub msg_id: U32,
+    /// Sequence number of the first frame of this message (or transfer
+    /// chunk); its frames are numbered consecutively from here.
+    pub msg_seq: U32,
     /// Offset of this fragment's payload in the message.
-    pub frag_offset: U32,
+    pub frag_offset: U64,
     /// Length of the whole message.
     pub msg_len: U32,
     /// CRC32C over the header bytes before this field and the payload; valid
@@ -264,8 +275,8 @@ pub fn parse<'a>(bytes: &'a [u8], expect: &Expect) -> Result<Frame<'a>, FrameErr
     }
     let payload_len = usize::from(header.payload_len.get());
     let payload = rest.get(..payload_len).ok_or(FrameError::BadLength)?;
-    let frag_end = u64::from(header.frag_offset.get()) + payload_len as u64;
-    if kind == FrameType::Data && frag_end > u64::from(header.msg_len.get()) {
+    let frag_end = header.frag_offset.get().checked_add(payload_len as u64);
+    if kind == FrameType::Data && frag_end.is_none_or(|end| end > u64::from(header.msg_len.get())) {
         return Err(FrameError::BadLength);
     }
     if flag_bits & flags::CRC != 0 {
@@ -315,8 +326,10 @@ pub struct HeaderFields {
     pub channel: u16,
     /// Message id.
     pub msg_id: u32,
+    /// Sequence number of the message's first frame.
+    pub msg_seq: u32,
     /// Fragment offset.
-    pub frag_offset: u32,
+    pub frag_offset: u64,
     /// Message length.
     pub msg_len: u32,
 }
@@ -400,7 +413,8 @@ pub fn encode_header_for_payload_in_place(
         channel: U16::new(fields.channel),
         payload_len: U16::new(wire_len),
         msg_id: U32::new(fields.msg_id),
-        frag_offset: U32::new(fields.frag_offset),
+        msg_seq: U32::new(fields.msg_seq),
+        frag_offset: U64::new(fields.frag_offset),
         msg_len: U32::new(fields.msg_len),
         crc: U32::new(0),
     };

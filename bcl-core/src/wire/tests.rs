@@ -22,6 +22,7 @@ fn data_fields() -> HeaderFields {
         base: 0xffff_ffe0,
         channel: 0,
         msg_id: 5,
+        msg_seq: 0xffff_ffee,
         frag_offset: 100,
         msg_len: 110,
     }
@@ -35,8 +36,8 @@ fn encoded(payload: &[u8]) -> Vec<u8> {
 }
 
 #[test]
-fn header_is_56_bytes_in_network_order() {
-    assert_eq!(HEADER_LEN, 56);
+fn header_is_one_cache_line_in_network_order() {
+    assert_eq!(HEADER_LEN, 64);
     let buf = encoded(b"0123456789");
     assert_eq!(buf[0], VERSION);
     assert_eq!(buf[1], FrameType::Data as u8);
@@ -58,6 +59,7 @@ fn encode_then_parse_round_trips_every_field() {
     assert_eq!(h.base.get(), 0xffff_ffe0);
     assert_eq!(h.msg_id.get(), 5);
     assert_eq!(h.frag_offset.get(), 100);
+    assert_eq!(h.msg_seq.get(), 0xffff_ffee);
     assert_eq!(h.msg_len.get(), 110);
     assert_eq!(f.payload(), b"0123456789");
     assert_ne!(f.flags() & flags::CRC, 0);
@@ -147,7 +149,7 @@ fn encode_reports_small_buffers_and_missing_type() {
     let mut small = [0u8; 60];
     assert_eq!(
         encode(&mut small, &data_fields(), &[0; 10], true).unwrap_err(),
-        EncodeError::BufferTooSmall { need: 66, have: 60 }
+        EncodeError::BufferTooSmall { need: 74, have: 60 }
     );
     let mut buf = [0u8; 100];
     let f = HeaderFields::default();
