@@ -141,6 +141,10 @@ pub fn run_in_lab(
     let client_status = client_cmd
         .status()
         .map_err(|e| format!("starting the client in node {}: {e}", nodes.1))?;
+    if !client_status.success() {
+        // The run is over: do not leave the server waiting for a client.
+        let _ = server.kill();
+    }
     let server_status = wait_briefly(&mut server);
     let _ = relay.join();
     let _ = std::io::stdout().flush();
