@@ -9,7 +9,7 @@
 
 mod common;
 
-use bcl::core::wire::{encode, FrameType, HeaderFields};
+use bcl::core::wire::{encode, FrameType, Header, HeaderFields};
 use bcl::core::TxFrame;
 use bcl::packet::{PacketConfig, PacketMethod};
 use bcl::{Descriptor, JobKey, Method, ProgressMode};
@@ -52,10 +52,10 @@ fn malformed() -> Vec<(&'static str, Vec<u8>)> {
         let frame = good(JOB, &[0x55; 100]);
         // Truncated: fewer bytes than a header.
         out.push(("truncated", frame[..1 + i % 55].to_vec()));
-        // Bad lengths: the header announces more payload than there is
-        // (payload_len is at offset 38).
+        // Bad lengths: the header announces more payload than there is.
         let mut long = frame.clone();
-        long[38..40].copy_from_slice(&1400u16.to_be_bytes());
+        let at = std::mem::offset_of!(Header, payload_len);
+        long[at..at + 2].copy_from_slice(&1400u16.to_be_bytes());
         out.push(("bad_length", long));
         // Another job's frame, otherwise valid (CRC and all).
         out.push(("wrong_job", good(JobKey(0xdead_beef), &[0x66; 100])));

@@ -37,6 +37,28 @@ fn namespaces_of(prefix: &str) -> Vec<String> {
         .collect()
 }
 
+/// Processes of this test's bcl-bw started as one end of a run (`--serve`
+/// or `--connect`), found in /proc (no procps needed).
+fn ends_of_a_run() -> Vec<u32> {
+    let mut pids = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let argv: Vec<String> = raw
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if argv.iter().any(|a| a == BW) && argv.iter().any(|a| a == "--serve" || a == "--connect") {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
 #[test]
 fn pingpong_over_packet_in_a_lab_writes_the_contract_json() {
     if !require_privileges("pingpong_over_packet_in_a_lab") {
@@ -177,18 +199,13 @@ fn lab_down_cleans_up_after_a_killed_run() {
     assert!(namespaces_of(&p).is_empty());
     // No end of the run survives (they are stopped by `down`; give them a
     // moment to exit).
-    let pattern = format!("{BW} .*--(connect|serve)");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let out = Command::new("pgrep")
-            .args(["-f", &pattern])
-            .output()
-            .unwrap();
-        let pids = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        if pids.is_empty() {
+        let left = ends_of_a_run();
+        if left.is_empty() {
             break;
         }
-        assert!(Instant::now() < deadline, "left running: {pids}");
+        assert!(Instant::now() < deadline, "left running: {left:?}");
         std::thread::sleep(Duration::from_millis(100));
     }
 }
