@@ -48,6 +48,9 @@ pub struct PortConfig {
     /// Compute and require CRC32C on frames (default true). A port whose
     /// methods all guarantee integrity may turn it off.
     pub crc: bool,
+    /// An arriving transfer (or a remote read) that sees nothing from its
+    /// peer for this long fails with an error event (default 10 s).
+    pub transfer_timeout: Duration,
     /// First sequence number this port sends to each peer (default 0; tests
     /// start near `u32::MAX` to exercise wrap-around).
     pub initial_seq: u32,
@@ -82,6 +85,7 @@ impl PortConfig {
             max_timeouts: 30,
             ring_full_backoff: Duration::from_micros(20),
             crc: true,
+            transfer_timeout: Duration::from_secs(10),
             initial_seq: 0,
         }
     }

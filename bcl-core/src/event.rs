@@ -49,3 +49,129 @@ pub struct Delivery {
     /// Message length in bytes.
     pub len: u32,
 }
+
+/// A normal or open channel of a port. Channel 0 is the system channel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ChannelId(pub u16);
+
+/// A memory region registered with a port for remote access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RegionId {
+    /// Slot in the port's region table.
+    pub index: u32,
+    /// Distinguishes successive registrations in the same slot, so a stale
+    /// id never reaches another registration's memory.
+    pub generation: u32,
+}
+
+/// Why a transfer on a normal or open channel failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TransferError {
+    /// The message is larger than the buffer posted for it.
+    #[error(
+        "message of {len} bytes does not fit the {capacity}-byte buffer posted on the channel"
+    )]
+    TooLarge {
+        /// Message length.
+        len: u64,
+        /// Size of the posted buffer.
+        capacity: u64,
+    },
+    /// The peer has no such channel (or not of the right kind).
+    #[error("the peer has no channel {0:?} of that kind")]
+    NoSuchChannel(ChannelId),
+    /// The receiver cancelled the buffer posted for the transfer.
+    #[error("the receiver cancelled its posted buffer")]
+    Cancelled,
+    /// The peer stopped answering.
+    #[error("peer {0} unreachable")]
+    PeerUnreachable(ProcessAddr),
+    /// The peer sent nothing for the transfer in too long.
+    #[error("peer {0} stopped sending in the middle of a transfer")]
+    Stalled(ProcessAddr),
+    /// The RMA key does not match the region's.
+    #[error("wrong key for the remote region")]
+    BadKey,
+    /// The RMA range lies outside the region.
+    #[error("range {offset}+{len} lies outside the {region_len}-byte remote region")]
+    OutOfBounds {
+        /// Requested offset.
+        offset: u64,
+        /// Requested length.
+        len: u64,
+        /// The region's length.
+        region_len: u64,
+    },
+    /// The remote region was unregistered.
+    #[error("the remote region was unregistered")]
+    Unregistered,
+}
+
+/// An entry of a port's channel-event queue: completions of transfers on
+/// normal and open channels, each giving the buffer back to its owner.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ChannelEvent {
+    /// A send on a normal channel was received in full; the buffer is back.
+    SendDone {
+        /// The send.
+        handle: SendHandle,
+        /// The buffer that was sent.
+        buffer: Vec<u8>,
+    },
+    /// A send on a normal channel failed; the buffer is back.
+    SendFailed {
+        /// The send.
+        handle: SendHandle,
+        /// The buffer that was to be sent.
+        buffer: Vec<u8>,
+        /// Why.
+        error: TransferError,
+    },
+    /// A message arrived in the buffer posted on `channel`.
+    Received {
+        /// The channel.
+        channel: ChannelId,
+        /// The sender.
+        from: ProcessAddr,
+        /// The posted buffer, holding the message in its first `len` bytes.
+        buffer: Vec<u8>,
+        /// Message length.
+        len: usize,
+    },
+    /// A message for `channel` could not be received. If a buffer was posted
+    /// and nothing was written into it, it stays posted.
+    ReceiveFailed {
+        /// The channel.
+        channel: ChannelId,
+        /// The sender.
+        from: ProcessAddr,
+        /// Why.
+        error: TransferError,
+        /// The posted buffer, when the failure took it down (the transfer had
+        /// started writing into it).
+        buffer: Option<Vec<u8>>,
+    },
+    /// A remote write completed; the source buffer is back.
+    PutDone {
+        /// The put.
+        handle: SendHandle,
+        /// Its data.
+        buffer: Vec<u8>,
+    },
+    /// A remote read completed; the buffer holds the data.
+    GetDone {
+        /// The get.
+        handle: SendHandle,
+        /// The data read.
+        buffer: Vec<u8>,
+    },
+    /// A remote write or read failed; the buffer is back.
+    RmaFailed {
+        /// The put or get.
+        handle: SendHandle,
+        /// Its buffer.
+        buffer: Vec<u8>,
+        /// Why.
+        error: TransferError,
+    },
+}

@@ -99,6 +99,10 @@ pub struct PortStats {
     pub messages_failed: u64,
     /// Messages delivered into the ring and announced.
     pub messages_delivered: u64,
+    /// Messages received in full into buffers posted on normal channels.
+    pub transfers_received: u64,
+    /// Frames of transfers nobody waited for (cancelled), dropped.
+    pub transfer_frames_dropped: u64,
     /// Frames dropped, by reason.
     pub bad_frames: BadFrames,
 }

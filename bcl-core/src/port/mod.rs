@@ -16,6 +16,9 @@
 //! timeout from SRTT/RTTVAR with exponential back-off, duplicate suppression
 //! and in-order delivery. A send completes only when acknowledged.
 
+mod channels;
+
+pub use channels::{ChannelError, Refused};
 mod peer;
 mod recv;
 mod send;
@@ -23,13 +26,13 @@ mod timer;
 
 use crate::addr::ProcessAddr;
 use crate::config::{ConfigError, PortConfig};
-use crate::event::{Delivery, SendEvent, SendHandle};
+use crate::event::{ChannelEvent, Delivery, RegionId, SendEvent, SendHandle};
 use crate::method::{MethodCaps, Route};
 use crate::ring::{RingSlot, SystemRing};
 use crate::seq::Seq;
 use crate::stats::{PeerStats, PortStats};
 use crate::time::Time;
-use crate::wire::{Expect, HEADER_LEN};
+use crate::wire::{Expect, FrameType, HEADER_LEN};
 use peer::{Peer, PeerIdx, RxWindow, TxWindow};
 use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
@@ -103,18 +106,70 @@ struct RingReservation {
     until: Time,
 }
 
-/// An accepted message on its way out.
+/// Where an outgoing message's bytes come from.
+enum OutBody {
+    /// A copy in the port's pool (system-channel and control messages).
+    Pooled(Vec<u8>),
+    /// The application's buffer, moved in until completion (normal-channel
+    /// sends and RMA puts).
+    Owned(Vec<u8>),
+    /// Part of a registered region (the reply to an RMA get this port serves).
+    Region {
+        region: RegionId,
+        offset: u64,
+        len: u32,
+    },
+    /// A transfer given up while frames of it were in flight: its buffer went
+    /// back to the application, and resent frames carry no payload (the
+    /// receiver discards them) until the last one is acknowledged.
+    Void { len: u32 },
+}
+
+/// What completing an outgoing message means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OnDone {
+    /// A system-channel send: a [`SendEvent`].
+    System,
+    /// A control message: nothing to report.
+    Internal,
+    /// A normal-channel send: [`ChannelEvent::SendDone`].
+    ChannelSend,
+    /// An RMA put: [`ChannelEvent::PutDone`].
+    Put,
+    /// Data this port serves for a remote get: release the region.
+    GetReply,
+}
+
+/// An accepted message on its way out: a system-channel message, a control
+/// message, or a transfer on a normal or open channel.
 struct OutMessage {
     handle: SendHandle,
     peer: PeerIdx,
-    data: Vec<u8>,
+    /// Frame type of its frames.
+    kind: FrameType,
+    /// Channel of its frames (0 for system-channel and control messages).
+    channel: u16,
+    body: OutBody,
+    on_done: OnDone,
+    /// Message id in the peer's ordered stream, or the transfer id.
     msg_id: u32,
-    /// Sequence number of the first frame, once framing started.
+    /// Sequence number of the first frame of the message or current chunk.
     first_seq: Seq,
     /// Offset of the next fragment to frame.
     next_offset: u32,
+    /// Frames of it sent and not cumulatively acknowledged.
+    in_flight: u32,
+    /// For an RMA put: the offset asked for (for error reports).
+    rma_offset: u64,
     /// Next message in the peer's queue.
     next: u32,
+}
+
+impl OutMessage {
+    /// Whether it is a transfer (data outside the ordered message stream).
+    fn is_transfer(&self) -> bool {
+        !matches!(self.on_done, OnDone::System | OnDone::Internal)
+    }
 }
 
 /// One endpoint's protocol state (see the module documentation).
@@ -129,6 +184,25 @@ pub struct Port {
     ring_reservation: Option<RingReservation>,
     messages: Vec<Option<OutMessage>>,
     free_messages: Vec<u32>,
+    /// Normal and open channels, by channel id (index 0, the system
+    /// channel, is never used).
+    channels: Vec<Option<channels::Channel>>,
+    /// Registered memory regions.
+    regions: Vec<channels::RegionSlot>,
+    /// Transfers this port sends, waiting for an answer or streaming, by
+    /// (peer, transfer id).
+    out_transfers: FxHashMap<(PeerIdx, u32), u32>,
+    /// Transfers arriving on this port's channels, by (peer, their id).
+    rx_transfers: FxHashMap<(PeerIdx, u32), channels::RxTransfer>,
+    /// Remote reads this port waits for, by (peer, our transfer id).
+    get_waits: FxHashMap<(PeerIdx, u32), channels::GetWait>,
+    /// Buffers announced by a receiver before we asked: (peer, channel) →
+    /// capacity.
+    credits: FxHashMap<(PeerIdx, u16), u64>,
+    channel_events: VecDeque<ChannelEvent>,
+    next_transfer: u32,
+    /// When to look for transfers that stopped making progress.
+    stall_check_at: Time,
     buffers: Vec<Vec<u8>>,
     tx_windows: Vec<Box<TxWindow>>,
     rx_windows: Vec<Box<RxWindow>>,
@@ -162,6 +236,15 @@ impl Port {
             ring_reservation: None,
             messages: (0..max).map(|_| None).collect(),
             free_messages: (0..max as u32).rev().collect(),
+            channels: vec![None],
+            regions: Vec::new(),
+            out_transfers: FxHashMap::default(),
+            rx_transfers: FxHashMap::default(),
+            get_waits: FxHashMap::default(),
+            credits: FxHashMap::default(),
+            channel_events: VecDeque::new(),
+            next_transfer: 1,
+            stall_check_at: Time::NEVER,
             buffers: Vec::with_capacity(max),
             tx_windows: Vec::new(),
             rx_windows: Vec::new(),
@@ -422,6 +505,20 @@ impl Port {
         }
     }
 
+    /// A message slot, beyond the configured maximum if `internal` (control
+    /// messages must never be refused: they carry other transfers'
+    /// progress).
+    fn alloc_message(&mut self, internal: bool) -> Option<u32> {
+        if let Some(m) = self.free_messages.pop() {
+            return Some(m);
+        }
+        if internal {
+            self.messages.push(None);
+            return Some(self.messages.len() as u32 - 1);
+        }
+        None
+    }
+
     fn take_buffer(&mut self, data: &[u8]) -> Vec<u8> {
         let mut b = self.buffers.pop().unwrap_or_default();
         b.clear();
@@ -432,7 +529,9 @@ impl Port {
     fn free_message(&mut self, m: u32) -> Option<OutMessage> {
         let msg = self.messages[m as usize].take()?;
         self.free_messages.push(m);
-        self.outstanding -= 1;
+        if msg.on_done != OnDone::Internal && msg.on_done != OnDone::GetReply {
+            self.outstanding -= 1;
+        }
         Some(msg)
     }
 
@@ -441,5 +540,7 @@ impl Port {
     }
 }
 
+#[cfg(test)]
+mod channel_tests;
 #[cfg(test)]
 mod tests;

@@ -46,6 +46,8 @@ pub(crate) struct TxSlot {
     pub last_of_msg: bool,
     /// Selectively acknowledged: do not resend.
     pub sacked: bool,
+    /// First sequence number of the message or chunk the frame belongs to.
+    pub msg_seq: Seq,
     /// When it was last sent.
     pub last_sent: Time,
 }
@@ -75,6 +77,9 @@ impl TxWindow {
 /// A message being reassembled in the ring.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct RxMsg {
+    /// Frame type: DATA for a system-channel message, else a control
+    /// message the port handles itself.
+    pub kind: crate::wire::FrameType,
     pub msg_id: u32,
     pub slot: RingSlot,
     pub len: u32,
@@ -139,9 +144,20 @@ pub(crate) struct Peer {
     pub una: Seq,
     /// Id of the next message to this peer.
     pub next_msg_id: u32,
-    /// Messages accepted and not fully framed yet (intrusive list).
+    /// Ordered messages (system-channel and control) waiting to be framed
+    /// (intrusive list).
     pub queue_head: u32,
     pub queue_tail: u32,
+    /// Transfers ready to stream (intrusive list, round robin by chunks).
+    pub xfer_head: u32,
+    pub xfer_tail: u32,
+    /// The message or transfer chunk being framed, frame after frame.
+    pub framing: u32,
+    /// Frames left in the current transfer chunk.
+    pub chunk_left: u16,
+    /// The next unit to frame should be a transfer chunk if one waits (so
+    /// transfers and ordered messages take turns).
+    pub transfer_turn: bool,
     pub rtt: RttEstimator,
     pub consecutive_timeouts: u16,
     /// Doublings of the ring-full back-off.
@@ -199,6 +215,11 @@ impl Peer {
             next_msg_id: 0,
             queue_head: NO_MSG,
             queue_tail: NO_MSG,
+            xfer_head: NO_MSG,
+            xfer_tail: NO_MSG,
+            framing: NO_MSG,
+            chunk_left: 0,
+            transfer_turn: false,
             rtt: RttEstimator::new(),
             consecutive_timeouts: 0,
             busy_shift: 0,
@@ -238,10 +259,15 @@ impl Peer {
         self.ack_now || self.nak != NakReason::None
     }
 
+    /// Whether something waits to be framed.
+    pub fn has_unframed(&self) -> bool {
+        self.framing != NO_MSG || self.queue_head != NO_MSG || self.xfer_head != NO_MSG
+    }
+
     /// Whether the sender side holds nothing: no frame in flight, no message
     /// waiting.
     pub fn tx_idle(&self) -> bool {
-        self.una == self.next_seq && self.queue_head == NO_MSG
+        self.una == self.next_seq && !self.has_unframed()
     }
 
     /// Whether this peer could put a frame on the wire at `now`.
@@ -252,13 +278,13 @@ impl Peer {
         if now < self.busy_until {
             return false;
         }
-        self.retx_pending() || (self.queue_head != NO_MSG && self.in_flight() < window)
+        self.retx_pending() || (self.has_unframed() && self.in_flight() < window)
     }
 
     /// The earliest instant something about this peer must happen.
     pub fn next_deadline(&self) -> Time {
         let mut t = self.rto_deadline.min(self.ack_deadline);
-        if self.busy_until != Time::ZERO && (self.retx_pending() || self.queue_head != NO_MSG) {
+        if self.busy_until != Time::ZERO && (self.retx_pending() || self.has_unframed()) {
             t = t.min(self.busy_until);
         }
         t

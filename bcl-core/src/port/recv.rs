@@ -45,7 +45,8 @@ impl Port {
         self.stats.frames_received += 1;
         self.peers[idx as usize].stats.frames_received += 1;
 
-        if frame.kind() == FrameType::Data {
+        let sequenced = is_sequenced(frame.kind());
+        if sequenced {
             self.note_sender_epoch(idx, &frame);
         }
         // An acknowledgement of frames we never sent (for instance one meant
@@ -59,15 +60,14 @@ impl Port {
             self.stats.bad_frames.bad_ack += 1;
         }
         match frame.kind() {
-            FrameType::Data => self.on_data(idx, &frame, now),
+            _ if sequenced => self.on_sequenced(idx, &frame, now),
             FrameType::Ack | FrameType::Nak if ack_valid => {
                 match (frame.ack(), AckBody::read(frame.payload())) {
                     (Some(ack), Some(body)) => self.on_ack_body(idx, Seq(ack), body, now),
                     _ => self.stats.bad_frames.bad_ack += 1,
                 }
             }
-            FrameType::Ack | FrameType::Nak => {}
-            _ => self.stats.bad_frames.bad_type += 1,
+            _ => {}
         }
         self.schedule(idx, now);
         self.arm_timer(idx);
@@ -111,7 +111,10 @@ impl Port {
         p.last_ack_sent = base;
     }
 
-    fn on_data(&mut self, idx: PeerIdx, frame: &Frame<'_>, now: Time) {
+    /// A frame that carries a sequence number: system-channel data and
+    /// control messages (ordered, through the ring), or transfer data
+    /// (straight to its buffer).
+    fn on_sequenced(&mut self, idx: PeerIdx, frame: &Frame<'_>, now: Time) {
         let h = frame.header();
         let seq = Seq(h.seq.get());
         let p = &mut self.peers[idx as usize];
@@ -127,11 +130,8 @@ impl Port {
             return;
         }
         let msg_len = h.msg_len.get();
-        if h.channel.get() != SYSTEM_CHANNEL {
-            self.stats.bad_frames.bad_type += 1;
-            return;
-        }
-        if msg_len as usize > self.cfg.eager_limit {
+        let ordered = is_ordered(frame.kind(), h.channel.get());
+        if ordered && msg_len as usize > self.cfg.eager_limit {
             self.stats.bad_frames.bad_length += 1;
             return;
         }
@@ -140,7 +140,7 @@ impl Port {
         // Frames of one message are consecutive from `msg_seq`; a frame whose
         // message would reach back more than a window is not from an honest
         // sender.
-        if seq.since(first_seq).is_none_or(|d| d >= RX_WINDOW) {
+        if ordered && seq.since(first_seq).is_none_or(|d| d >= RX_WINDOW) {
             self.stats.bad_frames.bad_length += 1;
             return;
         }
@@ -154,37 +154,43 @@ impl Port {
             p.ack_now = true;
             return;
         }
-        if offset == 0 && p.deliver_id.is_none() {
-            // The first frame of the sender's window: delivery starts with its
-            // message, or with the next one if its message began before the
-            // window (those earlier frames were acknowledged to somebody else).
-            let next = if first_seq == seq {
-                msg_id
-            } else {
-                msg_id.wrapping_add(1)
-            };
-            p.deliver_id = Some(next);
-            self.drop_entries_before(idx, next);
-        }
-        let p = &mut self.peers[idx as usize];
-        let delivered_already = p.deliver_id.is_some_and(|d| Seq(msg_id).before(Seq(d)));
-        if !delivered_already {
-            let start = h.frag_offset.get();
-            if !self.place_fragment(idx, frame, msg_id, msg_len, first_seq, start, now) {
-                let p = &mut self.peers[idx as usize];
-                p.stats.ring_full_drops += 1;
-                self.stats.ring_full_drops += 1;
-                if p.nak == NakReason::None || p.nak == NakReason::Gap {
-                    p.nak = NakReason::RingFull;
-                    p.nak_dropped = seq;
-                }
-                return;
-            }
+        if !ordered {
+            self.on_transfer_data(idx, frame, now);
         } else {
-            // A frame of a message delivered already (resent after our
-            // window was trimmed): only its sequence number matters.
-            self.peers[idx as usize].stats.duplicates += 1;
-            self.stats.duplicates += 1;
+            let p = &mut self.peers[idx as usize];
+            if offset == 0 && p.deliver_id.is_none() {
+                // The first frame of the sender's window: delivery starts with
+                // its message, or with the next one if its message began
+                // before the window (those earlier frames were acknowledged to
+                // somebody else).
+                let next = if first_seq == seq {
+                    msg_id
+                } else {
+                    msg_id.wrapping_add(1)
+                };
+                p.deliver_id = Some(next);
+                self.drop_entries_before(idx, next);
+            }
+            let p = &mut self.peers[idx as usize];
+            let delivered_already = p.deliver_id.is_some_and(|d| Seq(msg_id).before(Seq(d)));
+            if !delivered_already {
+                let start = h.frag_offset.get();
+                if !self.place_fragment(idx, frame, msg_id, msg_len, first_seq, start, now) {
+                    let p = &mut self.peers[idx as usize];
+                    p.stats.ring_full_drops += 1;
+                    self.stats.ring_full_drops += 1;
+                    if p.nak == NakReason::None || p.nak == NakReason::Gap {
+                        p.nak = NakReason::RingFull;
+                        p.nak_dropped = seq;
+                    }
+                    return;
+                }
+            } else {
+                // A frame of a message delivered already (resent after our
+                // window was trimmed): only its sequence number matters.
+                self.peers[idx as usize].stats.duplicates += 1;
+                self.stats.duplicates += 1;
+            }
         }
         let p = &mut self.peers[idx as usize];
         let Some(w) = p.rx.as_mut() else { return };
@@ -206,7 +212,7 @@ impl Port {
         } else if p.nak == NakReason::None {
             p.nak = NakReason::Gap;
         }
-        self.deliver(idx);
+        self.deliver(idx, now);
     }
 
     /// Copies one fragment into its message's ring space, taking space for a
@@ -229,7 +235,7 @@ impl Port {
             .and_then(|w| *w.entry(msg_id));
         let entry = match existing {
             Some(e) if e.msg_id == msg_id => {
-                if e.len != msg_len || e.first_seq != first_seq {
+                if e.len != msg_len || e.first_seq != first_seq || e.kind != frame.kind() {
                     self.stats.bad_frames.bad_length += 1;
                     return true;
                 }
@@ -247,6 +253,7 @@ impl Port {
                     return false;
                 };
                 RxMsg {
+                    kind: frame.kind(),
                     msg_id,
                     slot,
                     len: msg_len,
@@ -400,11 +407,12 @@ impl Port {
         }
     }
 
-    /// Announces, in id order, every message of peer `idx` that is complete.
-    fn deliver(&mut self, idx: PeerIdx) {
-        let p = &mut self.peers[idx as usize];
-        let Some(w) = p.rx.as_mut() else { return };
+    /// Announces, in id order, every message of peer `idx` that is complete;
+    /// control messages are handled here, in the same order.
+    fn deliver(&mut self, idx: PeerIdx, now: Time) {
         loop {
+            let p = &mut self.peers[idx as usize];
+            let Some(w) = p.rx.as_mut() else { return };
             let Some(id) = p.deliver_id else { return };
             let slot = w.entry_mut(id);
             let Some(m) = slot.filter(|m| m.msg_id == id && m.received == m.len) else {
@@ -413,12 +421,39 @@ impl Port {
             *slot = None;
             w.active_msgs -= 1;
             p.deliver_id = Some(id.wrapping_add(1));
-            self.deliveries.push_back(Delivery {
-                from: p.addr,
-                slot: m.slot,
-                len: m.len,
-            });
-            self.stats.messages_delivered += 1;
+            let from = p.addr;
+            if m.kind == FrameType::Data {
+                self.deliveries.push_back(Delivery {
+                    from,
+                    slot: m.slot,
+                    len: m.len,
+                });
+                self.stats.messages_delivered += 1;
+            } else {
+                let body = self
+                    .ring
+                    .bytes(m.slot)
+                    .map(|b| b[..m.len as usize].to_vec())
+                    .unwrap_or_default();
+                self.ring.free(m.slot);
+                self.on_control(idx, m.kind, &body, now);
+            }
         }
+    }
+}
+
+/// Whether frames of this type carry a sequence number (and so are
+/// acknowledged and resent).
+fn is_sequenced(kind: FrameType) -> bool {
+    !matches!(kind, FrameType::Ack | FrameType::Nak)
+}
+
+/// Whether a sequenced frame belongs to the ordered message stream
+/// (system-channel data and control messages) rather than to a transfer.
+fn is_ordered(kind: FrameType, channel: u16) -> bool {
+    match kind {
+        FrameType::Data => channel == SYSTEM_CHANNEL,
+        FrameType::RmaGetReply => false,
+        _ => true,
     }
 }

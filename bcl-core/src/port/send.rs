@@ -2,9 +2,9 @@
 //! retransmission, and what acknowledgements do to the window.
 
 use super::peer::{PeerIdx, TxSlot, TxWindow, NO_MSG};
-use super::{OutMessage, Port, SendError};
+use super::{OnDone, OutBody, OutMessage, Port, SendError};
 use crate::addr::ProcessAddr;
-use crate::event::{SendEvent, SendFailure, SendHandle};
+use crate::event::{ChannelEvent, SendEvent, SendFailure, SendHandle, TransferError};
 use crate::method::TxFrame;
 use crate::seq::Seq;
 use crate::time::Time;
@@ -41,25 +41,60 @@ impl Port {
             return Err(SendError::WouldBlock(pending));
         }
         let idx = self.peer_idx_or_create(dst)?;
-        let Some(m) = self.free_messages.pop() else {
+        let Some(m) = self.alloc_message(false) else {
             return Err(SendError::WouldBlock(self.outstanding));
         };
         let data = self.take_buffer(data);
-        let handle = SendHandle(self.next_handle);
-        self.next_handle += 1;
+        let handle = self.new_handle();
         self.outstanding += 1;
         self.stats.messages_sent += 1;
+        self.queue_ordered(
+            idx,
+            m,
+            handle,
+            FrameType::Data,
+            OutBody::Pooled(data),
+            OnDone::System,
+            now,
+        );
+        Ok(handle)
+    }
 
+    /// A fresh send handle.
+    pub(super) fn new_handle(&mut self) -> SendHandle {
+        let h = SendHandle(self.next_handle);
+        self.next_handle += 1;
+        h
+    }
+
+    /// Puts a message into slot `m` and at the end of peer `idx`'s ordered
+    /// queue (system-channel and control messages: delivered in this order).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn queue_ordered(
+        &mut self,
+        idx: PeerIdx,
+        m: u32,
+        handle: SendHandle,
+        kind: FrameType,
+        body: OutBody,
+        on_done: OnDone,
+        now: Time,
+    ) {
         let p = &mut self.peers[idx as usize];
         let msg_id = p.next_msg_id;
         p.next_msg_id = p.next_msg_id.wrapping_add(1);
         self.messages[m as usize] = Some(OutMessage {
             handle,
             peer: idx,
-            data,
+            kind,
+            channel: 0,
+            body,
+            on_done,
             msg_id,
             first_seq: Seq(0),
             next_offset: 0,
+            in_flight: 0,
+            rma_offset: 0,
             next: NO_MSG,
         });
         if p.queue_tail == NO_MSG {
@@ -68,11 +103,52 @@ impl Port {
             prev.next = m;
         }
         p.queue_tail = m;
+        self.ensure_tx_window(idx);
+        self.schedule(idx, now);
+    }
+
+    /// Queues a control message (its body already encoded) to peer `idx`.
+    pub(super) fn queue_control(&mut self, idx: PeerIdx, kind: FrameType, body: &[u8], now: Time) {
+        let Some(m) = self.alloc_message(true) else {
+            return;
+        };
+        let data = self.take_buffer(body);
+        self.queue_ordered(
+            idx,
+            m,
+            SendHandle(u64::MAX),
+            kind,
+            OutBody::Pooled(data),
+            OnDone::Internal,
+            now,
+        );
+    }
+
+    /// Puts transfer `m` (already in its slot) at the end of its peer's
+    /// transfer queue: it streams from now on, in chunks taking turns with
+    /// the ordered messages.
+    pub(super) fn queue_transfer(&mut self, m: u32, now: Time) {
+        let Some(msg) = self.messages[m as usize].as_mut() else {
+            return;
+        };
+        msg.next = NO_MSG;
+        let idx = msg.peer;
+        let p = &mut self.peers[idx as usize];
+        if p.xfer_tail == NO_MSG {
+            p.xfer_head = m;
+        } else if let Some(prev) = self.messages[p.xfer_tail as usize].as_mut() {
+            prev.next = m;
+        }
+        p.xfer_tail = m;
+        self.ensure_tx_window(idx);
+        self.schedule(idx, now);
+    }
+
+    fn ensure_tx_window(&mut self, idx: PeerIdx) {
+        let p = &mut self.peers[idx as usize];
         if p.tx.is_none() {
             p.tx = Some(self.tx_windows.pop().unwrap_or_else(TxWindow::new));
         }
-        self.schedule(idx, now);
-        Ok(handle)
     }
 
     /// Writes the next frame for method `method` into `buf` (lent by that
@@ -110,8 +186,10 @@ impl Port {
                 }
             }
             let p = &self.peers[idx as usize];
-            if p.queue_head != NO_MSG && p.in_flight() < self.cfg.tx_window {
-                return self.emit_new_data(idx, now, buf);
+            if p.has_unframed() && p.in_flight() < self.cfg.tx_window {
+                if let Some(len) = self.emit_new_data(idx, now, buf) {
+                    return Some(len);
+                }
             }
         }
         if self.peers[idx as usize].ack_now {
@@ -153,38 +231,79 @@ impl Port {
         }
     }
 
+    /// The message or transfer chunk to frame next for peer `idx`: the one
+    /// being framed, else the next ordered message or transfer chunk, taking
+    /// turns. An ordered message is framed whole before anything else (its
+    /// frames must be consecutive); a transfer goes in chunks of
+    /// [`CHUNK_FRAMES`] consecutive frames, then to the back of the queue.
+    fn next_unit(&mut self, idx: PeerIdx) -> Option<u32> {
+        let p = &mut self.peers[idx as usize];
+        if p.framing != NO_MSG {
+            return Some(p.framing);
+        }
+        let take_transfer = p.xfer_head != NO_MSG && (p.transfer_turn || p.queue_head == NO_MSG);
+        let m = if take_transfer {
+            let m = p.xfer_head;
+            p.xfer_head = self.messages[m as usize]
+                .as_ref()
+                .map_or(NO_MSG, |x| x.next);
+            if p.xfer_head == NO_MSG {
+                p.xfer_tail = NO_MSG;
+            }
+            p.chunk_left = CHUNK_FRAMES;
+            m
+        } else if p.queue_head != NO_MSG {
+            let m = p.queue_head;
+            p.queue_head = self.messages[m as usize]
+                .as_ref()
+                .map_or(NO_MSG, |x| x.next);
+            if p.queue_head == NO_MSG {
+                p.queue_tail = NO_MSG;
+            }
+            m
+        } else {
+            return None;
+        };
+        p.transfer_turn = !take_transfer;
+        p.framing = m;
+        if let Some(msg) = self.messages[m as usize].as_mut() {
+            msg.next = NO_MSG;
+            // The unit's first frame gets the next sequence number.
+            msg.first_seq = p.next_seq;
+        }
+        Some(m)
+    }
+
     fn emit_new_data(&mut self, idx: PeerIdx, now: Time, buf: &mut [u8]) -> Option<usize> {
+        let m = self.next_unit(idx)?;
         let p = &self.peers[idx as usize];
-        let m = p.queue_head;
         let seq = p.next_seq;
         let frag_payload = u32::from(p.frag_payload);
         let msg = self.messages[m as usize].as_ref()?;
-        let total = msg.data.len() as u32;
+        let total = self.body_len(&msg.body);
         let offset = msg.next_offset;
         let len = (total - offset).min(frag_payload);
         let last = offset + len == total;
-        let first_seq = if offset == 0 { seq } else { msg.first_seq };
-        let mut fields = self.fields_to(idx, FrameType::Data);
+        let first_seq = msg.first_seq;
+        let mut fields = self.fields_to(idx, msg.kind);
         fields.seq = seq.0;
+        fields.channel = msg.channel;
         fields.msg_id = msg.msg_id;
         fields.msg_seq = first_seq.0;
         fields.frag_offset = u64::from(offset);
         fields.msg_len = total;
-        let frame_len = wire::encode(
-            buf,
-            &fields,
-            &msg.data[offset as usize..(offset + len) as usize],
-            self.cfg.crc,
-        )
-        .ok()?;
-
+        let Some(payload) = self.body_bytes(&msg.body, offset, len) else {
+            // The region behind a get reply went away (unregister refuses while
+            // a reply streams, so this is a bug): give up on it.
+            self.fail_transfer(m, TransferError::Unregistered);
+            return None;
+        };
+        let frame_len = wire::encode(buf, &fields, payload, self.cfg.crc).ok()?;
+        let transfer = msg.is_transfer();
         if let Some(msg) = self.messages[m as usize].as_mut() {
             msg.next_offset = offset + len;
-            msg.first_seq = first_seq;
+            msg.in_flight += 1;
         }
-        let next_in_queue = self.messages[m as usize]
-            .as_ref()
-            .map_or(NO_MSG, |x| x.next);
         let rto = self.peers[idx as usize].rtt.rto(&self.cfg.rto);
         let p = &mut self.peers[idx as usize];
         let w = p.tx.as_mut()?;
@@ -195,21 +314,66 @@ impl Port {
             sent_count: 1,
             last_of_msg: last,
             sacked: false,
+            msg_seq: first_seq,
             last_sent: now,
         };
         p.next_seq = seq.next();
         if last {
-            p.queue_head = next_in_queue;
-            if p.queue_head == NO_MSG {
-                p.queue_tail = NO_MSG;
+            p.framing = NO_MSG;
+        } else if transfer {
+            p.chunk_left = p.chunk_left.saturating_sub(1);
+            if p.chunk_left == 0 {
+                p.framing = NO_MSG;
+                self.requeue_transfer(m);
             }
         }
+        let p = &mut self.peers[idx as usize];
         if p.rto_deadline == Time::NEVER {
             p.rto_deadline = now + rto;
         }
         self.ack_carried(idx);
         self.stats.data_frames_sent += 1;
         Some(frame_len)
+    }
+
+    /// Puts a transfer whose chunk is done at the back of its peer's queue.
+    fn requeue_transfer(&mut self, m: u32) {
+        let Some(idx) = self.messages[m as usize].as_ref().map(|x| x.peer) else {
+            return;
+        };
+        let p = &mut self.peers[idx as usize];
+        if p.xfer_tail == NO_MSG {
+            p.xfer_head = m;
+        } else if let Some(prev) = self.messages[p.xfer_tail as usize].as_mut() {
+            prev.next = m;
+        }
+        p.xfer_tail = m;
+    }
+
+    /// Length of a message body.
+    pub(super) fn body_len(&self, body: &OutBody) -> u32 {
+        match body {
+            OutBody::Pooled(v) | OutBody::Owned(v) => v.len() as u32,
+            OutBody::Region { len, .. } | OutBody::Void { len } => *len,
+        }
+    }
+
+    /// Bytes `[offset, offset + len)` of a message body.
+    fn body_bytes<'a>(&'a self, body: &'a OutBody, offset: u32, len: u32) -> Option<&'a [u8]> {
+        let range = offset as usize..(offset + len) as usize;
+        match body {
+            OutBody::Pooled(v) | OutBody::Owned(v) => v.get(range),
+            OutBody::Region {
+                region,
+                offset: base,
+                ..
+            } => {
+                let data = self.region_data(*region)?;
+                let start = usize::try_from(*base).ok()?;
+                data.get(start + range.start..start + range.end)
+            }
+            OutBody::Void { .. } => Some(&[]),
+        }
     }
 
     /// Resends the next frame of the sweep that still needs it.
@@ -234,14 +398,15 @@ impl Port {
                 continue;
             }
             let msg = self.messages[slot.msg as usize].as_ref()?;
-            let mut fields = self.fields_to(idx, FrameType::Data);
+            let mut fields = self.fields_to(idx, msg.kind);
             fields.seq = seq.0;
+            fields.channel = msg.channel;
             fields.msg_id = msg.msg_id;
-            fields.msg_seq = msg.first_seq.0;
+            fields.msg_seq = slot.msg_seq.0;
             fields.frag_offset = u64::from(slot.offset);
-            fields.msg_len = msg.data.len() as u32;
-            let range = slot.offset as usize..slot.offset as usize + usize::from(slot.len);
-            let frame_len = wire::encode(buf, &fields, &msg.data[range], self.cfg.crc).ok()?;
+            fields.msg_len = self.body_len(&msg.body);
+            let payload = self.body_bytes(&msg.body, slot.offset, u32::from(slot.len))?;
+            let frame_len = wire::encode(buf, &fields, payload, self.cfg.crc).ok()?;
             let p = &mut self.peers[idx as usize];
             if let Some(w) = p.tx.as_mut() {
                 let s = w.slot_mut(seq);
@@ -346,12 +511,34 @@ impl Port {
         let mut s = old_una;
         while s != ack {
             let slot = self.peers[idx as usize].tx.as_ref().map(|w| *w.slot(s));
-            if let Some(slot) = slot.filter(|slot| slot.last_of_msg) {
-                self.complete_message(slot.msg, None);
+            if let Some(slot) = slot {
+                self.frame_acknowledged(slot.msg, slot.last_of_msg);
             }
             s = s.next();
         }
         true
+    }
+
+    /// One frame of message `m` is cumulatively acknowledged.
+    fn frame_acknowledged(&mut self, m: u32, last_of_msg: bool) {
+        let Some(msg) = self.messages.get_mut(m as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        msg.in_flight = msg.in_flight.saturating_sub(1);
+        let void = matches!(msg.body, OutBody::Void { .. });
+        if void {
+            if msg.in_flight == 0 && msg.next_offset >= self.body_len_of(m) {
+                self.free_message(m);
+            }
+        } else if last_of_msg {
+            self.complete_message(m, None);
+        }
+    }
+
+    fn body_len_of(&self, m: u32) -> u32 {
+        self.messages[m as usize]
+            .as_ref()
+            .map_or(0, |x| self.body_len(&x.body))
     }
 
     /// Applies the selective part and reason of an ACK or NAK body.
@@ -449,7 +636,8 @@ impl Port {
         }
     }
 
-    /// Gives up on everything queued or in flight to peer `idx`.
+    /// Gives up on everything queued or in flight to peer `idx`, and on the
+    /// remote reads waiting for it.
     fn fail_peer(&mut self, idx: PeerIdx, failure: SendFailure) -> usize {
         let mut victims = Vec::new();
         {
@@ -457,23 +645,32 @@ impl Port {
             if let Some(w) = p.tx.as_ref() {
                 let mut s = p.una;
                 while s != p.next_seq {
-                    let slot = w.slot(s);
-                    if slot.last_of_msg {
-                        victims.push(slot.msg);
-                    }
+                    victims.push(w.slot(s).msg);
                     s = s.next();
                 }
             }
-            let mut m = p.queue_head;
-            while m != NO_MSG {
-                victims.push(m);
-                m = self.messages[m as usize]
-                    .as_ref()
-                    .map_or(NO_MSG, |x| x.next);
+            if p.framing != NO_MSG {
+                victims.push(p.framing);
+            }
+            for head in [p.queue_head, p.xfer_head] {
+                let mut m = head;
+                while m != NO_MSG {
+                    victims.push(m);
+                    m = self.messages[m as usize]
+                        .as_ref()
+                        .map_or(NO_MSG, |x| x.next);
+                }
             }
         }
-        // A message partly framed sits both in the window (not as last) and at
-        // the queue head; it was pushed once, from the queue.
+        // Transfers waiting for an answer from this peer.
+        victims.extend(
+            self.out_transfers
+                .iter()
+                .filter(|((peer, _), _)| *peer == idx)
+                .map(|(_, m)| *m),
+        );
+        victims.sort_unstable();
+        victims.dedup();
         // A new sequence space from here: the receiver sees a new epoch and
         // starts over, message ids from 0.
         let p = &mut self.peers[idx as usize];
@@ -484,6 +681,9 @@ impl Port {
         p.retx_to = p.next_seq;
         p.queue_head = NO_MSG;
         p.queue_tail = NO_MSG;
+        p.xfer_head = NO_MSG;
+        p.xfer_tail = NO_MSG;
+        p.framing = NO_MSG;
         p.rto_deadline = Time::NEVER;
         p.busy_until = Time::ZERO;
         p.consecutive_timeouts = 0;
@@ -492,25 +692,148 @@ impl Port {
         for m in victims {
             self.complete_message(m, Some(failure));
         }
+        self.fail_get_waits(idx, failure);
         failed
     }
 
-    /// Frees message `m` and reports its completion or failure.
-    fn complete_message(&mut self, m: u32, failure: Option<SendFailure>) {
+    /// Frees message `m` and reports its completion or failure the way its
+    /// kind asks.
+    pub(super) fn complete_message(&mut self, m: u32, failure: Option<SendFailure>) {
         let Some(msg) = self.free_message(m) else {
             return;
         };
-        match failure {
-            None => {
-                self.stats.messages_completed += 1;
-                self.send_events.push_back(SendEvent::Complete(msg.handle));
+        if msg.is_transfer() {
+            self.out_transfers.remove(&(msg.peer, msg.msg_id));
+        }
+        let error = failure.map(|f| match f {
+            SendFailure::PeerUnreachable(a) | SendFailure::NoRoute(a) => {
+                TransferError::PeerUnreachable(a)
             }
-            Some(f) => {
-                self.stats.messages_failed += 1;
-                self.send_events.push_back(SendEvent::Failed(msg.handle, f));
+        });
+        match (msg.on_done, msg.body) {
+            (OnDone::System, OutBody::Pooled(data)) => {
+                match failure {
+                    None => {
+                        self.stats.messages_completed += 1;
+                        self.send_events.push_back(SendEvent::Complete(msg.handle));
+                    }
+                    Some(f) => {
+                        self.stats.messages_failed += 1;
+                        self.send_events.push_back(SendEvent::Failed(msg.handle, f));
+                    }
+                }
+                self.recycle_buffer(data);
+            }
+            (OnDone::Internal, OutBody::Pooled(data)) => self.recycle_buffer(data),
+            (OnDone::ChannelSend, OutBody::Owned(buffer)) => {
+                self.channel_events.push_back(match error {
+                    None => ChannelEvent::SendDone {
+                        handle: msg.handle,
+                        buffer,
+                    },
+                    Some(error) => ChannelEvent::SendFailed {
+                        handle: msg.handle,
+                        buffer,
+                        error,
+                    },
+                });
+            }
+            (OnDone::Put, OutBody::Owned(buffer)) => {
+                self.channel_events.push_back(match error {
+                    None => ChannelEvent::PutDone {
+                        handle: msg.handle,
+                        buffer,
+                    },
+                    Some(error) => ChannelEvent::RmaFailed {
+                        handle: msg.handle,
+                        buffer,
+                        error,
+                    },
+                });
+            }
+            (OnDone::GetReply, OutBody::Region { region, .. }) => self.region_release(region),
+            _ => {}
+        }
+    }
+
+    /// Ends transfer `m` with `error` (reported in its channel event). Frames
+    /// of it still in flight keep the slot, emptied, until acknowledged.
+    pub(super) fn fail_transfer(&mut self, m: u32, error: TransferError) {
+        let Some(msg) = self.messages[m as usize].as_ref() else {
+            return;
+        };
+        let (peer, msg_id, handle, on_done) = (msg.peer, msg.msg_id, msg.handle, msg.on_done);
+        let len = self.body_len(&msg.body);
+        let Some(msg) = self.messages[m as usize].as_mut() else {
+            return;
+        };
+        let body = std::mem::replace(&mut msg.body, OutBody::Void { len });
+        // Nothing more of it is framed.
+        msg.next_offset = len;
+        let in_flight = msg.in_flight;
+        self.out_transfers.remove(&(peer, msg_id));
+        self.unlink_transfer(peer, m);
+        if in_flight == 0 {
+            self.free_message(m);
+        } else if on_done != OnDone::Internal && on_done != OnDone::GetReply {
+            // The zombie no longer counts against the application's limit.
+            self.outstanding -= 1;
+            if let Some(msg) = self.messages[m as usize].as_mut() {
+                msg.on_done = OnDone::Internal;
             }
         }
-        debug_assert!(msg.peer < self.peers.len() as PeerIdx);
-        self.recycle_buffer(msg.data);
+        match (on_done, body) {
+            (OnDone::ChannelSend, OutBody::Owned(buffer)) => {
+                self.channel_events.push_back(ChannelEvent::SendFailed {
+                    handle,
+                    buffer,
+                    error,
+                });
+            }
+            (OnDone::Put, OutBody::Owned(buffer)) => {
+                self.channel_events.push_back(ChannelEvent::RmaFailed {
+                    handle,
+                    buffer,
+                    error,
+                });
+            }
+            (OnDone::GetReply, OutBody::Region { region, .. }) => self.region_release(region),
+            _ => {}
+        }
+    }
+
+    /// Takes transfer `m` out of its peer's transfer queue and framing, if
+    /// there. Frames of it still in flight are acknowledged as usual but no
+    /// longer complete anything (their slot points to a freed message).
+    fn unlink_transfer(&mut self, idx: PeerIdx, m: u32) {
+        let p = &mut self.peers[idx as usize];
+        if p.framing == m {
+            p.framing = NO_MSG;
+        }
+        let mut prev = NO_MSG;
+        let mut cur = p.xfer_head;
+        while cur != NO_MSG {
+            let next = self.messages[cur as usize]
+                .as_ref()
+                .map_or(NO_MSG, |x| x.next);
+            if cur == m {
+                if prev == NO_MSG {
+                    p.xfer_head = next;
+                } else if let Some(pm) = self.messages[prev as usize].as_mut() {
+                    pm.next = next;
+                }
+                if p.xfer_tail == m {
+                    p.xfer_tail = prev;
+                }
+                return;
+            }
+            prev = cur;
+            cur = next;
+        }
     }
 }
+
+/// Frames of a transfer framed one after the other before the next ordered
+/// message may go: large enough to stream efficiently, small enough that a
+/// small message waits at most this many frames behind a large transfer.
+pub(super) const CHUNK_FRAMES: u16 = 32;

@@ -8,9 +8,9 @@ use crate::method::{LinkId, MethodCaps};
 use crate::wire::{self, FrameType, HEADER_LEN};
 use std::time::Duration;
 
-const MTU: usize = 1500;
+pub(super) const MTU: usize = 1500;
 
-fn caps(mtu: usize) -> MethodCaps {
+pub(super) fn caps(mtu: usize) -> MethodCaps {
     MethodCaps {
         mtu,
         integrity: false,
@@ -18,11 +18,11 @@ fn caps(mtu: usize) -> MethodCaps {
     }
 }
 
-fn addr(i: usize) -> ProcessAddr {
+pub(super) fn addr(i: usize) -> ProcessAddr {
     ProcessAddr::new(i as u32 + 1, 0)
 }
 
-fn config(i: usize) -> PortConfig {
+pub(super) fn config(i: usize) -> PortConfig {
     let mut c = PortConfig::new(addr(i), JobKey(7));
     c.epoch = 1000 + i as u32;
     c
@@ -30,34 +30,34 @@ fn config(i: usize) -> PortConfig {
 
 /// A frame on the wire.
 #[derive(Clone, Debug)]
-struct Wired {
-    from: usize,
-    to: usize,
-    bytes: Vec<u8>,
+pub(super) struct Wired {
+    pub from: usize,
+    pub to: usize,
+    pub bytes: Vec<u8>,
 }
 
 impl Wired {
-    fn kind(&self) -> FrameType {
+    pub fn kind(&self) -> FrameType {
         FrameType::from_code(self.bytes[1]).unwrap()
     }
-    fn seq(&self) -> u32 {
+    pub fn seq(&self) -> u32 {
         u32::from_be_bytes(self.bytes[24..28].try_into().unwrap())
     }
 }
 
 /// Ports joined by a wire the test controls frame by frame.
-struct Net {
-    ports: Vec<Port>,
-    now: Time,
+pub(super) struct Net {
+    pub ports: Vec<Port>,
+    pub now: Time,
     mtu: usize,
 }
 
 impl Net {
-    fn new(configs: Vec<PortConfig>) -> Net {
+    pub fn new(configs: Vec<PortConfig>) -> Net {
         Net::with_mtu(configs, MTU)
     }
 
-    fn with_mtu(configs: Vec<PortConfig>, mtu: usize) -> Net {
+    pub fn with_mtu(configs: Vec<PortConfig>, mtu: usize) -> Net {
         let mut ports: Vec<Port> = configs.into_iter().map(|c| Port::new(c).unwrap()).collect();
         let n = ports.len();
         for (i, p) in ports.iter_mut().enumerate() {
@@ -84,7 +84,7 @@ impl Net {
     }
 
     /// Every frame the ports want to send now.
-    fn transmit(&mut self) -> Vec<Wired> {
+    pub fn transmit(&mut self) -> Vec<Wired> {
         let mut out = Vec::new();
         let mut buf = vec![0u8; self.mtu];
         for (i, p) in self.ports.iter_mut().enumerate() {
@@ -100,7 +100,7 @@ impl Net {
         out
     }
 
-    fn deliver(&mut self, frames: &[Wired]) {
+    pub fn deliver(&mut self, frames: &[Wired]) {
         for f in frames {
             let route = Route {
                 method: 0,
@@ -110,7 +110,7 @@ impl Net {
         }
     }
 
-    fn advance(&mut self, d: Duration) {
+    pub fn advance(&mut self, d: Duration) {
         self.now = self.now + d;
         for p in &mut self.ports {
             p.handle_timeout(self.now);
@@ -118,7 +118,7 @@ impl Net {
     }
 
     /// Jumps to the earliest timer of any port and runs it.
-    fn advance_to_next_timer(&mut self) -> bool {
+    pub fn advance_to_next_timer(&mut self) -> bool {
         let Some(t) = self.ports.iter().filter_map(|p| p.poll_timeout()).min() else {
             return false;
         };
@@ -133,7 +133,7 @@ impl Net {
 
     /// Moves frames through a perfect wire, 1 µs per hop, until nothing
     /// moves and no timer is left, releasing every delivery at once.
-    fn run_perfect(&mut self) -> Vec<(usize, ProcessAddr, Vec<u8>)> {
+    pub fn run_perfect(&mut self) -> Vec<(usize, ProcessAddr, Vec<u8>)> {
         let mut got = Vec::new();
         for _ in 0..100_000 {
             let frames = self.transmit();
@@ -150,7 +150,7 @@ impl Net {
         panic!("did not settle");
     }
 
-    fn drain_deliveries(&mut self) -> Vec<(usize, ProcessAddr, Vec<u8>)> {
+    pub fn drain_deliveries(&mut self) -> Vec<(usize, ProcessAddr, Vec<u8>)> {
         let mut got = Vec::new();
         for (i, p) in self.ports.iter_mut().enumerate() {
             while let Some(d) = p.poll_delivery() {
@@ -161,12 +161,12 @@ impl Net {
         got
     }
 
-    fn send_events(&mut self, i: usize) -> Vec<SendEvent> {
+    pub fn send_events(&mut self, i: usize) -> Vec<SendEvent> {
         std::iter::from_fn(|| self.ports[i].poll_send_event()).collect()
     }
 }
 
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
+pub(super) fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
         .collect()

@@ -17,12 +17,18 @@ impl Port {
     /// The earliest instant at which [`Port::handle_timeout`] has work, if
     /// any. May be early (a deadline moved later); never late.
     pub fn poll_timeout(&self) -> Option<Time> {
-        self.timers.peek().map(|Reverse((t, _))| *t)
+        let peer_timer = self.timers.peek().map(|Reverse((t, _))| *t);
+        let stall = (self.stall_check_at != Time::NEVER).then_some(self.stall_check_at);
+        match (peer_timer, stall) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Runs everything due at `now`: retransmission timeouts, delayed
     /// acknowledgements, the end of ring-full back-offs.
     pub fn handle_timeout(&mut self, now: Time) {
+        self.check_stalled_transfers(now);
         while let Some(&Reverse((t, idx))) = self.timers.peek() {
             if t > now {
                 break;

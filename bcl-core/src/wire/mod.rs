@@ -38,6 +38,7 @@
 //! and payload into a buffer the caller lends.
 
 mod ack;
+pub mod control;
 
 pub use ack::{AckBody, NakReason, SACK_BITS};
 
