@@ -99,6 +99,12 @@ pub struct CommonArgs {
     #[arg(long, default_value_t = 1500)]
     pub mtu: usize,
 
+    /// Largest BCL frame of the udp method, in bytes (the UDP payload; up to
+    /// 65507, IP-fragmented above the path MTU). Default: 1472 over IPv4,
+    /// 1452 over IPv6 (no fragmentation). Both ends must use the same value.
+    #[arg(long, value_name = "BYTES")]
+    pub udp_mtu: Option<usize>,
+
     /// Lower bound of BCL's retransmission timeout in microseconds (default:
     /// the core's, 200 µs). A VM whose vCPUs stall for milliseconds under
     /// load times out spuriously with a small bound.
@@ -173,6 +179,7 @@ impl CommonArgs {
             fault: self.fault.clone(),
             sim_mtu: self.mtu,
             rto_min: self.rto_min_us.map(std::time::Duration::from_micros),
+            udp_mtu: self.udp_mtu,
         }
     }
 

@@ -70,6 +70,9 @@ pub struct EndSpec {
     pub sim_mtu: usize,
     /// Lower bound of BCL's retransmission timeout (default: the core's).
     pub rto_min: Option<std::time::Duration>,
+    /// Largest BCL frame of the udp method (default: the method's, which
+    /// fits a 1500-byte IP MTU).
+    pub udp_mtu: Option<usize>,
 }
 
 impl EndSpec {
@@ -224,8 +227,11 @@ pub fn open_server(spec: &EndSpec) -> Result<Served, String> {
             )
         }
         MethodArg::Udp => {
-            let m =
-                UdpMethod::open(UdpConfig::new(server_bind(spec)?)).map_err(|e| e.to_string())?;
+            let m = UdpMethod::open(UdpConfig {
+                mtu: spec.udp_mtu,
+                ..UdpConfig::new(server_bind(spec)?)
+            })
+            .map_err(|e| e.to_string())?;
             let d = m.descriptor().to_string();
             let ep = endpoint(SERVER_ADDR, Box::new(m), spec, None)?;
             (
@@ -305,8 +311,11 @@ pub fn open_client(
             let d = bcl_peer("udp")?;
             let server =
                 bcl::udp::parse_address(&d.address).map_err(|e| format!("--connect: {e}"))?;
-            let m = UdpMethod::open(UdpConfig::new(client_bind(spec, server)?))
-                .map_err(|e| e.to_string())?;
+            let m = UdpMethod::open(UdpConfig {
+                mtu: spec.udp_mtu,
+                ..UdpConfig::new(client_bind(spec, server)?)
+            })
+            .map_err(|e| e.to_string())?;
             let mut ep = endpoint(CLIENT_ADDR, Box::new(m), spec, None)?;
             ep.add_peer(SERVER_ADDR, d);
             Ok(Box::new(BclTransport::new(ep, Some(SERVER_ADDR), None)))
@@ -396,6 +405,7 @@ mod tests {
             fault: None,
             sim_mtu: 1500,
             rto_min: None,
+            udp_mtu: None,
         };
         assert!(!server_bind(&spec).unwrap().ip().is_unspecified());
         let with = EndSpec {
