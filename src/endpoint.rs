@@ -163,6 +163,7 @@ impl EndpointBuilder {
                 .unwrap_or_else(|| Arc::new(MonotonicClock::new())),
             directory: HashMap::new(),
             send_events: VecDeque::new(),
+            channel_events: VecDeque::new(),
         })
     }
 }
@@ -178,6 +179,8 @@ pub struct Endpoint {
     directory: HashMap<ProcessAddr, Vec<Descriptor>>,
     /// Send events taken from the port while waiting for another one.
     send_events: VecDeque<SendEvent>,
+    /// Channel events taken from the port while waiting for another one.
+    pub(crate) channel_events: VecDeque<bcl_core::ChannelEvent>,
 }
 
 /// A random epoch, so a restarted process is told apart from its earlier
@@ -210,6 +213,11 @@ impl Endpoint {
     /// The protocol state, for statistics and inspection.
     pub fn port(&self) -> &Port {
         &self.port
+    }
+
+    /// The protocol state, for the crate's own extensions (channels).
+    pub(crate) fn port_mut(&mut self) -> &mut Port {
+        &mut self.port
     }
 
     /// The mode in effect: [`ProgressMode::Blocking`] only if it was asked
@@ -332,7 +340,7 @@ impl Endpoint {
     pub fn progress_or_wait(&mut self, until: Option<Time>) -> Result<usize, Error> {
         let events = |p: &Port| {
             let s = p.stats();
-            s.messages_completed + s.messages_failed + s.messages_delivered
+            s.messages_completed + s.messages_failed + s.messages_delivered + s.channel_events
         };
         let before = events(&self.port);
         let moved = self.progress()?;

@@ -38,6 +38,7 @@
 //! # let _ = (handle, timeout);
 //! ```
 
+pub mod channels;
 pub mod clock;
 pub mod endpoint;
 pub mod simnet;
@@ -45,12 +46,14 @@ mod wait;
 
 pub use bcl_core as core;
 pub use bcl_core::{
-    Delivery, Descriptor, JobKey, LinkId, Method, MethodCaps, NodeId, PortConfig, PortId,
-    PortStats, ProcessAddr, SendEvent, SendFailure, SendHandle, Time,
+    ChannelError, ChannelEvent, ChannelId, Delivery, Descriptor, JobKey, LinkId, Method,
+    MethodCaps, NodeId, PortConfig, PortId, PortStats, ProcessAddr, Refused, RegionId, SendEvent,
+    SendFailure, SendHandle, Time, TransferError,
 };
 pub use bcl_packet as packet;
 pub use bcl_sim as sim;
 pub use bcl_udp as udp;
+pub use channels::{TransferFailed, TransferFailure};
 pub use clock::{Clock, MonotonicClock};
 pub use endpoint::{Endpoint, EndpointBuilder, EngineStats, Error, ProgressMode};
 pub use simnet::SimCluster;

@@ -30,11 +30,13 @@ pub mod wire;
 
 pub use addr::{JobKey, NodeId, PortId, ProcessAddr};
 pub use config::{ConfigError, PortConfig};
-pub use event::{Delivery, SendEvent, SendFailure, SendHandle};
+pub use event::{
+    ChannelEvent, ChannelId, Delivery, RegionId, SendEvent, SendFailure, SendHandle, TransferError,
+};
 pub use method::{
     Availability, Descriptor, LinkId, Method, MethodCaps, MethodError, Route, TxFrame,
 };
-pub use port::{Port, ReleaseError, RouteError, SendError};
+pub use port::{ChannelError, Port, Refused, ReleaseError, RouteError, SendError};
 pub use ring::RingSlot;
 pub use stats::{BadFrames, PeerStats, PortStats};
 pub use time::Time;

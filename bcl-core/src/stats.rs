@@ -103,6 +103,8 @@ pub struct PortStats {
     pub transfers_received: u64,
     /// Frames of transfers nobody waited for (cancelled), dropped.
     pub transfer_frames_dropped: u64,
+    /// Events put in the channel-event queue.
+    pub channel_events: u64,
     /// Frames dropped, by reason.
     pub bad_frames: BadFrames,
 }

@@ -497,6 +497,11 @@ impl Port {
         self.channel_events.pop_front()
     }
 
+    pub(super) fn push_channel_event(&mut self, e: ChannelEvent) {
+        self.stats.channel_events += 1;
+        self.channel_events.push_back(e);
+    }
+
     // ------------------------------------------------------------ helpers
 
     fn channel(&self, ch: ChannelId) -> Option<&Channel> {
@@ -695,7 +700,7 @@ impl Port {
     ) -> bool {
         if len > capacity {
             let from = self.peers[peer as usize].addr;
-            self.channel_events.push_back(ChannelEvent::ReceiveFailed {
+            self.push_channel_event(ChannelEvent::ReceiveFailed {
                 channel: ch,
                 from,
                 error: TransferError::TooLarge { len, capacity },
@@ -728,7 +733,7 @@ impl Port {
         };
         let len = posting.active.map_or(0, |(_, _, l)| l as usize);
         let from = self.peers[peer as usize].addr;
-        self.channel_events.push_back(ChannelEvent::Received {
+        self.push_channel_event(ChannelEvent::Received {
             channel: ch,
             from,
             buffer: posting.buffer,
@@ -997,7 +1002,7 @@ impl Port {
             ControlCode::GetResult => {
                 let wait = self.get_waits.remove(&(idx, transfer))?;
                 let e = error(wait.offset, wait.buffer.len() as u64);
-                self.channel_events.push_back(ChannelEvent::RmaFailed {
+                self.push_channel_event(ChannelEvent::RmaFailed {
                     handle: wait.handle,
                     buffer: wait.buffer,
                     error: e,
@@ -1040,7 +1045,7 @@ impl Port {
             }
             if wait.received >= wait.buffer.len() as u64 {
                 if let Some(w) = self.get_waits.remove(&(idx, transfer)) {
-                    self.channel_events.push_back(ChannelEvent::GetDone {
+                    self.push_channel_event(ChannelEvent::GetDone {
                         handle: w.handle,
                         buffer: w.buffer,
                     });
@@ -1194,7 +1199,7 @@ impl Port {
             .collect();
         for k in keys {
             if let Some(w) = self.get_waits.remove(&k) {
-                self.channel_events.push_back(ChannelEvent::RmaFailed {
+                self.push_channel_event(ChannelEvent::RmaFailed {
                     handle: w.handle,
                     buffer: w.buffer,
                     error: TransferError::PeerUnreachable(addr),
@@ -1235,7 +1240,7 @@ impl Port {
                     .and_then(|n| n.posted.take())
                     .map(|p| p.buffer);
                 let from = self.peers[key.0 as usize].addr;
-                self.channel_events.push_back(ChannelEvent::ReceiveFailed {
+                self.push_channel_event(ChannelEvent::ReceiveFailed {
                     channel: ch,
                     from,
                     error: TransferError::Stalled(from),
@@ -1252,7 +1257,7 @@ impl Port {
         for key in dead_gets {
             if let Some(w) = self.get_waits.remove(&key) {
                 let from = self.peers[key.0 as usize].addr;
-                self.channel_events.push_back(ChannelEvent::RmaFailed {
+                self.push_channel_event(ChannelEvent::RmaFailed {
                     handle: w.handle,
                     buffer: w.buffer,
                     error: TransferError::Stalled(from),

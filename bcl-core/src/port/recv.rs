@@ -155,6 +155,13 @@ impl Port {
             return;
         }
         if !ordered {
+            let p = &mut self.peers[idx as usize];
+            if offset == 0 && p.deliver_id.is_none() {
+                // The first frame of the sender's window is transfer data: it
+                // says which ordered message comes next.
+                p.deliver_id = Some(first_seq.0);
+                self.drop_entries_before(idx, first_seq.0);
+            }
             self.on_transfer_data(idx, frame, now);
         } else {
             let p = &mut self.peers[idx as usize];

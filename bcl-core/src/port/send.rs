@@ -284,7 +284,21 @@ impl Port {
         let offset = msg.next_offset;
         let len = (total - offset).min(frag_payload);
         let last = offset + len == total;
-        let first_seq = msg.first_seq;
+        let transfer = msg.is_transfer();
+        // Ordered messages: the sequence number of their first frame.
+        // Transfer frames: the id of the next ordered message to be framed,
+        // so a receiver meeting this sender at this frame knows where the
+        // ordered stream stands.
+        let first_seq = if transfer {
+            let head = self.peers[idx as usize].queue_head;
+            Seq(self
+                .messages
+                .get(head as usize)
+                .and_then(Option::as_ref)
+                .map_or(p.next_msg_id, |x| x.msg_id))
+        } else {
+            msg.first_seq
+        };
         let mut fields = self.fields_to(idx, msg.kind);
         fields.seq = seq.0;
         fields.channel = msg.channel;
@@ -299,7 +313,6 @@ impl Port {
             return None;
         };
         let frame_len = wire::encode(buf, &fields, payload, self.cfg.crc).ok()?;
-        let transfer = msg.is_transfer();
         if let Some(msg) = self.messages[m as usize].as_mut() {
             msg.next_offset = offset + len;
             msg.in_flight += 1;
@@ -726,7 +739,7 @@ impl Port {
             }
             (OnDone::Internal, OutBody::Pooled(data)) => self.recycle_buffer(data),
             (OnDone::ChannelSend, OutBody::Owned(buffer)) => {
-                self.channel_events.push_back(match error {
+                self.push_channel_event(match error {
                     None => ChannelEvent::SendDone {
                         handle: msg.handle,
                         buffer,
@@ -739,7 +752,7 @@ impl Port {
                 });
             }
             (OnDone::Put, OutBody::Owned(buffer)) => {
-                self.channel_events.push_back(match error {
+                self.push_channel_event(match error {
                     None => ChannelEvent::PutDone {
                         handle: msg.handle,
                         buffer,
@@ -784,14 +797,14 @@ impl Port {
         }
         match (on_done, body) {
             (OnDone::ChannelSend, OutBody::Owned(buffer)) => {
-                self.channel_events.push_back(ChannelEvent::SendFailed {
+                self.push_channel_event(ChannelEvent::SendFailed {
                     handle,
                     buffer,
                     error,
                 });
             }
             (OnDone::Put, OutBody::Owned(buffer)) => {
-                self.channel_events.push_back(ChannelEvent::RmaFailed {
+                self.push_channel_event(ChannelEvent::RmaFailed {
                     handle,
                     buffer,
                     error,

@@ -28,9 +28,10 @@
 //!  +-------------------------------+-------------------------------+
 //! ```
 //!
-//! The frames of one message (or of one chunk of a large transfer) have
-//! consecutive sequence numbers starting at `msg_seq`, so a receiver knows
-//! exactly which frames belong to a message it has to drop.
+//! The frames of one ordered message have consecutive sequence numbers
+//! starting at `msg_seq`, so a receiver knows exactly which frames belong to
+//! a message it has to drop. (Transfer frames, which never need dropping,
+//! carry the id of the sender's next ordered message there instead.)
 //!
 //! [`parse`] checks version, type, lengths, job key, destination and (when
 //! present or required) the CRC32C before it returns a [`Frame`]; anything
@@ -97,8 +98,11 @@ pub struct Header {
     /// Message id, per sender and receiver, counting up from 0 (for
     /// transfers on normal and open channels: the transfer id).
     pub msg_id: U32,
-    /// Sequence number of the first frame of this message (or transfer
-    /// chunk); its frames are numbered consecutively from here.
+    /// For ordered messages (system channel, control): the sequence number
+    /// of the message's first frame; its frames are numbered consecutively
+    /// from here. For transfer frames: the id of the sender's next ordered
+    /// message, so a receiver meeting the sender at this frame knows where
+    /// the ordered stream stands.
     pub msg_seq: U32,
     /// Offset of this fragment's payload in the message.
     pub frag_offset: U64,
