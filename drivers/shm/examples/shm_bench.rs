@@ -16,7 +16,8 @@
 //!   receiver;
 //! * `bw`: 4 MiB messages through the pipelined exchange queue (default
 //!   geometry) vs a single-thread `memcpy` of 4 MiB, GB/s at the receiver;
-//! * `sweep`: `bw` for chunk sizes 4 KiB..1 MiB at queue depths 4 and 8.
+//! * `sweep`: `bw` for chunk sizes 4 KiB..1 MiB at queue depths 4 and 8
+//!   (`--depths 2,4,8,16`, `--kib 64,128`, `--queue-kib 1024` to choose).
 //!
 //! Every figure is measured in 40 windows; the best window and the median
 //! window are printed (the machine is shared, so a window can be hit by
@@ -546,8 +547,17 @@ fn main() {
         let depths: Vec<u32> = opt(&args, "--depths")
             .map(|s| s.split(',').map(|d| d.parse().unwrap()).collect())
             .unwrap_or_else(|| vec![4, 8]);
+        let sizes: Vec<u32> = opt(&args, "--kib")
+            .map(|s| s.split(',').map(|d| d.parse().unwrap()).collect())
+            .unwrap_or_else(|| vec![4, 8, 16, 32, 64, 128, 256, 512, 1024]);
+        // `--queue-kib Q`: only the combinations whose queue (chunk x
+        // depth) is Q KiB.
+        let queue: Option<u32> = opt(&args, "--queue-kib").map(|s| s.parse().unwrap());
         for &depth in &depths {
-            for kib in [4u32, 8, 16, 32, 64, 128, 256, 512, 1024] {
+            for &kib in &sizes {
+                if queue.is_some_and(|q| q != kib * depth) {
+                    continue;
+                }
                 let (floor, _) = best_median(spin_pingpong(&quick, false).unwrap(), false);
                 let (b, bm) = best_median(bw(&o, false, kib * 1024, depth).unwrap(), true);
                 let (m, mm) = best_median(memcpy_bw(cpus.1), true);

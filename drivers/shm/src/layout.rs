@@ -64,15 +64,16 @@ pub struct Geometry {
 }
 
 impl Default for Geometry {
-    /// 1024 slots of 256 B, 64 senders, exchange queues of 8 x 64 KiB (the
-    /// chunk size chosen by the sweep in the README).
+    /// 1024 slots of 256 B, 64 senders, exchange queues of 16 x 64 KiB
+    /// (1 MiB per sender, touched only when used; chosen by the sweep in
+    /// the README).
     fn default() -> Self {
         Geometry {
             ring_slots: 1024,
             block_size: 256,
             dir_entries: 64,
             chunk_size: 64 * 1024,
-            chunks: 8,
+            chunks: 16,
         }
     }
 }

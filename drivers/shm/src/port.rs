@@ -485,7 +485,9 @@ impl ShmPort {
         }
         match link.producer.try_send(msg) {
             Ok(wake) => {
-                link.ring_blocked = false;
+                if link.ring_blocked {
+                    link.ring_blocked = false;
+                }
                 if wake {
                     self.ring_link(peer);
                 }

@@ -344,3 +344,10 @@ fn corrupted_segment_never_panics_or_hangs() {
     eprintln!("{received} messages received, {corrupt} corruptions reported");
     assert!(received > 0 && corrupt > 0, "the test exercised both paths");
 }
+
+/// The engine keeps methods in `Box<dyn Method>`, which requires `Send`.
+#[test]
+fn port_is_send() {
+    fn send<T: Send>() {}
+    send::<ShmPort>();
+}
