@@ -32,6 +32,9 @@
 //! Under `--cfg loom` only the lock-free algorithms and their models are
 //! compiled (see `loom.sh`).
 
+// Under loom only the models use the algorithms.
+#![cfg_attr(loom, allow(dead_code))]
+
 pub mod bell;
 pub(crate) mod copy;
 pub mod exchange;

@@ -7,7 +7,7 @@
 //! record both, and a process counts as dead when `/proc/PID` is gone, is a
 //! zombie, or has another start time.
 //!
-//! For a peer we keep talking to, [`Watch`] also holds a pidfd
+//! For a peer we keep talking to, `Watch` also holds a pidfd
 //! (`pidfd_open`, Linux 5.3+): it becomes readable when the process exits,
 //! so checking costs one `poll` and the fd can sit in an epoll set to wake
 //! a sleeping endpoint when the peer dies. The pidfd is opened *after*

@@ -39,7 +39,7 @@
 //! so an acquire load of any later tail value synchronises with every
 //! earlier claim (C++20 release sequences); this is what makes the intent
 //! words trustworthy for dead-producer recovery (see
-//! [`RingConsumer::head_claimed`]).
+//! `RingConsumer::head_claimed`).
 //!
 //! Why not Vyukov's per-slot "free" sequence: there the producer must read
 //! the slot's `seq` before claiming it, and in a ping-pong that line is the
@@ -49,7 +49,7 @@
 //! write the slot line without reading it first: one transfer per message,
 //! like the floor. The consumer writes nothing into slot lines at all.
 //!
-//! Sleeping: the consumer that finds the ring empty sets the [`SLEEP`] bit
+//! Sleeping: the consumer that finds the ring empty sets the `SLEEP` bit
 //! in `tail` with a CAS `head -> head | SLEEP`, which only succeeds if no
 //! slot is claimed. A producer's claim CAS clears the bit; the producer
 //! that cleared it must ring the consumer's doorbell after publishing. Both
