@@ -171,6 +171,8 @@ pub(crate) struct Peer {
     /// Resend candidates regardless of when they were last sent (timeout,
     /// ring full) rather than only if they are older than half an RTT (NAK).
     pub retx_all: bool,
+    /// A timeout asked to resend the newest frame in flight too.
+    pub probe_newest: bool,
 
     // ---- receiving ----
     pub rx: Option<Box<RxWindow>>,
@@ -228,6 +230,8 @@ impl Peer {
             retx_from: Seq(initial_seq),
             retx_to: Seq(initial_seq),
             retx_all: false,
+            probe_newest: false,
+
             rx: None,
             rx_known: false,
             rx_epoch: 0,
@@ -278,16 +282,31 @@ impl Peer {
         if now < self.busy_until {
             return false;
         }
-        self.retx_pending() || (self.has_unframed() && self.in_flight() < window)
+        self.retx_pending()
+            || self.probe_newest
+            || (self.has_unframed() && self.in_flight() < window)
     }
 
     /// The earliest instant something about this peer must happen.
     pub fn next_deadline(&self) -> Time {
         let mut t = self.rto_deadline.min(self.ack_deadline);
-        if self.busy_until != Time::ZERO && (self.retx_pending() || self.has_unframed()) {
+        if self.busy_until != Time::ZERO
+            && (self.retx_pending() || self.probe_newest || self.has_unframed())
+        {
             t = t.min(self.busy_until);
         }
         t
+    }
+
+    /// A duplicate arrived: the sender resent something, perhaps a probe
+    /// after a timeout. Answer at once, with a NAK if frames are missing
+    /// (so the sender resends exactly those), else with an ACK.
+    pub fn answer_duplicate(&mut self) {
+        let holes = self.rx.as_ref().is_some_and(|w| !w.bitmap.is_empty());
+        if holes && self.nak == NakReason::None {
+            self.nak = NakReason::Gap;
+        }
+        self.ack_now = true;
     }
 
     /// Widens the retransmission sweep to cover `[from, to)`.

@@ -122,7 +122,7 @@ impl Port {
             // Already received: our acknowledgement was lost or is late.
             p.stats.duplicates += 1;
             self.stats.duplicates += 1;
-            p.ack_now = true;
+            p.answer_duplicate();
             return;
         };
         if offset >= RX_WINDOW {
@@ -151,7 +151,7 @@ impl Port {
         if w.bitmap.get(offset) {
             p.stats.duplicates += 1;
             self.stats.duplicates += 1;
-            p.ack_now = true;
+            p.answer_duplicate();
             return;
         }
         if !ordered {

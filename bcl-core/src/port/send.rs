@@ -180,6 +180,12 @@ impl Port {
             return self.emit_ack(idx, buf);
         }
         if now >= p.busy_until {
+            if p.probe_newest {
+                if let Some(len) = self.emit_probe(idx, now, buf) {
+                    return Some(len);
+                }
+            }
+            let p = &self.peers[idx as usize];
             if p.retx_pending() {
                 if let Some(len) = self.emit_retransmission(idx, now, buf) {
                     return Some(len);
@@ -389,6 +395,26 @@ impl Port {
         }
     }
 
+    /// Resends the newest frame in flight (the second half of a timeout's
+    /// probe).
+    fn emit_probe(&mut self, idx: PeerIdx, now: Time, buf: &mut [u8]) -> Option<usize> {
+        let p = &mut self.peers[idx as usize];
+        p.probe_newest = false;
+        if p.una == p.next_seq {
+            return None;
+        }
+        let newest = p.next_seq.plus(u32::MAX);
+        // Reuse the sweep for one frame, then restore the sweep as it was.
+        let saved = (p.retx_from, p.retx_to, p.retx_all);
+        p.retx_from = newest;
+        p.retx_to = p.next_seq;
+        p.retx_all = true;
+        let len = self.emit_retransmission(idx, now, buf);
+        let p = &mut self.peers[idx as usize];
+        (p.retx_from, p.retx_to, p.retx_all) = saved;
+        len
+    }
+
     /// Resends the next frame of the sweep that still needs it.
     fn emit_retransmission(&mut self, idx: PeerIdx, now: Time, buf: &mut [u8]) -> Option<usize> {
         let min_age = {
@@ -508,8 +534,13 @@ impl Port {
         if clean {
             p.rtt.sample(now.saturating_since(newest.last_sent));
         } else {
+            // Karn's algorithm keeps a backed-off timeout until a clean
+            // sample; under heavy loss clean samples are rare and the timeout
+            // would sit at its cap. Since a timeout only costs one probe
+            // frame here, progress resets the backoff instead.
             p.rtt.reset_backoff();
         }
+
         p.una = ack;
         p.consecutive_timeouts = 0;
         p.busy_shift = 0;
@@ -636,7 +667,19 @@ impl Port {
                 s = s.next();
             }
         }
-        p.add_retx_range(una, next, true);
+        // The timeout may be a receiver that stalled (a vCPU taken away for
+        // a few ms), not a loss, and resending the whole window would double
+        // the traffic for nothing. So probe: resend the oldest frame (if it
+        // gets through, the cumulative acknowledgement moves) and the newest
+        // (its arrival shows the receiver any holes before it, and the NAK
+        // names exactly them). Only after several silent timeouts in a row
+        // is the whole window resent.
+        if u32::from(p.consecutive_timeouts) >= FULL_RESEND_AFTER_TIMEOUTS {
+            p.add_retx_range(una, next, true);
+        } else {
+            p.add_retx_range(una, una.next(), true);
+            p.probe_newest = next.plus(u32::MAX) != una;
+        }
         p.rto_deadline = now + p.rtt.rto(&self.cfg.rto);
     }
 
@@ -845,6 +888,11 @@ impl Port {
         }
     }
 }
+
+/// Consecutive timeouts (without progress) after which the whole window is
+/// resent rather than probed: 200 + 400 + 800 µs of silence at the default
+/// minimum timeout, longer than a scheduler stall.
+const FULL_RESEND_AFTER_TIMEOUTS: u32 = 3;
 
 /// Frames of a transfer framed one after the other before the next ordered
 /// message may go: large enough to stream efficiently, small enough that a
