@@ -91,6 +91,23 @@ pub(super) struct GetWait {
     last_activity: Time,
 }
 
+impl GetWait {
+    /// Bytes asked for.
+    pub(super) fn len(&self) -> usize {
+        self.buffer.len()
+    }
+
+    /// The buffer the data goes into.
+    pub(super) fn buffer_mut(&mut self) -> &mut [u8] {
+        &mut self.buffer
+    }
+
+    /// The handle and the buffer, for the completion event.
+    pub(super) fn into_parts(self) -> (SendHandle, Vec<u8>) {
+        (self.handle, self.buffer)
+    }
+}
+
 /// A slot of the region table.
 #[derive(Default)]
 pub(super) struct RegionSlot {
@@ -1151,7 +1168,7 @@ impl Port {
     /// Data for a transfer that never asked: acceptable if the receiver
     /// announced its buffer on `ch` to this peer and it is free and large
     /// enough. Starts the transfer then.
-    fn adopt_announced(
+    pub(super) fn adopt_announced(
         &mut self,
         idx: PeerIdx,
         ch: ChannelId,
@@ -1182,6 +1199,99 @@ impl Port {
         );
         self.watch_stalls(now);
         true
+    }
+
+    // ------------------------------------------------- bulk destinations
+
+    /// Where the data of arriving transfer `key` goes, whole: the posted
+    /// buffer's first `len` bytes, or the region's range.
+    pub(super) fn transfer_dest(&mut self, key: (PeerIdx, u32)) -> Option<&mut [u8]> {
+        match self.rx_transfers.get(&key)? {
+            RxTransfer::Normal { channel, .. } => {
+                let ch = usize::from(*channel);
+                match self.channels.get_mut(ch) {
+                    Some(Some(Channel::Normal(NormalChannel {
+                        posted: Some(posting),
+                        ..
+                    }))) => {
+                        let len = usize::try_from(posting.active.map_or(0, |(_, _, l)| l)).ok()?;
+                        posting.buffer.get_mut(..len)
+                    }
+                    _ => None,
+                }
+            }
+            RxTransfer::Put {
+                region,
+                offset,
+                len,
+                ..
+            } => {
+                let (region, offset, len) = (*region, *offset, *len);
+                let start = usize::try_from(offset).ok()?;
+                let end = start.checked_add(usize::try_from(len).ok()?)?;
+                self.region_mut(region)?.get_mut(start..end)
+            }
+        }
+    }
+
+    /// Arriving transfer `key` is complete (written whole by the engine).
+    pub(super) fn finish_inbound(&mut self, key: (PeerIdx, u32), _now: Time) {
+        match self.rx_transfers.get(&key) {
+            Some(RxTransfer::Normal { channel, .. }) => {
+                let ch = ChannelId(*channel);
+                self.finish_normal_receive(ch, key.0, key.1);
+            }
+            Some(RxTransfer::Put { .. }) => {
+                self.rx_transfers.remove(&key);
+            }
+            None => {}
+        }
+    }
+
+    /// Tells the sender of a normal-channel transfer nobody waits for that it
+    /// was cancelled.
+    pub(super) fn cancel_inbound(&mut self, idx: PeerIdx, channel: u16, transfer: u32, now: Time) {
+        self.send_control(
+            idx,
+            ControlCode::Cancel,
+            Status::Cancelled,
+            channel,
+            transfer,
+            0,
+            now,
+        );
+    }
+
+    /// Fails every transfer arriving from peer `idx`.
+    pub(super) fn fail_inbound_from(&mut self, idx: PeerIdx, error: TransferError) {
+        let keys: Vec<_> = self
+            .rx_transfers
+            .keys()
+            .filter(|(p, _)| *p == idx)
+            .copied()
+            .collect();
+        let from = self.peers[idx as usize].addr;
+        for key in keys {
+            if let Some(RxTransfer::Normal { channel, .. }) = self.rx_transfers.remove(&key) {
+                let ch = ChannelId(channel);
+                let buffer = self
+                    .normal_mut(ch)
+                    .and_then(|n| n.posted.take())
+                    .map(|p| p.buffer);
+                self.push_channel_event(ChannelEvent::ReceiveFailed {
+                    channel: ch,
+                    from,
+                    error,
+                    buffer,
+                });
+            }
+        }
+        // Requests from it waiting for a buffer are dropped.
+        for c in self.channels.iter_mut().flatten() {
+            if let Channel::Normal(n) = c {
+                n.waiting.retain(|(p, _, _)| *p != idx);
+            }
+        }
     }
 
     // ------------------------------------------------------------ failures

@@ -16,8 +16,10 @@
 //! timeout from SRTT/RTTVAR with exponential back-off, duplicate suppression
 //! and in-order delivery. A send completes only when acknowledged.
 
+mod bulk;
 mod channels;
 
+pub use bulk::{BulkKind, BulkToken, OutboundBulk};
 pub use channels::{ChannelError, Refused};
 mod peer;
 mod recv;
@@ -106,6 +108,14 @@ struct RingReservation {
     until: Time,
 }
 
+/// What a method offers, as the port needs it.
+#[derive(Clone, Copy, Debug)]
+struct MethodInfo {
+    caps: MethodCaps,
+    /// The method moves transfer data itself (see [`Port::set_method_bulk`]).
+    bulk: bool,
+}
+
 /// Where an outgoing message's bytes come from.
 enum OutBody {
     /// A copy in the port's pool (system-channel and control messages).
@@ -176,8 +186,8 @@ impl OutMessage {
 pub struct Port {
     cfg: PortConfig,
     expect: Expect,
-    /// MTU of each method, by method index.
-    method_mtu: Vec<usize>,
+    /// What each method offers, by method index.
+    methods: Vec<MethodInfo>,
     peers: Vec<Peer>,
     peer_index: FxHashMap<ProcessAddr, PeerIdx>,
     ring: SystemRing,
@@ -200,6 +210,8 @@ pub struct Port {
     /// capacity.
     credits: FxHashMap<(PeerIdx, u16), u64>,
     channel_events: VecDeque<ChannelEvent>,
+    /// Transfers whose data a bulk method is to move (see `bulk`).
+    bulk_ready: VecDeque<u32>,
     next_transfer: u32,
     /// When to look for transfers that stopped making progress.
     stall_check_at: Time,
@@ -229,7 +241,7 @@ impl Port {
                 local: cfg.local,
                 require_crc: cfg.crc,
             },
-            method_mtu: Vec::new(),
+            methods: Vec::new(),
             peers: Vec::new(),
             peer_index: FxHashMap::default(),
             ring: SystemRing::new(cfg.ring_blocks, cfg.ring_block_size),
@@ -243,6 +255,7 @@ impl Port {
             get_waits: FxHashMap::default(),
             credits: FxHashMap::default(),
             channel_events: VecDeque::new(),
+            bulk_ready: VecDeque::new(),
             next_transfer: 1,
             stall_check_at: Time::NEVER,
             buffers: Vec::with_capacity(max),
@@ -404,11 +417,11 @@ impl Port {
     /// index, the `method` of [`Route`]s through it.
     pub fn add_method(&mut self, caps: MethodCaps) -> Result<u8, ConfigError> {
         self.cfg.validate(Some(caps.mtu))?;
-        let index = u8::try_from(self.method_mtu.len()).map_err(|_| ConfigError {
+        let index = u8::try_from(self.methods.len()).map_err(|_| ConfigError {
             field: "methods",
             problem: "more than 256 methods on one port".into(),
         })?;
-        self.method_mtu.push(caps.mtu);
+        self.methods.push(MethodInfo { caps, bulk: false });
         self.ready.push(VecDeque::new());
         Ok(index)
     }
@@ -421,7 +434,7 @@ impl Port {
         addr: ProcessAddr,
         route: Route,
     ) -> Result<(), RouteError> {
-        if usize::from(route.method) >= self.method_mtu.len() {
+        if usize::from(route.method) >= self.methods.len() {
             return Err(RouteError::UnknownMethod(route.method));
         }
         let idx = self.peer_idx_or_create(addr).map_err(RouteError::Peer)?;
@@ -440,13 +453,39 @@ impl Port {
 
     /// Sets a peer's route; the method index must be registered.
     fn apply_route(&mut self, idx: PeerIdx, route: Route) {
-        let mtu = self.method_mtu[usize::from(route.method)];
-        let max_payload = mtu
+        let info = self.methods[usize::from(route.method)];
+        let max_payload = info
+            .caps
+            .mtu
             .saturating_sub(HEADER_LEN)
             .clamp(1, usize::from(u16::MAX));
         let p = &mut self.peers[idx as usize];
         p.route = Some(route);
         p.frag_payload = max_payload as u16;
+        p.reliable = info.caps.reliable;
+        p.bulk = info.bulk;
+    }
+
+    /// Marks method `method` as moving the data of transfers itself (as the
+    /// shared-memory method does with its exchange queues): transfers over
+    /// it are handed to the engine ([`Port::next_outbound_bulk`]) instead of
+    /// being cut into frames. Only for methods whose caps say `reliable`.
+    pub fn set_method_bulk(&mut self, method: u8) -> Result<(), RouteError> {
+        let info = self
+            .methods
+            .get_mut(usize::from(method))
+            .ok_or(RouteError::UnknownMethod(method))?;
+        info.bulk = info.caps.reliable;
+        Ok(())
+    }
+
+    /// Whether frames leaving or arriving by method `method` carry a CRC32C.
+    fn crc_for(&self, method: u8) -> bool {
+        self.cfg.crc
+            && !self
+                .methods
+                .get(usize::from(method))
+                .is_some_and(|m| m.caps.integrity)
     }
 
     fn peer_idx(&self, addr: ProcessAddr) -> Option<PeerIdx> {
@@ -528,6 +567,10 @@ impl Port {
 
     fn free_message(&mut self, m: u32) -> Option<OutMessage> {
         let msg = self.messages[m as usize].take()?;
+        if !self.bulk_ready.is_empty() {
+            // The slot may be reused: it must not stay handed to the engine.
+            self.bulk_ready.retain(|x| *x != m);
+        }
         self.free_messages.push(m);
         if msg.on_done != OnDone::Internal && msg.on_done != OnDone::GetReply {
             self.outstanding -= 1;
@@ -540,6 +583,8 @@ impl Port {
     }
 }
 
+#[cfg(test)]
+mod bulk_tests;
 #[cfg(test)]
 mod channel_tests;
 #[cfg(test)]

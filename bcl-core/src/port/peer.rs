@@ -130,6 +130,11 @@ pub(crate) struct Peer {
     pub frag_payload: u16,
     /// In its method's ready queue.
     pub queued: bool,
+    /// Its route's method neither loses nor reorders: frames to it are
+    /// unsequenced.
+    pub reliable: bool,
+    /// Its route's method moves transfer data itself.
+    pub bulk: bool,
     /// In the port's unrouted list.
     pub awaiting_route: bool,
 
@@ -178,6 +183,9 @@ pub(crate) struct Peer {
     pub rx: Option<Box<RxWindow>>,
     /// We have heard from this peer and know where its sequence starts.
     pub rx_known: bool,
+    /// Its frames come unsequenced (by a method that never loses): what we
+    /// hold of them can never be dropped, nobody would resend it.
+    pub rx_unsequenced: bool,
     pub rx_epoch: u32,
     /// Next sequence number wanted (everything before it has arrived).
     pub expected: Seq,
@@ -209,6 +217,8 @@ impl Peer {
             route: None,
             frag_payload: 0,
             queued: false,
+            reliable: false,
+            bulk: false,
             awaiting_route: false,
             tx_generation: 0,
             tx: None,
@@ -234,6 +244,7 @@ impl Peer {
 
             rx: None,
             rx_known: false,
+            rx_unsequenced: false,
             rx_epoch: 0,
             expected: Seq(0),
             deliver_id: None,

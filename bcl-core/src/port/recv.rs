@@ -19,28 +19,53 @@ impl Port {
     /// arrived on `route` at `now`. Invalid frames are dropped and counted in
     /// [`PortStats::bad_frames`](crate::stats::PortStats); nothing panics on
     /// any input.
-    pub fn handle_frame(&mut self, now: Time, route: Route, bytes: &[u8]) {
-        if usize::from(route.method) >= self.method_mtu.len() {
+    ///
+    /// Returns false only for an unsequenced frame (from a method that never
+    /// loses, such as shared memory) that the port cannot take now because
+    /// its receive ring is full: the method must keep it and offer it again
+    /// later (back-pressure instead of loss). Every other frame is taken or
+    /// dropped for good, and true is returned.
+    pub fn handle_frame(&mut self, now: Time, route: Route, bytes: &[u8]) -> bool {
+        let Some(info) = self.methods.get(usize::from(route.method)).copied() else {
             self.stats.bad_frames.bad_type += 1;
-            return;
-        }
-        let frame = match wire::parse(bytes, &self.expect) {
+            return true;
+        };
+        let expect = wire::Expect {
+            require_crc: self.crc_for(route.method),
+            ..self.expect
+        };
+        let frame = match wire::parse(bytes, &expect) {
             Ok(f) => f,
             Err(e) => {
                 self.stats.bad_frames.count(e);
-                return;
+                return true;
             }
         };
+        let unsequenced = frame.flags() & wire::flags::UNSEQUENCED != 0;
+        if unsequenced && !info.caps.reliable {
+            // Only a method that never loses may skip sequence numbers.
+            self.stats.bad_frames.bad_flags += 1;
+            return true;
+        }
         let idx = match self.peer_idx_or_create(frame.src()) {
             Ok(idx) => idx,
             Err(_) => {
                 self.stats.bad_frames.too_many_peers += 1;
-                return;
+                return true;
             }
         };
         if self.peers[idx as usize].route.is_none() {
             // First contact from this peer: answer the way it came.
             self.apply_route(idx, route);
+        }
+        if unsequenced {
+            let taken = self.on_unsequenced(idx, &frame, now);
+            if taken {
+                self.stats.frames_received += 1;
+                self.peers[idx as usize].stats.frames_received += 1;
+                self.schedule(idx, now);
+            }
+            return taken;
         }
         self.stats.frames_received += 1;
         self.peers[idx as usize].stats.frames_received += 1;
@@ -72,6 +97,77 @@ impl Port {
         self.schedule(idx, now);
         self.arm_timer(idx);
         self.recycle_windows(idx);
+        true
+    }
+
+    /// A frame from a method that never loses, duplicates or reorders: no
+    /// sequence number, no acknowledgement. Ordered messages are delivered
+    /// in message-id order (from 0 in each sender epoch); transfer data goes
+    /// straight to its buffer. False if an ordered message needs ring space
+    /// that is not free now.
+    fn on_unsequenced(&mut self, idx: PeerIdx, frame: &Frame<'_>, now: Time) -> bool {
+        let p = &self.peers[idx as usize];
+        if !p.rx_known || p.rx_epoch != frame.epoch() {
+            // A new sender epoch: forget what was half-assembled.
+            if let Some(mut w) = self.peers[idx as usize].rx.take() {
+                for e in w.msgs.iter_mut() {
+                    if let Some(m) = e.take() {
+                        self.ring.free(m.slot);
+                    }
+                }
+                w.active_msgs = 0;
+                w.bitmap = Default::default();
+                self.rx_windows.push(w);
+            }
+            let p = &mut self.peers[idx as usize];
+            p.rx_known = true;
+            p.rx_unsequenced = true;
+            p.rx_epoch = frame.epoch();
+            p.deliver_id = Some(0);
+        }
+        let h = frame.header();
+        let kind = frame.kind();
+        if !is_sequenced(kind) {
+            // ACK/NAK have no meaning here.
+            self.stats.bad_frames.bad_type += 1;
+            return true;
+        }
+        if !is_ordered(kind, h.channel.get()) {
+            self.on_transfer_data(idx, frame, now);
+            return true;
+        }
+        let msg_len = h.msg_len.get();
+        if msg_len as usize > self.cfg.eager_limit {
+            self.stats.bad_frames.bad_length += 1;
+            return true;
+        }
+        let msg_id = h.msg_id.get();
+        let p = &mut self.peers[idx as usize];
+        if p.deliver_id.is_some_and(|d| Seq(msg_id).before(Seq(d))) {
+            self.stats.duplicates += 1;
+            return true;
+        }
+        if p.rx.is_none() {
+            p.rx = Some(self.rx_windows.pop().unwrap_or_else(RxWindow::new));
+        }
+        let first_seq = Seq(h.msg_seq.get());
+        if !self.place_fragment(
+            idx,
+            frame,
+            msg_id,
+            msg_len,
+            first_seq,
+            h.frag_offset.get(),
+            now,
+        ) {
+            let p = &mut self.peers[idx as usize];
+            p.stats.ring_full_drops += 1;
+            self.stats.ring_full_drops += 1;
+            return false;
+        }
+        self.deliver(idx, now);
+        self.recycle_windows(idx);
+        true
     }
 
     /// Learns where the sender's sequence space starts: on first contact, or
@@ -103,6 +199,7 @@ impl Port {
         }
         let p = &mut self.peers[idx as usize];
         p.rx_known = true;
+        p.rx_unsequenced = false;
         p.rx_epoch = frame.epoch();
         p.expected = base;
         // Which message comes next is learnt from the frame at `base`.
@@ -364,6 +461,9 @@ impl Port {
         let mut reneged = false;
         for idx in 0..self.peers.len() as PeerIdx {
             let p = &mut self.peers[idx as usize];
+            if p.rx_unsequenced {
+                continue;
+            }
             let (expected, deliver_id) = (p.expected, p.deliver_id);
             let Some(w) = p.rx.as_mut() else { continue };
             if w.active_msgs == 0 {

@@ -133,6 +133,11 @@ impl Port {
         };
         msg.next = NO_MSG;
         let idx = msg.peer;
+        if self.peers[idx as usize].bulk {
+            // The method moves the data itself: hand it to the engine.
+            self.bulk_ready.push_back(m);
+            return;
+        }
         let p = &mut self.peers[idx as usize];
         if p.xfer_tail == NO_MSG {
             p.xfer_head = m;
@@ -208,10 +213,11 @@ impl Port {
     /// piggybacked acknowledgement when we have one to give.
     fn fields_to(&self, idx: PeerIdx, kind: FrameType) -> HeaderFields {
         let p = &self.peers[idx as usize];
-        let flag_bits = match (p.rx_known, p.last_ack_sent.before(p.expected)) {
-            (false, _) => 0,
-            (true, false) => flags::ACK,
-            (true, true) => flags::ACK | flags::ACK_FRESH,
+        let flag_bits = match (p.reliable, p.rx_known, p.last_ack_sent.before(p.expected)) {
+            (true, _, _) => flags::UNSEQUENCED,
+            (false, false, _) => 0,
+            (false, true, false) => flags::ACK,
+            (false, true, true) => flags::ACK | flags::ACK_FRESH,
         };
         HeaderFields {
             kind: Some(kind),
@@ -223,6 +229,15 @@ impl Port {
             ack: p.expected.0,
             base: p.una.0,
             ..HeaderFields::default()
+        }
+    }
+
+    /// Whether frames to peer `idx` carry a CRC32C (its route's method may
+    /// guarantee integrity).
+    fn peer_crc(&self, idx: PeerIdx) -> bool {
+        match self.peers[idx as usize].route {
+            Some(r) => self.crc_for(r.method),
+            None => self.cfg.crc,
         }
     }
 
@@ -318,7 +333,19 @@ impl Port {
             self.fail_transfer(m, TransferError::Unregistered);
             return None;
         };
-        let frame_len = wire::encode(buf, &fields, payload, self.cfg.crc).ok()?;
+        let frame_len = wire::encode(buf, &fields, payload, self.peer_crc(idx)).ok()?;
+        if self.peers[idx as usize].reliable {
+            // No sequence number, nothing to acknowledge: done when handed over.
+            if let Some(msg) = self.messages[m as usize].as_mut() {
+                msg.next_offset = offset + len;
+            }
+            self.advance_framing(idx, m, last, transfer);
+            if last {
+                self.complete_message(m, None);
+            }
+            self.stats.data_frames_sent += 1;
+            return Some(frame_len);
+        }
         if let Some(msg) = self.messages[m as usize].as_mut() {
             msg.next_offset = offset + len;
             msg.in_flight += 1;
@@ -337,6 +364,20 @@ impl Port {
             last_sent: now,
         };
         p.next_seq = seq.next();
+        self.advance_framing(idx, m, last, transfer);
+        let p = &mut self.peers[idx as usize];
+        if p.rto_deadline == Time::NEVER {
+            p.rto_deadline = now + rto;
+        }
+        self.ack_carried(idx);
+        self.stats.data_frames_sent += 1;
+        Some(frame_len)
+    }
+
+    /// After a frame of unit `m` went out: the unit is done, or a transfer's
+    /// chunk is, and the transfer goes to the back of the queue.
+    fn advance_framing(&mut self, idx: PeerIdx, m: u32, last: bool, transfer: bool) {
+        let p = &mut self.peers[idx as usize];
         if last {
             p.framing = NO_MSG;
         } else if transfer {
@@ -346,13 +387,6 @@ impl Port {
                 self.requeue_transfer(m);
             }
         }
-        let p = &mut self.peers[idx as usize];
-        if p.rto_deadline == Time::NEVER {
-            p.rto_deadline = now + rto;
-        }
-        self.ack_carried(idx);
-        self.stats.data_frames_sent += 1;
-        Some(frame_len)
     }
 
     /// Puts a transfer whose chunk is done at the back of its peer's queue.
@@ -378,7 +412,12 @@ impl Port {
     }
 
     /// Bytes `[offset, offset + len)` of a message body.
-    fn body_bytes<'a>(&'a self, body: &'a OutBody, offset: u32, len: u32) -> Option<&'a [u8]> {
+    pub(super) fn body_bytes<'a>(
+        &'a self,
+        body: &'a OutBody,
+        offset: u32,
+        len: u32,
+    ) -> Option<&'a [u8]> {
         let range = offset as usize..(offset + len) as usize;
         match body {
             OutBody::Pooled(v) | OutBody::Owned(v) => v.get(range),
@@ -445,7 +484,7 @@ impl Port {
             fields.frag_offset = u64::from(slot.offset);
             fields.msg_len = self.body_len(&msg.body);
             let payload = self.body_bytes(&msg.body, slot.offset, u32::from(slot.len))?;
-            let frame_len = wire::encode(buf, &fields, payload, self.cfg.crc).ok()?;
+            let frame_len = wire::encode(buf, &fields, payload, self.peer_crc(idx)).ok()?;
             let p = &mut self.peers[idx as usize];
             if let Some(w) = p.tx.as_mut() {
                 let s = w.slot_mut(seq);
@@ -481,7 +520,7 @@ impl Port {
         }
         body.dropped_seq = U32::new(p.nak_dropped.0);
         let fields = self.fields_to(idx, kind);
-        let len = wire::encode(buf, &fields, body.as_bytes(), self.cfg.crc).ok()?;
+        let len = wire::encode(buf, &fields, body.as_bytes(), self.peer_crc(idx)).ok()?;
         let p = &mut self.peers[idx as usize];
         p.nak = NakReason::None;
         self.ack_carried(idx);
@@ -694,7 +733,7 @@ impl Port {
 
     /// Gives up on everything queued or in flight to peer `idx`, and on the
     /// remote reads waiting for it.
-    fn fail_peer(&mut self, idx: PeerIdx, failure: SendFailure) -> usize {
+    pub(super) fn fail_peer(&mut self, idx: PeerIdx, failure: SendFailure) -> usize {
         let mut victims = Vec::new();
         {
             let p = &self.peers[idx as usize];

@@ -124,8 +124,12 @@ pub mod flags {
     /// acknowledgement is a valid round-trip sample (a repeated one may
     /// answer a frame whose first acknowledgement was lost long ago).
     pub const ACK_FRESH: u16 = 1 << 2;
+    /// The frame travels over a method that neither loses nor reorders
+    /// (shared memory): it has no sequence number and is never acknowledged
+    /// or resent. Accepted only from such a method.
+    pub const UNSEQUENCED: u16 = 1 << 3;
     /// All bits this version knows.
-    pub const KNOWN: u16 = ACK | CRC | ACK_FRESH;
+    pub const KNOWN: u16 = ACK | CRC | ACK_FRESH | UNSEQUENCED;
 }
 
 /// What a frame is.

@@ -1,0 +1,288 @@
+//! What the port offers an engine whose method moves data itself (shared
+//! memory): transfer data handed over whole instead of framed ("bulk"), and
+//! a shortcut for small system-channel messages.
+//!
+//! **Bulk transfers.** Over a method marked with [`Port::set_method_bulk`],
+//! the data of a normal-channel send, an RMA put or the reply to an RMA get is
+//! not cut into frames: once the rendezvous (or RMA request) has gone through
+//! as ordinary control messages, the engine takes the transfer with
+//! [`Port::next_outbound_bulk`], moves [`Port::bulk_source`] to the peer by
+//! its own means (the shared-memory exchange queue, one copy, pipelined), and
+//! reports [`Port::outbound_bulk_done`]. On the receiving side the engine asks
+//! [`Port::inbound_bulk`] where the announced data goes, fills
+//! [`Port::bulk_dest`] (the posted buffer, the region or the get buffer —
+//! one copy) and reports [`Port::inbound_bulk_done`]. Completion events are
+//! the same as for framed transfers.
+//!
+//! **Direct messages.** A system-channel message to a peer reached by such a
+//! method, when nothing else of that peer is queued, may skip framing
+//! altogether: the engine writes it whole ([`Port::direct_route`],
+//! [`Port::record_direct_send`]) and the receiving engine hands it to
+//! [`Port::deliver_direct`]. Order with framed messages is kept because the
+//! shortcut is taken only when nothing framed is pending.
+
+use super::channels::RxTransfer;
+use super::{OnDone, Port};
+use crate::addr::ProcessAddr;
+use crate::event::{
+    ChannelEvent, ChannelId, Delivery, SendEvent, SendFailure, SendHandle, TransferError,
+};
+use crate::method::Route;
+use crate::time::Time;
+
+/// What kind of data a bulk transfer carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BulkKind {
+    /// A message for a normal channel's posted buffer.
+    Normal,
+    /// RMA put data for a region.
+    Put,
+    /// The data answering an RMA get.
+    GetReply,
+}
+
+impl BulkKind {
+    /// Wire code (for engines that announce transfers).
+    pub fn code(self) -> u8 {
+        match self {
+            BulkKind::Normal => 1,
+            BulkKind::Put => 2,
+            BulkKind::GetReply => 3,
+        }
+    }
+
+    /// The kind with wire code `code`.
+    pub fn from_code(code: u8) -> Option<BulkKind> {
+        match code {
+            1 => Some(BulkKind::Normal),
+            2 => Some(BulkKind::Put),
+            3 => Some(BulkKind::GetReply),
+            _ => None,
+        }
+    }
+}
+
+/// Names one bulk transfer between the port and its engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BulkToken {
+    /// Outgoing: the message slot; incoming: the peer.
+    index: u32,
+    transfer: u32,
+    kind: BulkKind,
+}
+
+/// An outgoing transfer whose data the engine is to move.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutboundBulk {
+    /// Names it in later calls.
+    pub token: BulkToken,
+    /// The receiver.
+    pub peer: ProcessAddr,
+    /// Its route.
+    pub route: Route,
+    /// What it is.
+    pub kind: BulkKind,
+    /// The channel (normal channel, or the open channel of the RMA).
+    pub channel: u16,
+    /// Transfer id, as the receiver knows it.
+    pub transfer: u32,
+    /// Bytes.
+    pub len: u64,
+}
+
+impl Port {
+    /// The next transfer whose data the engine must move itself, if any.
+    pub fn next_outbound_bulk(&mut self) -> Option<OutboundBulk> {
+        while let Some(m) = self.bulk_ready.pop_front() {
+            let Some(msg) = self.messages[m as usize].as_ref() else {
+                continue;
+            };
+            let kind = match msg.on_done {
+                OnDone::ChannelSend => BulkKind::Normal,
+                OnDone::Put => BulkKind::Put,
+                OnDone::GetReply => BulkKind::GetReply,
+                _ => continue,
+            };
+            let p = &self.peers[msg.peer as usize];
+            let Some(route) = p.route else { continue };
+            return Some(OutboundBulk {
+                token: BulkToken {
+                    index: m,
+                    transfer: msg.msg_id,
+                    kind,
+                },
+                peer: p.addr,
+                route,
+                kind,
+                channel: msg.channel,
+                transfer: msg.msg_id,
+                len: u64::from(self.body_len(&msg.body)),
+            });
+        }
+        None
+    }
+
+    /// The outgoing message of `token`, if it is still there.
+    fn bulk_message(&self, token: BulkToken) -> Option<&super::OutMessage> {
+        self.messages
+            .get(token.index as usize)
+            .and_then(Option::as_ref)
+            .filter(|m| m.msg_id == token.transfer && m.is_transfer())
+    }
+
+    /// The bytes of an outgoing bulk transfer.
+    pub fn bulk_source(&self, token: BulkToken) -> Option<&[u8]> {
+        let msg = self.bulk_message(token)?;
+        let len = self.body_len(&msg.body);
+        self.body_bytes(&msg.body, 0, len)
+    }
+
+    /// The engine moved all of an outgoing transfer.
+    pub fn outbound_bulk_done(&mut self, _now: Time, token: BulkToken) {
+        if self.bulk_message(token).is_some() {
+            self.complete_message(token.index, None);
+        }
+    }
+
+    /// The engine could not move an outgoing transfer.
+    pub fn outbound_bulk_failed(&mut self, _now: Time, token: BulkToken, error: TransferError) {
+        if self.bulk_message(token).is_some() {
+            self.fail_transfer(token.index, error);
+        }
+    }
+
+    /// Where `len` bytes of transfer `transfer` of `kind` announced by `from`
+    /// on `channel` go. `None` if nobody waits for them (cancelled or never
+    /// asked for): the engine then discards the data, and a normal-channel
+    /// sender is told its transfer was cancelled.
+    pub fn inbound_bulk(
+        &mut self,
+        now: Time,
+        from: ProcessAddr,
+        kind: BulkKind,
+        channel: u16,
+        transfer: u32,
+        len: u64,
+    ) -> Option<BulkToken> {
+        let idx = self.peer_idx(from)?;
+        let known = match kind {
+            BulkKind::GetReply => self
+                .get_waits
+                .get(&(idx, transfer))
+                .is_some_and(|w| w.len() as u64 == len),
+            BulkKind::Normal => {
+                self.rx_transfers.contains_key(&(idx, transfer))
+                    || self.adopt_announced(idx, ChannelId(channel), transfer, len, now)
+            }
+            BulkKind::Put => matches!(
+                self.rx_transfers.get(&(idx, transfer)),
+                Some(RxTransfer::Put { len: l, .. }) if *l == len
+            ),
+        };
+        if !known {
+            self.stats.transfer_frames_dropped += 1;
+            if kind == BulkKind::Normal {
+                self.cancel_inbound(idx, channel, transfer, now);
+            }
+            return None;
+        }
+        Some(BulkToken {
+            index: idx,
+            transfer,
+            kind,
+        })
+    }
+
+    /// The buffer an incoming bulk transfer is written into.
+    pub fn bulk_dest(&mut self, token: BulkToken) -> Option<&mut [u8]> {
+        let key = (token.index, token.transfer);
+        match token.kind {
+            BulkKind::GetReply => self.get_waits.get_mut(&key).map(|w| w.buffer_mut()),
+            BulkKind::Normal | BulkKind::Put => self.transfer_dest(key),
+        }
+    }
+
+    /// The engine wrote all of an incoming transfer.
+    pub fn inbound_bulk_done(&mut self, now: Time, token: BulkToken) {
+        let key = (token.index, token.transfer);
+        match token.kind {
+            BulkKind::GetReply => {
+                if let Some(w) = self.get_waits.remove(&key) {
+                    let (handle, buffer) = w.into_parts();
+                    self.push_channel_event(ChannelEvent::GetDone { handle, buffer });
+                }
+            }
+            BulkKind::Normal | BulkKind::Put => self.finish_inbound(key, now),
+        }
+    }
+
+    // ------------------------------------------------------ direct messages
+
+    /// The route for a system-channel message to `dst` that may skip
+    /// framing: the peer's route is by a reliable method and nothing of it
+    /// is queued or being framed. `None` otherwise (send normally).
+    pub fn direct_route(&self, dst: ProcessAddr) -> Option<Route> {
+        let p = &self.peers[self.peer_idx(dst)? as usize];
+        (p.reliable && !p.has_unframed() && !p.queued).then_some(p.route?)
+    }
+
+    /// Records a system-channel send the engine carried itself; its
+    /// completion is queued at once. Refused (with the count) when as many
+    /// sends are outstanding as configured.
+    pub fn record_direct_send(&mut self) -> Result<SendHandle, super::SendError> {
+        let pending = self.outstanding + self.send_events.len();
+        if pending >= self.cfg.max_outstanding_sends {
+            return Err(super::SendError::WouldBlock(pending));
+        }
+        let handle = self.new_handle();
+        self.stats.messages_sent += 1;
+        self.stats.messages_completed += 1;
+        self.send_events.push_back(SendEvent::Complete(handle));
+        Ok(handle)
+    }
+
+    /// Delivers a system-channel message that arrived whole by a method's
+    /// shortcut. False if the ring has no room now: keep it and offer it
+    /// again later (back-pressure, never loss).
+    pub fn deliver_direct(&mut self, from: ProcessAddr, bytes: &[u8]) -> bool {
+        if bytes.len() > self.cfg.eager_limit {
+            self.stats.bad_frames.bad_length += 1;
+            return true;
+        }
+        let Some(slot) = self.ring.alloc(bytes.len()) else {
+            self.stats.ring_full_drops += 1;
+            return false;
+        };
+        if let Some(dst) = self.ring.bytes_mut(slot) {
+            dst[..bytes.len()].copy_from_slice(bytes);
+        }
+        self.stats.frames_received += 1;
+        self.stats.messages_delivered += 1;
+        self.deliveries.push_back(Delivery {
+            from,
+            slot,
+            len: bytes.len() as u32,
+        });
+        true
+    }
+
+    // ---------------------------------------------------------- departures
+
+    /// `addr` is gone (its process died or closed, as a method that can
+    /// tell reports): everything queued or in flight to it fails, remote
+    /// reads from it fail, transfers arriving from it fail, and a new
+    /// incarnation at the same address starts afresh.
+    pub fn peer_gone(&mut self, now: Time, addr: ProcessAddr) {
+        let Some(idx) = self.peer_idx(addr) else {
+            return;
+        };
+        // Everything to it fails, bulk transfers handed to the engine too
+        // (they are among the peer's transfers).
+        self.fail_peer(idx, SendFailure::PeerUnreachable(addr));
+        self.fail_inbound_from(idx, TransferError::PeerUnreachable(addr));
+        let p = &mut self.peers[idx as usize];
+        p.rx_known = false;
+        p.deliver_id = None;
+        let _ = now;
+    }
+}
