@@ -80,6 +80,11 @@ pub struct CommonArgs {
     #[arg(long, value_name = "IF")]
     pub ifname: Option<String>,
 
+    /// PCI address of the vfio method's NIC, bound to vfio-pci (e.g.
+    /// 0000:00:02.0; `bcl-vfio list` shows them).
+    #[arg(long, value_name = "ADDRESS")]
+    pub pci: Option<String>,
+
     /// Address of IP methods (udp, kernel-udp, kernel-tcp): IP or IP:PORT.
     /// Default: an interface address (never 0.0.0.0), port chosen by the
     /// kernel.
@@ -180,6 +185,7 @@ impl CommonArgs {
             sim_mtu: self.mtu,
             rto_min: self.rto_min_us.map(std::time::Duration::from_micros),
             udp_mtu: self.udp_mtu,
+            pci: self.pci.clone(),
         }
     }
 

@@ -11,6 +11,7 @@
 //! - [`latency`], [`report`], [`args`]: histograms, the JSON contract and
 //!   tables, argument values.
 
+pub mod afxdp_method;
 pub mod args;
 pub mod bcl_transport;
 pub mod bw;

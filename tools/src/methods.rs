@@ -28,6 +28,11 @@ pub enum MethodArg {
     KernelUdp,
     /// Baseline: a plain kernel TCP connection with TCP_NODELAY, no BCL.
     KernelTcp,
+    /// BCL over AF_XDP (XDP redirect of EtherType 0x88B5 to AF_XDP
+    /// sockets); needs root (CAP_NET_RAW, CAP_NET_ADMIN, CAP_BPF).
+    Afxdp,
+    /// Floor: bare AF_XDP frames, one message per frame, no BCL protocol.
+    AfxdpRaw,
 }
 
 impl MethodArg {
@@ -39,6 +44,8 @@ impl MethodArg {
             MethodArg::Sim => "sim",
             MethodArg::KernelUdp => "kernel-udp",
             MethodArg::KernelTcp => "kernel-tcp",
+            MethodArg::Afxdp => "afxdp",
+            MethodArg::AfxdpRaw => "afxdp-raw",
         }
     }
 
@@ -117,7 +124,7 @@ fn configure(cfg: &mut PortConfig, mtu: usize, rto_min: Option<std::time::Durati
     }
 }
 
-fn endpoint(
+pub(crate) fn endpoint(
     addr: ProcessAddr,
     method: Box<dyn Method>,
     spec: &EndSpec,
@@ -259,6 +266,14 @@ pub fn open_server(spec: &EndSpec) -> Result<Served, String> {
                     .into(),
             )
         }
+        MethodArg::Afxdp => {
+            let (d, t) = crate::afxdp_method::open_bcl_server(spec)?;
+            (d, Pending::Ready(t))
+        }
+        MethodArg::AfxdpRaw => {
+            let (d, t) = crate::afxdp_method::open_raw_server(spec)?;
+            (d, Pending::Ready(t))
+        }
     };
     Ok(Served {
         descriptor,
@@ -332,6 +347,8 @@ pub fn open_client(
             Ok(Box::new(t))
         }
         MethodArg::Sim => Err("the sim method has no --connect: use --local".into()),
+        MethodArg::Afxdp => crate::afxdp_method::open_bcl_client(spec, descriptor),
+        MethodArg::AfxdpRaw => crate::afxdp_method::open_raw_client(spec, descriptor),
     }
 }
 
@@ -362,6 +379,10 @@ pub fn open_local_pair(spec: &EndSpec) -> Result<(Served, BoxTransport), String>
                 Box::new(BclTransport::new(client, Some(SERVER_ADDR), None)),
             ))
         }
+        MethodArg::Afxdp | MethodArg::AfxdpRaw => Err(format!(
+            "the {} method needs two interfaces, one per end: use --lab configs/lab/pair.toml --nodes a,b (or --serve/--connect in two namespaces)",
+            spec.method.name()
+        )),
         MethodArg::Packet => Err(
             "the packet method needs two interfaces, one per end: use --lab configs/lab/pair.toml --nodes a,b (or --serve/--connect in two namespaces)"
                 .into(),

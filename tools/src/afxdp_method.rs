@@ -1,0 +1,409 @@
+//! The tools' AF_XDP transports: `--method afxdp` (BCL over the `afxdp`
+//! method) and `--method afxdp-raw` (bare AF_XDP frames, no BCL protocol:
+//! the floor the protocol's cost is measured against).
+//!
+//! Both run on an Ethernet interface (`--ifname`, else the only non-loopback
+//! interface that is up) and put the same Ethernet II frames on the wire,
+//! of `--ethertype` (default 0x88B5), which the XDP program redirects to the
+//! AF_XDP sockets while every other frame goes on to the kernel.
+//!
+//! Before anything is opened the interface is probed ([`bcl_afxdp`]'s
+//! `probe`); when AF_XDP cannot run there the error says why (missing
+//! capability, kernel without XDP sockets, interface down, another XDP
+//! program attached, …) and names the `packet` method, which carries the
+//! same frames through AF_PACKET. What was obtained (native or generic XDP,
+//! zero-copy or copy per queue, and why) is printed on standard error as
+//! `# afxdp: …` lines.
+//!
+//! # `afxdp-raw` frames
+//!
+//! Destination MAC, source MAC, EtherType, a 2-byte little-endian message
+//! length, then the message: one message per frame, no acknowledgement, no
+//! retransmission. The length keeps short messages exact where a NIC pads
+//! frames to 60 bytes. A server learns its peer's MAC from the first frame.
+//! Descriptor: `afxdp-raw:MAC/IFINDEX`.
+
+use crate::methods::{endpoint, BoxTransport, EndSpec, CLIENT_ADDR, SERVER_ADDR};
+use crate::transport::{Transport, TransportCounters, TransportError};
+use bcl::core::Availability;
+use bcl::{Descriptor, Method};
+use bcl_afxdp::{
+    format_mac, parse_mac, probe, AfXdpConfig, AfXdpMethod, ModeReport, RawXsk, ETH_HLEN,
+};
+use std::time::Instant;
+
+/// Descriptor prefix of `afxdp-raw` servers.
+pub const RAW_NAME: &str = "afxdp-raw";
+/// Bytes of the `afxdp-raw` header after the Ethernet header (the length).
+const RAW_HEADER: usize = 2;
+/// Idle polling rounds between two looks at the clock.
+const CLOCK_EVERY: u32 = 64;
+
+/// The interface an end uses: `--ifname`, else the only non-loopback
+/// interface that is up.
+pub fn interface(spec: &EndSpec) -> Result<String, String> {
+    if let Some(i) = &spec.ifname {
+        return Ok(i.clone());
+    }
+    bcl::packet::choose_interface(None)
+        .map(|i| i.name)
+        .map_err(|e| format!("choose the interface with --ifname: {e}"))
+}
+
+/// Checks that AF_XDP can run on `ifname`; the error says why not, and
+/// what to use instead.
+pub fn check_usable(ifname: &str) -> Result<(), String> {
+    match probe(ifname) {
+        Availability::Usable => Ok(()),
+        Availability::NotUsable(reason) => Err(not_usable(ifname, &reason)),
+    }
+}
+
+/// The message of an AF_XDP end that cannot run.
+pub fn not_usable(ifname: &str, reason: &str) -> String {
+    format!(
+        "afxdp is not usable on {ifname}: {reason}. (--method packet sends the same frames through AF_PACKET, without XDP)"
+    )
+}
+
+/// The driver settings of an end.
+fn config(spec: &EndSpec, ifname: &str) -> AfXdpConfig {
+    let mut c = AfXdpConfig::new(ifname);
+    c.ethertype = spec.ethertype;
+    c.busy_poll = spec.busy_poll;
+    c
+}
+
+/// Prints what was obtained, one `# afxdp: ` line per report line, on
+/// standard error (standard output carries the `listening:` line).
+fn print_report(report: &ModeReport) {
+    for line in report.to_string().lines() {
+        eprintln!("# afxdp: {}", line.trim_end());
+    }
+}
+
+fn open_method(spec: &EndSpec) -> Result<AfXdpMethod, String> {
+    let ifname = interface(spec)?;
+    check_usable(&ifname)?;
+    let m = AfXdpMethod::open(config(spec, &ifname)).map_err(|e| {
+        // The probe passed, yet opening failed: say both.
+        format!("afxdp on {ifname}: {e}")
+    })?;
+    print_report(m.mode_report());
+    Ok(m)
+}
+
+/// Opens the serving end of `--method afxdp`: its descriptor
+/// (`afxdp:MAC/IFINDEX`) and transport.
+pub fn open_bcl_server(spec: &EndSpec) -> Result<(String, BoxTransport), String> {
+    let m = open_method(spec)?;
+    let d = m.descriptor().to_string();
+    let ep = endpoint(SERVER_ADDR, Box::new(m), spec, None)?;
+    Ok((
+        d,
+        Box::new(crate::bcl_transport::BclTransport::new(ep, None, None)),
+    ))
+}
+
+/// Opens the connecting end of `--method afxdp` towards `descriptor` (an
+/// `afxdp:` descriptor; `packet:` is accepted too, the frames are the same).
+pub fn open_bcl_client(spec: &EndSpec, descriptor: &str) -> Result<BoxTransport, String> {
+    let d: Descriptor = descriptor.parse().map_err(|e| format!("--connect: {e}"))?;
+    if d.method != "afxdp" && d.method != "packet" {
+        return Err(format!(
+            "--connect {descriptor:?} is a descriptor of method {:?}, not \"afxdp\" (expected afxdp:MAC/IFINDEX as printed by the server)",
+            d.method
+        ));
+    }
+    // The engine routes a peer by its descriptor's method name.
+    let d = Descriptor::new("afxdp", d.address.clone());
+    let m = open_method(spec)?;
+    let mut ep = endpoint(CLIENT_ADDR, Box::new(m), spec, None)?;
+    ep.add_peer(SERVER_ADDR, d);
+    Ok(Box::new(crate::bcl_transport::BclTransport::new(
+        ep,
+        Some(SERVER_ADDR),
+        None,
+    )))
+}
+
+/// Opens the serving end of `--method afxdp-raw`: its descriptor
+/// (`afxdp-raw:MAC/IFINDEX`) and transport.
+pub fn open_raw_server(spec: &EndSpec) -> Result<(String, BoxTransport), String> {
+    let t = RawTransport::open(spec, None)?;
+    let d = format!("{RAW_NAME}:{}/{}", format_mac(&t.mac), t.xsk.ifindex());
+    Ok((d, Box::new(t)))
+}
+
+/// Opens the connecting end of `--method afxdp-raw` towards `descriptor`.
+pub fn open_raw_client(spec: &EndSpec, descriptor: &str) -> Result<BoxTransport, String> {
+    let peer = parse_raw_descriptor(descriptor)?;
+    Ok(Box::new(RawTransport::open(spec, Some(peer))?))
+}
+
+/// The peer MAC of an `afxdp-raw:MAC[/IFINDEX]` descriptor.
+fn parse_raw_descriptor(text: &str) -> Result<[u8; 6], String> {
+    let bad = || {
+        format!(
+            "--connect {text:?}: expected {RAW_NAME}:MAC/IFINDEX as printed by the server's `listening:` line"
+        )
+    };
+    let rest = text
+        .strip_prefix(RAW_NAME)
+        .and_then(|r| r.strip_prefix(':'));
+    let mac = rest.ok_or_else(bad)?.split('/').next().unwrap_or_default();
+    match parse_mac(mac) {
+        Some(m) if m[0] & 1 == 0 => Ok(m),
+        _ => Err(bad()),
+    }
+}
+
+/// Bare AF_XDP frames to one peer (see the module documentation).
+pub struct RawTransport {
+    xsk: RawXsk,
+    mac: [u8; 6],
+    peer: Option<[u8; 6]>,
+    ethertype: [u8; 2],
+    busy: bool,
+    max_message: usize,
+    bad: u64,
+}
+
+impl RawTransport {
+    /// Opens the interface of `spec`; `peer` is the server's MAC (a server
+    /// learns its peer from the first frame).
+    pub fn open(spec: &EndSpec, peer: Option<[u8; 6]>) -> Result<RawTransport, String> {
+        let ifname = interface(spec)?;
+        check_usable(&ifname)?;
+        let xsk =
+            RawXsk::open(&config(spec, &ifname)).map_err(|e| format!("afxdp on {ifname}: {e}"))?;
+        print_report(xsk.mode_report());
+        let frame = (xsk.if_mtu() as usize + ETH_HLEN)
+            .min(xsk.max_rx_frame())
+            .min(xsk.max_tx_frame());
+        Ok(RawTransport {
+            mac: xsk.mac(),
+            max_message: frame.saturating_sub(ETH_HLEN + RAW_HEADER),
+            ethertype: spec.ethertype.to_be_bytes(),
+            busy: spec.busy_poll,
+            peer,
+            xsk,
+            bad: 0,
+        })
+    }
+
+    /// The AF_XDP machinery underneath.
+    pub fn xsk(&self) -> &RawXsk {
+        &self.xsk
+    }
+}
+
+/// What a received frame holds: its source and message, if it is one of
+/// ours for `mac` of EtherType `ethertype`.
+fn parse_raw_frame<'a>(
+    frame: &'a [u8],
+    mac: &[u8; 6],
+    ethertype: [u8; 2],
+) -> Option<([u8; 6], &'a [u8])> {
+    let head = ETH_HLEN + RAW_HEADER;
+    if frame.len() < head || frame[12..14] != ethertype || frame[..6] != mac[..] {
+        return None;
+    }
+    let src: [u8; 6] = frame[6..12].try_into().ok()?;
+    if src[0] & 1 != 0 {
+        return None;
+    }
+    let len = u16::from_le_bytes([frame[ETH_HLEN], frame[ETH_HLEN + 1]]) as usize;
+    let msg = frame.get(head..head + len)?;
+    Some((src, msg))
+}
+
+impl Transport for RawTransport {
+    fn send(&mut self, msg: &[u8], deadline: Instant) -> Result<(), TransportError> {
+        let peer = self
+            .peer
+            .ok_or_else(|| TransportError("no peer yet: nothing received".into()))?;
+        if msg.len() > self.max_message {
+            return Err(TransportError(format!(
+                "{RAW_NAME} carries one message per frame: at most {} bytes, not {}",
+                self.max_message,
+                msg.len()
+            )));
+        }
+        let (mac, ethertype) = (self.mac, self.ethertype);
+        let mut spins = 0u32;
+        loop {
+            let mut once = Some(msg);
+            let n = self
+                .xsk
+                .send_with(&mut |buf| {
+                    let m = once.take()?;
+                    buf[..6].copy_from_slice(&peer);
+                    buf[6..12].copy_from_slice(&mac);
+                    buf[12..14].copy_from_slice(&ethertype);
+                    buf[ETH_HLEN..ETH_HLEN + RAW_HEADER]
+                        .copy_from_slice(&(m.len() as u16).to_le_bytes());
+                    let head = ETH_HLEN + RAW_HEADER;
+                    buf[head..head + m.len()].copy_from_slice(m);
+                    Some(head + m.len())
+                })
+                .map_err(|e| TransportError::new("afxdp-raw send", e))?;
+            if n == 1 {
+                return Ok(());
+            }
+            // No TX buffer free: the kernel has not completed earlier frames.
+            self.xsk
+                .flush()
+                .map_err(|e| TransportError::new("afxdp-raw send", e))?;
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(CLOCK_EVERY) && Instant::now() >= deadline {
+                return Err(TransportError::new("afxdp-raw send", "timed out"));
+            }
+        }
+    }
+
+    fn recv(
+        &mut self,
+        deadline: Instant,
+        f: &mut dyn FnMut(&[u8]),
+    ) -> Result<bool, TransportError> {
+        let mut idle = 0u32;
+        loop {
+            let RawTransport {
+                xsk,
+                mac,
+                peer,
+                ethertype,
+                bad,
+                ..
+            } = self;
+            let mut got = false;
+            xsk.recv(
+                1,
+                &mut |_queue, frame| match parse_raw_frame(frame, mac, *ethertype) {
+                    Some((src, msg)) if peer.is_none_or(|p| p == src) => {
+                        *peer = Some(src);
+                        got = true;
+                        f(msg);
+                    }
+                    _ => *bad += 1,
+                },
+            )
+            .map_err(|e| TransportError::new("afxdp-raw receive", e))?;
+            if got {
+                return Ok(true);
+            }
+            idle = idle.wrapping_add(1);
+            if self.busy {
+                if idle.is_multiple_of(CLOCK_EVERY) && Instant::now() >= deadline {
+                    return Ok(false);
+                }
+                std::hint::spin_loop();
+            } else {
+                let now = Instant::now();
+                if now >= deadline {
+                    return Ok(false);
+                }
+                let ms = deadline.duration_since(now).as_millis().clamp(1, 50) as i32;
+                bcl_afxdp::wait_readable(self.xsk.readiness_fd(), ms)
+                    .map_err(|e| TransportError::new("afxdp-raw poll", e))?;
+            }
+        }
+    }
+
+    fn flush(&mut self, _deadline: Instant) -> Result<(), TransportError> {
+        self.xsk
+            .flush()
+            .map_err(|e| TransportError::new("afxdp-raw flush", e))
+    }
+
+    fn counters(&self) -> TransportCounters {
+        TransportCounters {
+            retransmits: 0,
+            bad_frames: self.bad,
+        }
+    }
+
+    fn max_message(&self) -> usize {
+        self.max_message
+    }
+
+    fn details(&self) -> String {
+        format!(
+            "afxdp-raw on {}: {:?}; per queue {:?}; kernel XDP_STATISTICS {:?}",
+            self.xsk.mode_report().ifname,
+            self.counters(),
+            self.xsk.queue_stats(),
+            self.xsk.kernel_stats()
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_descriptors_parse() {
+        assert_eq!(
+            parse_raw_descriptor("afxdp-raw:02:00:00:00:02:01/3").unwrap(),
+            [2, 0, 0, 0, 2, 1]
+        );
+        assert_eq!(
+            parse_raw_descriptor("afxdp-raw:02:00:00:00:02:01").unwrap(),
+            [2, 0, 0, 0, 2, 1]
+        );
+        for bad in [
+            "afxdp:02:00:00:00:02:01/3",
+            "afxdp-raw:",
+            "afxdp-raw:01:00:5e:00:00:01/3",
+            "afxdp-raw:zz:00:00:00:02:01",
+            "02:00:00:00:02:01",
+        ] {
+            assert!(
+                parse_raw_descriptor(bad)
+                    .unwrap_err()
+                    .contains("listening:"),
+                "{bad} accepted"
+            );
+        }
+    }
+
+    #[test]
+    fn raw_frames_are_checked() {
+        let me = [2, 0, 0, 0, 0, 1];
+        let et = 0x88b5u16.to_be_bytes();
+        let mut f = vec![0u8; 60];
+        f[..6].copy_from_slice(&me);
+        f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
+        f[12..14].copy_from_slice(&et);
+        f[14..16].copy_from_slice(&3u16.to_le_bytes());
+        f[16..19].copy_from_slice(b"abc");
+        // Padded to 60 bytes: the length keeps the message exact.
+        let (src, msg) = parse_raw_frame(&f, &me, et).unwrap();
+        assert_eq!((src, msg), ([2, 0, 0, 0, 0, 2], &b"abc"[..]));
+        // An empty message (the end of a pingpong run).
+        f[14..16].copy_from_slice(&0u16.to_le_bytes());
+        assert_eq!(parse_raw_frame(&f[..16], &me, et).unwrap().1, b"");
+        // A length beyond the frame, another destination, a multicast
+        // source, another EtherType, a runt: all refused.
+        f[14..16].copy_from_slice(&100u16.to_le_bytes());
+        assert!(parse_raw_frame(&f, &me, et).is_none());
+        f[14..16].copy_from_slice(&3u16.to_le_bytes());
+        assert!(parse_raw_frame(&f, &[2, 0, 0, 0, 0, 9], et).is_none());
+        let mut g = f.clone();
+        g[6] = 1;
+        assert!(parse_raw_frame(&g, &me, et).is_none());
+        assert!(parse_raw_frame(&f, &me, 0x0800u16.to_be_bytes()).is_none());
+        assert!(parse_raw_frame(&f[..15], &me, et).is_none());
+    }
+
+    #[test]
+    fn the_unusable_message_names_the_alternative() {
+        let m = not_usable("eth9", "interface eth9 is down");
+        assert!(
+            m.contains("eth9 is down") && m.contains("--method packet"),
+            "{m}"
+        );
+    }
+}
