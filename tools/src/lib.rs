@@ -23,3 +23,4 @@ pub mod methods;
 pub mod pingpong;
 pub mod report;
 pub mod transport;
+pub mod vfio_method;

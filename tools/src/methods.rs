@@ -28,6 +28,9 @@ pub enum MethodArg {
     KernelUdp,
     /// Baseline: a plain kernel TCP connection with TCP_NODELAY, no BCL.
     KernelTcp,
+    /// BCL over a NIC driven from user space through VFIO (--pci; the NIC
+    /// bound to vfio-pci with `bcl-vfio bind`); needs root.
+    Vfio,
     /// BCL over AF_XDP (XDP redirect of EtherType 0x88B5 to AF_XDP
     /// sockets); needs root (CAP_NET_RAW, CAP_NET_ADMIN, CAP_BPF).
     Afxdp,
@@ -44,6 +47,7 @@ impl MethodArg {
             MethodArg::Sim => "sim",
             MethodArg::KernelUdp => "kernel-udp",
             MethodArg::KernelTcp => "kernel-tcp",
+            MethodArg::Vfio => "vfio",
             MethodArg::Afxdp => "afxdp",
             MethodArg::AfxdpRaw => "afxdp-raw",
         }
@@ -80,6 +84,8 @@ pub struct EndSpec {
     /// Largest BCL frame of the udp method (default: the method's, which
     /// fits a 1500-byte IP MTU).
     pub udp_mtu: Option<usize>,
+    /// PCI address of the vfio method's NIC.
+    pub pci: Option<String>,
 }
 
 impl EndSpec {
@@ -266,6 +272,10 @@ pub fn open_server(spec: &EndSpec) -> Result<Served, String> {
                     .into(),
             )
         }
+        MethodArg::Vfio => {
+            let (d, t) = crate::vfio_method::serve(spec)?;
+            (d, Pending::Ready(t))
+        }
         MethodArg::Afxdp => {
             let (d, t) = crate::afxdp_method::open_bcl_server(spec)?;
             (d, Pending::Ready(t))
@@ -312,7 +322,7 @@ pub fn open_client(
     };
     match spec.method {
         MethodArg::Packet => {
-            let d = bcl_peer("packet")?;
+            let d = crate::vfio_method::ethernet_peer(descriptor, "packet")?;
             let (m, extra) = open_packet(spec)?;
             let mut ep = endpoint(CLIENT_ADDR, m, spec, None)?;
             ep.add_peer(SERVER_ADDR, d);
@@ -347,6 +357,7 @@ pub fn open_client(
             Ok(Box::new(t))
         }
         MethodArg::Sim => Err("the sim method has no --connect: use --local".into()),
+        MethodArg::Vfio => crate::vfio_method::connect(spec, descriptor),
         MethodArg::Afxdp => crate::afxdp_method::open_bcl_client(spec, descriptor),
         MethodArg::AfxdpRaw => crate::afxdp_method::open_raw_client(spec, descriptor),
     }
@@ -383,6 +394,7 @@ pub fn open_local_pair(spec: &EndSpec) -> Result<(Served, BoxTransport), String>
             "the {} method needs two interfaces, one per end: use --lab configs/lab/pair.toml --nodes a,b (or --serve/--connect in two namespaces)",
             spec.method.name()
         )),
+        MethodArg::Vfio => Err(crate::vfio_method::LOCAL_REFUSED.into()),
         MethodArg::Packet => Err(
             "the packet method needs two interfaces, one per end: use --lab configs/lab/pair.toml --nodes a,b (or --serve/--connect in two namespaces)"
                 .into(),
@@ -427,6 +439,7 @@ mod tests {
             sim_mtu: 1500,
             rto_min: None,
             udp_mtu: None,
+            pci: None,
         };
         assert!(!server_bind(&spec).unwrap().ip().is_unspecified());
         let with = EndSpec {
