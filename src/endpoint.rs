@@ -145,10 +145,20 @@ impl EndpointBuilder {
             return Err(Error::NoMethod);
         }
         let mut port = Port::new(self.cfg)?;
-        for m in &self.methods {
+        let mut methods = self.methods;
+        for m in &methods {
             port.add_method(m.caps())?;
         }
-        let fds: Option<Vec<_>> = self.methods.iter().map(|m| m.readiness_fd()).collect();
+        let shm = crate::shm_engine::find(&mut methods);
+        if let Some(side) = &shm {
+            port.set_method_bulk(side.index).map_err(|e| {
+                Error::Method(bcl_core::MethodError::Other {
+                    method: "shm",
+                    reason: e.to_string(),
+                })
+            })?;
+        }
+        let fds: Option<Vec<_>> = methods.iter().map(|m| m.readiness_fd()).collect();
         let waiter = match (self.mode, fds) {
             (ProgressMode::Blocking, Some(fds)) => Some(Waiter::new(&fds)?),
             _ => None,
@@ -157,7 +167,8 @@ impl EndpointBuilder {
             port,
             waiter,
             stats: EngineStats::default(),
-            methods: self.methods,
+            methods,
+            shm,
             clock: self
                 .clock
                 .unwrap_or_else(|| Arc::new(MonotonicClock::new())),
@@ -181,6 +192,8 @@ pub struct Endpoint {
     send_events: VecDeque<SendEvent>,
     /// Channel events taken from the port while waiting for another one.
     pub(crate) channel_events: VecDeque<bcl_core::ChannelEvent>,
+    /// The shared-memory method's engine side, if the endpoint has one.
+    shm: Option<crate::shm_engine::ShmSide>,
 }
 
 /// A random epoch, so a restarted process is told apart from its earlier
@@ -266,15 +279,29 @@ impl Endpoint {
         let now = self.clock.now();
         self.stats.rounds += 1;
         let mut moved = 0;
+        let shm_index = self.shm.as_ref().map(|s| s.index);
         for (i, m) in self.methods.iter_mut().enumerate() {
             let port = &mut self.port;
             let method = i as u8;
+            if Some(method) == shm_index {
+                continue;
+            }
             moved += m.rx_burst(RX_BUDGET, &mut |link, bytes| {
-                port.handle_frame(now, Route { method, link }, bytes)
+                port.handle_frame(now, Route { method, link }, bytes);
             })?;
+        }
+        if let Some(side) = self.shm.as_mut() {
+            if let Some(shm) = crate::shm_engine::method(&mut self.methods, side.index) {
+                moved += side.receive(shm, &mut self.port, now, RX_BUDGET);
+            }
         }
         self.port.handle_timeout(now);
         moved += self.transmit_at(now)?;
+        if let Some(side) = self.shm.as_mut() {
+            if let Some(shm) = crate::shm_engine::method(&mut self.methods, side.index) {
+                moved += side.housekeeping(shm, &mut self.port, now, self.stats.rounds);
+            }
+        }
         Ok(moved)
     }
 
@@ -325,11 +352,27 @@ impl Endpoint {
             Some(d) => Some(d - now),
             None => None,
         };
-        self.stats.waits += 1;
-        match waiter.wait(timeout)? {
-            Woken::Ready => self.stats.woken_by_frames += 1,
-            Woken::Timer => self.stats.woken_by_timer += 1,
-            Woken::Spurious => {}
+        // Methods arm what makes their peers wake us, and re-check: one with
+        // work says so and nobody sleeps.
+        let mut sleep = true;
+        for m in self.methods.iter_mut() {
+            sleep &= m.prepare_wait();
+        }
+        if sleep {
+            self.stats.waits += 1;
+            let woken = waiter.wait(timeout);
+            for m in self.methods.iter_mut() {
+                m.finish_wait();
+            }
+            match woken? {
+                Woken::Ready => self.stats.woken_by_frames += 1,
+                Woken::Timer => self.stats.woken_by_timer += 1,
+                Woken::Spurious => {}
+            }
+        } else {
+            for m in self.methods.iter_mut() {
+                m.finish_wait();
+            }
         }
         Ok(())
     }
@@ -375,6 +418,13 @@ impl Endpoint {
 
     /// Accepts `data` for delivery to `dst` (see [`Port::send`]).
     pub fn send(&mut self, dst: ProcessAddr, data: &[u8]) -> Result<SendHandle, Error> {
+        if let Some(side) = self.shm.as_ref() {
+            if let Some(shm) = crate::shm_engine::method(&mut self.methods, side.index) {
+                if let Some(h) = side.try_direct(shm, &mut self.port, dst, data) {
+                    return Ok(h);
+                }
+            }
+        }
         let now = self.clock.now();
         Ok(self.port.send(now, dst, data)?)
     }

@@ -41,6 +41,7 @@
 pub mod channels;
 pub mod clock;
 pub mod endpoint;
+mod shm_engine;
 pub mod simnet;
 mod wait;
 
@@ -51,6 +52,7 @@ pub use bcl_core::{
     SendFailure, SendHandle, Time, TransferError,
 };
 pub use bcl_packet as packet;
+pub use bcl_shm as shm;
 pub use bcl_sim as sim;
 pub use bcl_udp as udp;
 pub use channels::{TransferFailed, TransferFailure};

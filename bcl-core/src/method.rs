@@ -217,6 +217,25 @@ pub trait Method: Send {
         None
     }
 
+    /// Called by a blocking progress engine before it sleeps on
+    /// [`readiness_fd`](Method::readiness_fd): arm whatever makes peers wake
+    /// us, then re-check for work. Return false if there is work (then the
+    /// engine does not sleep). Either way [`finish_wait`](Method::finish_wait)
+    /// follows.
+    fn prepare_wait(&mut self) -> bool {
+        true
+    }
+
+    /// Called after the sleep that [`prepare_wait`](Method::prepare_wait)
+    /// prepared (or after deciding not to sleep).
+    fn finish_wait(&mut self) {}
+
+    /// The method as `Any`, so an engine can use the extra interface of a
+    /// method it knows (shared memory's direct messages and bulk transfers).
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        None
+    }
+
     /// Releases the method's resources. Further calls may fail.
     fn shutdown(&mut self) {}
 }

@@ -36,8 +36,9 @@ pub fn parse_ethertype(text: &str) -> Result<u16, String> {
 /// Options of both tools: the method, where the two ends run, and how.
 #[derive(clap::Args, Debug, Clone)]
 pub struct CommonArgs {
-    /// Transport to measure.
-    #[arg(long, value_enum, default_value = "sim")]
+    /// Transport to measure. The default, shm, runs both ends on this node
+    /// (--local unless another role is given).
+    #[arg(long, value_enum, default_value = "shm")]
     pub method: MethodArg,
 
     /// Busy-poll (spin on the transport: lowest latency, a CPU at 100 %)
@@ -57,7 +58,7 @@ pub struct CommonArgs {
     pub connect: Option<String>,
 
     /// Start both ends in this process (two threads; IP methods on
-    /// 127.0.0.1 unless --bind). The default for sim.
+    /// 127.0.0.1 unless --bind). The default for sim and shm.
     #[arg(long, group = "role")]
     pub local: bool,
 
@@ -159,7 +160,7 @@ impl CommonArgs {
             Role::Connect(d.clone())
         } else if let (Some(f), Some(n)) = (&self.lab, &self.nodes) {
             Role::Lab(f.clone(), n.clone())
-        } else if self.local || self.method == MethodArg::Sim {
+        } else if self.local || matches!(self.method, MethodArg::Sim | MethodArg::Shm) {
             Role::Local
         } else {
             return Err(format!(

@@ -206,10 +206,15 @@ impl Transport for KernelUdp {
     }
 }
 
+/// A byte stream a [`KernelTcp`] runs over.
+trait ByteStream: Read + Write + Send {}
+impl<T: Read + Write + Send> ByteStream for T {}
+
 /// Kernel TCP with `TCP_NODELAY`: length-prefixed messages on one
-/// connection.
+/// connection. Also runs over a Unix-domain stream socket (the `unix`
+/// baseline, [`KernelTcp::over_unix`]).
 pub struct KernelTcp {
-    stream: TcpStream,
+    stream: Box<dyn ByteStream>,
     busy: bool,
     inbuf: Vec<u8>,
     start: usize,
@@ -288,14 +293,37 @@ impl KernelTcp {
             }
         };
         setup().map_err(|e| TransportError::new("TCP socket options", e))?;
-        Ok(KernelTcp {
+        Ok(Self::framed(Box::new(stream), busy))
+    }
+
+    /// The same length-prefixed messages over a connected Unix-domain stream
+    /// socket.
+    pub fn over_unix(
+        stream: std::os::unix::net::UnixStream,
+        busy: bool,
+    ) -> Result<Self, TransportError> {
+        let setup = || -> std::io::Result<()> {
+            if busy {
+                stream.set_nonblocking(true)
+            } else {
+                stream.set_nonblocking(false)?;
+                stream.set_read_timeout(Some(BLOCKING_SLICE))?;
+                stream.set_write_timeout(Some(BLOCKING_SLICE))
+            }
+        };
+        setup().map_err(|e| TransportError::new("Unix socket options", e))?;
+        Ok(Self::framed(Box::new(stream), busy))
+    }
+
+    fn framed(stream: Box<dyn ByteStream>, busy: bool) -> Self {
+        KernelTcp {
             stream,
             busy,
             inbuf: vec![0; 256 * 1024],
             start: 0,
             end: 0,
             out: Vec::new(),
-        })
+        }
     }
 
     /// A complete message in the input buffer, as (start, len).

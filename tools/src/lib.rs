@@ -19,6 +19,7 @@ pub mod cli;
 pub mod kernel;
 pub mod latency;
 pub mod launch;
+pub mod local_methods;
 pub mod methods;
 pub mod pingpong;
 pub mod report;

@@ -28,14 +28,22 @@ pub enum MethodArg {
     KernelUdp,
     /// Baseline: a plain kernel TCP connection with TCP_NODELAY, no BCL.
     KernelTcp,
-    /// BCL over a NIC driven from user space through VFIO (--pci; the NIC
-    /// bound to vfio-pci with `bcl-vfio bind`); needs root.
-    Vfio,
     /// BCL over AF_XDP (XDP redirect of EtherType 0x88B5 to AF_XDP
     /// sockets); needs root (CAP_NET_RAW, CAP_NET_ADMIN, CAP_BPF).
     Afxdp,
     /// Floor: bare AF_XDP frames, one message per frame, no BCL protocol.
     AfxdpRaw,
+    /// BCL over a NIC driven from user space through VFIO (--pci; the NIC
+    /// bound to vfio-pci with `bcl-vfio bind`); needs root.
+    Vfio,
+    /// BCL over shared memory between processes of one node (the default
+    /// for --local).
+    Shm,
+    /// Baseline: a Unix-domain stream socket, length-prefixed messages.
+    Unix,
+    /// Floor: two cache lines ping-ponged in shared memory (messages of at
+    /// most 40 bytes, always spinning).
+    Spin,
 }
 
 impl MethodArg {
@@ -47,9 +55,12 @@ impl MethodArg {
             MethodArg::Sim => "sim",
             MethodArg::KernelUdp => "kernel-udp",
             MethodArg::KernelTcp => "kernel-tcp",
-            MethodArg::Vfio => "vfio",
             MethodArg::Afxdp => "afxdp",
             MethodArg::AfxdpRaw => "afxdp-raw",
+            MethodArg::Vfio => "vfio",
+            MethodArg::Shm => "shm",
+            MethodArg::Unix => "unix",
+            MethodArg::Spin => "spin",
         }
     }
 
@@ -91,7 +102,7 @@ pub struct EndSpec {
 impl EndSpec {
     /// The progress mode in effect for BCL methods.
     pub fn mode(&self) -> ProgressMode {
-        if self.busy_poll || self.method == MethodArg::Sim {
+        if self.busy_poll || matches!(self.method, MethodArg::Sim | MethodArg::Spin) {
             ProgressMode::BusyPoll
         } else {
             ProgressMode::Blocking
@@ -209,6 +220,7 @@ pub struct Served {
 
 enum Pending {
     Ready(BoxTransport),
+    Unix(crate::local_methods::UnixServer, bool),
     Tcp(TcpServer, bool),
 }
 
@@ -222,6 +234,7 @@ impl Served {
                 .accept(busy, deadline)
                 .map(|t| Box::new(t) as BoxTransport)
                 .map_err(|e| e.to_string()),
+            Pending::Unix(l, busy) => l.accept(busy, deadline),
         }
     }
 }
@@ -275,6 +288,18 @@ pub fn open_server(spec: &EndSpec) -> Result<Served, String> {
         MethodArg::Vfio => {
             let (d, t) = crate::vfio_method::serve(spec)?;
             (d, Pending::Ready(t))
+        }
+        MethodArg::Shm => {
+            let (d, t) = crate::local_methods::open_shm_server(spec)?;
+            (d, Pending::Ready(t))
+        }
+        MethodArg::Unix => {
+            let (d, l) = crate::local_methods::UnixServer::bind()?;
+            (d, Pending::Unix(l, busy))
+        }
+        MethodArg::Spin => {
+            let (d, t) = crate::local_methods::SpinTransport::serve()?;
+            (d, Pending::Ready(Box::new(t)))
         }
         MethodArg::Afxdp => {
             let (d, t) = crate::afxdp_method::open_bcl_server(spec)?;
@@ -358,6 +383,11 @@ pub fn open_client(
         }
         MethodArg::Sim => Err("the sim method has no --connect: use --local".into()),
         MethodArg::Vfio => crate::vfio_method::connect(spec, descriptor),
+        MethodArg::Shm => crate::local_methods::open_shm_client(spec, descriptor),
+        MethodArg::Unix => crate::local_methods::open_unix_client(spec, descriptor, deadline),
+        MethodArg::Spin => Ok(Box::new(crate::local_methods::SpinTransport::connect(
+            descriptor,
+        )?)),
         MethodArg::Afxdp => crate::afxdp_method::open_bcl_client(spec, descriptor),
         MethodArg::AfxdpRaw => crate::afxdp_method::open_raw_client(spec, descriptor),
     }

@@ -216,6 +216,29 @@ impl Port {
         }
     }
 
+    /// A reliable method reports that it has written `written` frames to
+    /// `addr` in all (since its link to `addr` was made): frames to a
+    /// reliable peer complete when written, not when handed over, so a
+    /// message the method had to hold back (ring full) is not reported
+    /// complete early, and the window bounds what the method holds.
+    pub fn confirm_written(&mut self, now: Time, addr: ProcessAddr, written: u64) {
+        let Some(idx) = self.peer_idx(addr) else {
+            return;
+        };
+        let p = &self.peers[idx as usize];
+        if !p.reliable {
+            return;
+        }
+        let held = p.unseq_handed.saturating_sub(written);
+        let held = u32::try_from(held).unwrap_or(u32::MAX).min(p.in_flight());
+        let ack = p.next_seq.plus(held.wrapping_neg());
+        if ack != p.una {
+            self.on_cumulative_ack(idx, ack, false, now);
+            self.schedule(idx, now);
+            self.recycle_windows(idx);
+        }
+    }
+
     // ------------------------------------------------------ direct messages
 
     /// The route for a system-channel message to `dst` that may skip
@@ -224,6 +247,12 @@ impl Port {
     pub fn direct_route(&self, dst: ProcessAddr) -> Option<Route> {
         let p = &self.peers[self.peer_idx(dst)? as usize];
         (p.reliable && !p.has_unframed() && !p.queued).then_some(p.route?)
+    }
+
+    /// Whether a send would be accepted now (fewer sends outstanding than
+    /// configured, counting unreaped completions).
+    pub fn can_accept_send(&self) -> bool {
+        self.outstanding + self.send_events.len() < self.cfg.max_outstanding_sends
     }
 
     /// Records a system-channel send the engine carried itself; its

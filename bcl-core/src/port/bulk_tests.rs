@@ -15,6 +15,11 @@ struct Pair {
     now: Time,
     /// Frames refused by a full ring, per receiver, in order.
     held: [Vec<Vec<u8>>; 2],
+    /// Frames each side's method has written (into the peer's ring, held
+    /// or not), reported to its port as a shared-memory engine does.
+    written: [u64; 2],
+    /// Whether `run` reports written frames to the ports.
+    confirm: bool,
 }
 
 const RELIABLE: MethodCaps = MethodCaps {
@@ -43,6 +48,8 @@ impl Pair {
             ports,
             now: Time::ZERO,
             held: [Vec::new(), Vec::new()],
+            written: [0, 0],
+            confirm: true,
         }
     }
 
@@ -71,6 +78,7 @@ impl Pair {
                 while let Some(tx) = self.ports[i].poll_transmit(0, self.now, &mut buf) {
                     let f = buf[..tx.len].to_vec();
                     sent.push((i, f.clone()));
+                    self.written[i] += 1;
                     moved = true;
                     if !self.held[1 - i].is_empty()
                         || !self.ports[1 - i].handle_frame(
@@ -84,6 +92,9 @@ impl Pair {
                     {
                         self.held[1 - i].push(f);
                     }
+                }
+                if self.confirm {
+                    self.ports[i].confirm_written(self.now, addr(1 - i), self.written[i]);
                 }
                 while let Some(b) = self.ports[i].next_outbound_bulk() {
                     moved = true;
@@ -134,7 +145,7 @@ fn frames_over_a_reliable_method_carry_no_sequence_number_and_no_crc() {
         assert_ne!(fl & flags::UNSEQUENCED, 0);
         assert_eq!(fl & (flags::CRC | flags::ACK), 0);
     }
-    // Complete as soon as handed over.
+    // Complete as soon as written.
     let done: Vec<_> = std::iter::from_fn(|| pair.ports[0].poll_send_event()).collect();
     assert_eq!(
         done,
@@ -324,4 +335,38 @@ fn a_peer_that_goes_away_fails_everything_with_it() {
     assert!(ev.iter().any(|e| matches!(e, ChannelEvent::SendFailed { handle, error, .. } if *handle == s && *error == gone)));
     assert!(ev.iter().any(|e| matches!(e, ChannelEvent::RmaFailed { handle, error, .. } if *handle == g && *error == gone)));
     assert_eq!(pair.ports[0].outstanding_sends(), 0);
+}
+
+#[test]
+fn sends_over_a_reliable_method_complete_only_when_written() {
+    let mut pair = Pair::new(config(0), config(1));
+    pair.confirm = false;
+    let h: Vec<_> = (0..3u8)
+        .map(|i| {
+            pair.ports[0]
+                .send(pair.now, addr(1), &pattern(64, i))
+                .unwrap()
+        })
+        .collect();
+    pair.run();
+    assert_eq!(
+        pair.ports[0].poll_send_event(),
+        None,
+        "handed over but not reported written: not complete"
+    );
+    // The method reports two of the three written, then all three.
+    pair.ports[0].confirm_written(pair.now, addr(1), 2);
+    let done: Vec<_> = std::iter::from_fn(|| pair.ports[0].poll_send_event()).collect();
+    assert_eq!(
+        done,
+        vec![SendEvent::Complete(h[0]), SendEvent::Complete(h[1])]
+    );
+    pair.ports[0].confirm_written(pair.now, addr(1), 3);
+    assert_eq!(
+        pair.ports[0].poll_send_event(),
+        Some(SendEvent::Complete(h[2]))
+    );
+    // A stale or repeated report changes nothing.
+    pair.ports[0].confirm_written(pair.now, addr(1), 1);
+    assert_eq!(pair.ports[0].poll_send_event(), None);
 }

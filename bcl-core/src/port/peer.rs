@@ -135,6 +135,9 @@ pub(crate) struct Peer {
     pub reliable: bool,
     /// Its route's method moves transfer data itself.
     pub bulk: bool,
+    /// Frames handed to the (reliable) method for it, for matching the
+    /// method's count of frames written.
+    pub unseq_handed: u64,
     /// In the port's unrouted list.
     pub awaiting_route: bool,
 
@@ -219,6 +222,7 @@ impl Peer {
             queued: false,
             reliable: false,
             bulk: false,
+            unseq_handed: 0,
             awaiting_route: false,
             tx_generation: 0,
             tx: None,

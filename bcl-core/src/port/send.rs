@@ -334,18 +334,6 @@ impl Port {
             return None;
         };
         let frame_len = wire::encode(buf, &fields, payload, self.peer_crc(idx)).ok()?;
-        if self.peers[idx as usize].reliable {
-            // No sequence number, nothing to acknowledge: done when handed over.
-            if let Some(msg) = self.messages[m as usize].as_mut() {
-                msg.next_offset = offset + len;
-            }
-            self.advance_framing(idx, m, last, transfer);
-            if last {
-                self.complete_message(m, None);
-            }
-            self.stats.data_frames_sent += 1;
-            return Some(frame_len);
-        }
         if let Some(msg) = self.messages[m as usize].as_mut() {
             msg.next_offset = offset + len;
             msg.in_flight += 1;
@@ -366,6 +354,13 @@ impl Port {
         p.next_seq = seq.next();
         self.advance_framing(idx, m, last, transfer);
         let p = &mut self.peers[idx as usize];
+        if p.reliable {
+            // Never resent: it is acknowledged when the method reports it
+            // written (confirm_written), so no timer.
+            p.unseq_handed += 1;
+            self.stats.data_frames_sent += 1;
+            return Some(frame_len);
+        }
         if p.rto_deadline == Time::NEVER {
             p.rto_deadline = now + rto;
         }
@@ -771,6 +766,7 @@ impl Port {
         let p = &mut self.peers[idx as usize];
         p.tx_generation = p.tx_generation.wrapping_add(1);
         p.next_msg_id = 0;
+        p.unseq_handed = 0;
         p.una = p.next_seq;
         p.retx_from = p.next_seq;
         p.retx_to = p.next_seq;

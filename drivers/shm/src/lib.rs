@@ -49,20 +49,30 @@ pub mod doorbell;
 #[cfg(not(loom))]
 pub mod layout;
 #[cfg(not(loom))]
+pub mod method;
+#[cfg(not(loom))]
 mod port;
 #[cfg(not(loom))]
 pub mod proc;
 #[cfg(not(loom))]
 pub mod segment;
+#[cfg(not(loom))]
+pub mod spin;
 
 pub use exchange::{ExError, PullProgress, PushProgress};
 #[cfg(not(loom))]
 pub use layout::Geometry;
 #[cfg(not(loom))]
+pub use method::{
+    node_identity, probe, DirectError, RxHandler, ShmMethod, ShmMethodStats, METHOD_NAME,
+};
+#[cfg(not(loom))]
 pub use port::{Incoming, PeerId, ShmConfig, ShmEvent, ShmPort};
 
 #[cfg(not(loom))]
 pub use segment::{cleanup_stale, segment_name, CleanupReport};
+#[cfg(not(loom))]
+pub use spin::{SpinError, SpinLink, SPIN_MAX_MESSAGE};
 
 #[cfg(not(loom))]
 use bcl_core::ProcessAddr;

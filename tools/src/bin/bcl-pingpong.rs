@@ -106,12 +106,14 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
                 pin_current_thread(*cpu)?;
             }
             let mut t = open_client(&spec, &descriptor, Instant::now() + timeout)?;
+            check_sizes(&opts.sizes, t.max_message(), c.method.name())?;
             let outcome =
                 run_client(&mut TransportClient::new(&mut *t), &opts).map_err(|e| e.to_string())?;
             finish(cli, outcome, t.counters(), None)
         }
         Role::Local => {
             let (served, mut client) = open_local_pair(&spec)?;
+            check_sizes(&opts.sizes, client.max_message(), c.method.name())?;
             let (server_cpu, client_cpu) = split_pins(pins);
             let stats = c.stats;
             let server = spawn_pinned(server_cpu, move || -> Result<TransportCounters, String> {
@@ -136,6 +138,16 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
             let server_counters = server?;
             finish(cli, outcome?, client.counters(), Some(server_counters))
         }
+    }
+}
+
+/// Refuses sizes the transport cannot carry, before anything is sent.
+fn check_sizes(sizes: &[usize], max: usize, method: &str) -> Result<(), String> {
+    match sizes.iter().find(|s| **s > max) {
+        Some(s) => Err(format!(
+            "--sizes: {s} bytes exceeds the largest message of method {method} ({max} bytes)"
+        )),
+        None => Ok(()),
     }
 }
 

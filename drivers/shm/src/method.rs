@@ -1,0 +1,854 @@
+//! The `shm` method: BCL over shared memory between processes of one node.
+//!
+//! Everything a process receives arrives through its one system ring, in
+//! order, as *items* tagged by their first byte:
+//!
+//! | tag | item | |
+//! |---|---|---|
+//! | 1 `FRAME` | a BCL frame, inline | small frames (control messages, small system messages) |
+//! | 2 `DIRECT` | a whole system-channel message, inline, no BCL header | the engine's shortcut for small messages (one cache line for 8 bytes) |
+//! | 3 `BIG_FRAME` | "my next exchange message is a BCL frame" | frames too large for a slot (up to 64 KiB) |
+//! | 4 `BULK` | "my next exchange message is transfer data": kind, channel, transfer, length | normal-channel messages, RMA puts and get replies, copied by the receiver straight into their destination while the sender is still copying in (pipelined) |
+//!
+//! Large data travels in the per-pair exchange queue. A big frame is pushed
+//! whole before its notice goes into the ring, so the receiver finds it
+//! complete; transfer data is announced first and pulled while it streams.
+//! Per sender, items keep their order: a sender's later frames wait behind
+//! its earlier ones (in its queue when the ring or exchange queue is full,
+//! at the receiver behind an unfinished pull).
+//!
+//! The method never loses, duplicates or reorders (`caps().reliable`) and
+//! memory does not corrupt bytes (`caps().integrity`): the core skips
+//! sequence numbers, acknowledgements, retransmission and CRC32C for it. A
+//! full ring or exchange queue is back-pressure, never loss.
+//!
+//! An engine drives receiving with [`ShmMethod::poll_rx`] (frames, direct
+//! messages and transfer data together); the generic
+//! [`Method::rx_burst`] handles frames only and drops other items (counted).
+
+use crate::{PeerId, PullProgress, ShmConfig, ShmError, ShmEvent, ShmPort};
+use bcl_core::method::{Descriptor, LinkId, Method, MethodCaps, MethodError, TxFrame};
+use bcl_core::port::{BulkKind, BulkToken, OutboundBulk};
+use bcl_core::{Availability, JobKey, ProcessAddr};
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::RawFd;
+
+/// The method's name.
+pub const METHOD_NAME: &str = "shm";
+
+const TAG_FRAME: u8 = 1;
+const TAG_DIRECT: u8 = 2;
+const TAG_BIG_FRAME: u8 = 3;
+const TAG_BULK: u8 = 4;
+/// Bytes of a `BULK` notice: tag, kind, channel, transfer, length.
+const BULK_NOTICE_LEN: usize = 1 + 1 + 2 + 4 + 8;
+/// Largest BCL frame the method carries.
+const MTU: usize = 65_535;
+
+/// Whether shared memory can be used here.
+pub fn probe() -> Availability {
+    match std::fs::metadata("/dev/shm") {
+        Ok(m) if m.is_dir() => Availability::Usable,
+        _ => Availability::NotUsable("/dev/shm is not available".into()),
+    }
+}
+
+/// This node's identity for shared memory: processes can share segments only
+/// if they run on the same boot of the same machine and see the same
+/// `/dev/shm`; the network namespace is included so that lab "nodes" (one
+/// namespace each) count as different nodes.
+pub fn node_identity() -> String {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let boot: String = boot
+        .trim()
+        .chars()
+        .filter(char::is_ascii_hexdigit)
+        .take(8)
+        .collect();
+    let netns = std::fs::metadata("/proc/self/ns/net")
+        .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+        .unwrap_or(0);
+    format!("{boot}-{netns:x}")
+}
+
+/// Counters of the method.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ShmMethodStats {
+    /// Frames sent inline through the ring.
+    pub frames_inline: u64,
+    /// Frames sent through the exchange queue.
+    pub frames_big: u64,
+    /// Direct messages sent.
+    pub direct_sent: u64,
+    /// Direct messages received.
+    pub direct_received: u64,
+    /// Bulk transfers sent.
+    pub bulk_sent: u64,
+    /// Bulk transfers received.
+    pub bulk_received: u64,
+    /// Times an item had to wait because a ring or exchange queue was full.
+    pub backpressure: u64,
+    /// Items dropped because the receiving side could not handle them (a
+    /// generic `rx_burst` caller, or data nobody waited for).
+    pub dropped: u64,
+    /// Frames lost because the peer was gone.
+    pub lost_to_gone_peers: u64,
+}
+
+/// Why a direct message was not sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DirectError {
+    /// Something of this link is queued, or the ring is full: send through
+    /// the port instead (it keeps the order).
+    #[error("the link is busy; send through the port")]
+    Busy,
+    /// Larger than a ring slot.
+    #[error("message too large for a direct message")]
+    TooLarge,
+    /// The peer is gone.
+    #[error("peer {0} is gone")]
+    Gone(ProcessAddr),
+}
+
+/// What the receiving side does with items, implemented by the engine.
+pub trait RxHandler {
+    /// A BCL frame from `link`; false = cannot take it now (keep it).
+    fn frame(&mut self, link: LinkId, bytes: &[u8]) -> bool;
+    /// A whole system-channel message from `from`; false = cannot take it now.
+    fn direct(&mut self, from: ProcessAddr, bytes: &[u8]) -> bool;
+    /// Transfer data announced by `from`: where it goes (`None`: discard).
+    fn bulk_start(
+        &mut self,
+        from: ProcessAddr,
+        kind: BulkKind,
+        channel: u16,
+        transfer: u32,
+        len: u64,
+    ) -> Option<BulkToken>;
+    /// The destination buffer of an accepted transfer (exactly its length).
+    fn bulk_dest(&mut self, token: BulkToken) -> Option<&mut [u8]>;
+    /// All of an accepted transfer's data is in its destination.
+    fn bulk_done(&mut self, token: BulkToken);
+}
+
+/// Something waiting to go to a peer, in order.
+enum Out {
+    /// A ring item (tag included) the ring had no room for.
+    Item(Vec<u8>),
+    /// A frame being pushed into the exchange queue; its notice follows.
+    BigFrame(Vec<u8>),
+    /// A bulk transfer: its notice (`announced` once in the ring), then its
+    /// data, pushed by the engine.
+    Bulk {
+        notice: [u8; BULK_NOTICE_LEN],
+        announced: bool,
+        token: BulkToken,
+        len: u64,
+    },
+}
+
+struct Link {
+    peer: PeerId,
+    addr: ProcessAddr,
+    pending: VecDeque<Out>,
+    dead: bool,
+    /// BCL frames written for the peer to read, since the link was made.
+    written: u64,
+    /// In `ShmMethod::written_dirty`.
+    dirty: bool,
+}
+
+/// An announced exchange message a sender is owed.
+enum Expected {
+    /// Transfer data, pulled into its destination (or discarded).
+    Bulk { token: Option<BulkToken>, len: u64 },
+}
+
+/// The shared-memory method (see the module documentation).
+pub struct ShmMethod {
+    port: ShmPort,
+    node: String,
+    links: Vec<Link>,
+    by_addr: HashMap<ProcessAddr, LinkId>,
+    /// Lent to the core for one frame: byte 0 is the tag.
+    staging: Vec<u8>,
+    /// Per sender: transfer data announced and not yet pulled, in order.
+    expected: HashMap<ProcessAddr, VecDeque<Expected>>,
+    /// A big frame pulled but not yet taken by the engine, per sender.
+    held: HashMap<ProcessAddr, Vec<u8>>,
+    scratch: Vec<u8>,
+    /// Links whose `written` count changed since the last `drain_written`.
+    written_dirty: Vec<LinkId>,
+    stats: ShmMethodStats,
+}
+
+impl ShmMethod {
+    /// Opens the shared-memory side of process `local` of job `job`
+    /// (creating its segment under /dev/shm, removing stale ones).
+    pub fn open(job: JobKey, local: ProcessAddr) -> Result<ShmMethod, MethodError> {
+        Self::with_config(ShmConfig::new(job, local))
+    }
+
+    /// Opens with a full configuration.
+    pub fn with_config(cfg: ShmConfig) -> Result<ShmMethod, MethodError> {
+        let port = ShmPort::open(cfg).map_err(|e| MethodError::Other {
+            method: METHOD_NAME,
+            reason: e.to_string(),
+        })?;
+        Ok(ShmMethod {
+            port,
+            node: node_identity(),
+            links: Vec::new(),
+            by_addr: HashMap::new(),
+            staging: vec![0; MTU + 1],
+            expected: HashMap::new(),
+            held: HashMap::new(),
+            scratch: Vec::new(),
+            written_dirty: Vec::new(),
+            stats: ShmMethodStats::default(),
+        })
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ShmMethodStats {
+        self.stats
+    }
+
+    /// The underlying port (segment, rings), for inspection.
+    pub fn shm_port(&self) -> &ShmPort {
+        &self.port
+    }
+
+    /// Largest direct message.
+    pub fn max_direct(&self) -> usize {
+        self.port.max_inline() - 1
+    }
+
+    fn link(&self, link: LinkId) -> Option<&Link> {
+        self.links.get(link.0 as usize)
+    }
+
+    fn link_for(&mut self, addr: ProcessAddr) -> Result<LinkId, ShmError> {
+        if let Some(&l) = self.by_addr.get(&addr) {
+            if !self.links[l.0 as usize].dead {
+                return Ok(l);
+            }
+        }
+        let peer = self.port.connect(addr)?;
+        let link = Link {
+            peer,
+            addr,
+            pending: VecDeque::new(),
+            dead: false,
+            written: 0,
+            dirty: false,
+        };
+        let id = match self.by_addr.get(&addr) {
+            Some(&l) => {
+                self.links[l.0 as usize] = link;
+                l
+            }
+            None => {
+                self.links.push(link);
+                let l = LinkId(self.links.len() as u32 - 1);
+                self.by_addr.insert(addr, l);
+                l
+            }
+        };
+        Ok(id)
+    }
+
+    /// The link's peer address.
+    pub fn link_addr(&self, link: LinkId) -> Option<ProcessAddr> {
+        self.link(link).map(|l| l.addr)
+    }
+
+    /// Sends a whole system-channel message directly, if nothing of the link
+    /// is queued and the ring has room; otherwise says why not (send through
+    /// the port then).
+    pub fn send_direct(&mut self, link: LinkId, data: &[u8]) -> Result<(), DirectError> {
+        if data.len() > self.max_direct() {
+            return Err(DirectError::TooLarge);
+        }
+        let Some(l) = self.links.get(link.0 as usize) else {
+            return Err(DirectError::Busy);
+        };
+        if l.dead {
+            return Err(DirectError::Gone(l.addr));
+        }
+        if !l.pending.is_empty() {
+            return Err(DirectError::Busy);
+        }
+        let (peer, addr) = (l.peer, l.addr);
+        self.staging[0] = TAG_DIRECT;
+        self.staging[1..1 + data.len()].copy_from_slice(data);
+        match self.port.try_send(peer, &self.staging[..1 + data.len()]) {
+            Ok(()) => {
+                self.stats.direct_sent += 1;
+                Ok(())
+            }
+            Err(crate::SendError::Full) => {
+                self.stats.backpressure += 1;
+                Err(DirectError::Busy)
+            }
+            Err(_) => {
+                self.mark_dead(link);
+                Err(DirectError::Gone(addr))
+            }
+        }
+    }
+
+    /// Takes over an outgoing bulk transfer from the port: its notice goes
+    /// in order with the link's frames, then its data is pushed (see
+    /// [`ShmMethod::bulk_to_push`] and [`ShmMethod::push_bulk`]).
+    pub fn start_bulk(&mut self, b: &OutboundBulk) {
+        let mut notice = [0u8; BULK_NOTICE_LEN];
+        notice[0] = TAG_BULK;
+        notice[1] = b.kind.code();
+        notice[2..4].copy_from_slice(&b.channel.to_le_bytes());
+        notice[4..8].copy_from_slice(&b.transfer.to_le_bytes());
+        notice[8..16].copy_from_slice(&b.len.to_le_bytes());
+        if let Some(l) = self.links.get_mut(b.route.link.0 as usize) {
+            l.pending.push_back(Out::Bulk {
+                notice,
+                announced: false,
+                token: b.token,
+                len: b.len,
+            });
+        }
+        self.flush_link(b.route.link.0 as usize);
+    }
+
+    /// Bulk transfers whose data is to be pushed now (announced, at the head
+    /// of their link's queue): fills `out` with (link, token).
+    pub fn bulk_to_push(&self, out: &mut Vec<(LinkId, BulkToken)>) {
+        out.clear();
+        for (i, l) in self.links.iter().enumerate() {
+            if let Some(Out::Bulk {
+                announced: true,
+                token,
+                ..
+            }) = l.pending.front()
+            {
+                out.push((LinkId(i as u32), *token));
+            }
+        }
+    }
+
+    /// Pushes more of the bulk transfer at the head of `link`'s queue, whose
+    /// bytes are `data`. Ok(true) when all is pushed (the transfer is done
+    /// for the sender); Err when the peer is gone.
+    pub fn push_bulk(&mut self, link: LinkId, data: &[u8]) -> Result<bool, ProcessAddr> {
+        let i = link.0 as usize;
+        let Some(l) = self.links.get(i) else {
+            return Err(ProcessAddr::default());
+        };
+        let (peer, addr) = (l.peer, l.addr);
+        if l.dead {
+            self.fail_pending(i);
+            return Err(addr);
+        }
+        let done = if data.is_empty() {
+            true
+        } else {
+            match self.port.push_message(peer, data) {
+                Ok(p) => {
+                    if !p.done {
+                        self.stats.backpressure += u64::from(p.chunks == 0);
+                    }
+                    p.done
+                }
+                Err(_) => {
+                    self.mark_dead(link);
+                    return Err(addr);
+                }
+            }
+        };
+        if done {
+            self.links[i].pending.pop_front();
+            self.stats.bulk_sent += 1;
+            self.flush_link(i);
+        }
+        Ok(done)
+    }
+
+    /// Tries to move what waits on every link.
+    pub fn flush(&mut self) {
+        for i in 0..self.links.len() {
+            if !self.links[i].pending.is_empty() {
+                self.flush_link(i);
+            }
+        }
+    }
+
+    /// Sends as much of link `i`'s queue as the ring and exchange queue take.
+    fn flush_link(&mut self, i: usize) {
+        loop {
+            let l = &mut self.links[i];
+            if l.dead {
+                return;
+            }
+            let peer = l.peer;
+            let Some(front) = l.pending.front_mut() else {
+                return;
+            };
+            let progressed = match front {
+                // Queued items are frames: inline ones, or the notice of a
+                // big frame already in the exchange queue.
+                Out::Item(item) => match self.port.try_send(peer, item) {
+                    Ok(()) => {
+                        self.links[i].pending.pop_front();
+                        self.count_written(i);
+                        true
+                    }
+                    Err(crate::SendError::Full) => false,
+                    Err(_) => {
+                        self.mark_dead(LinkId(i as u32));
+                        return;
+                    }
+                },
+                Out::BigFrame(frame) => match self.port.push_message(peer, frame) {
+                    Ok(p) if p.done => {
+                        // The frame is in the exchange queue: announce it.
+                        self.links[i].pending[0] = Out::Item(vec![TAG_BIG_FRAME]);
+                        true
+                    }
+                    Ok(_) => false,
+                    Err(_) => {
+                        self.mark_dead(LinkId(i as u32));
+                        return;
+                    }
+                },
+                Out::Bulk {
+                    notice,
+                    announced: false,
+                    ..
+                } => match self.port.try_send(peer, &notice[..]) {
+                    Ok(()) => {
+                        if let Some(Out::Bulk { announced, .. }) = self.links[i].pending.front_mut()
+                        {
+                            *announced = true;
+                        }
+                        // The data is pushed by the engine (push_bulk); an
+                        // empty transfer is done with its notice.
+                        if matches!(
+                            self.links[i].pending.front(),
+                            Some(Out::Bulk { len: 0, .. })
+                        ) {
+                            return;
+                        }
+                        return;
+                    }
+                    Err(crate::SendError::Full) => false,
+                    Err(_) => {
+                        self.mark_dead(LinkId(i as u32));
+                        return;
+                    }
+                },
+                // Announced: waits for the engine to push its data.
+                Out::Bulk {
+                    announced: true, ..
+                } => return,
+            };
+            if !progressed {
+                self.stats.backpressure += 1;
+                return;
+            }
+        }
+    }
+
+    /// Counts one BCL frame of link `i` as written.
+    fn count_written(&mut self, i: usize) {
+        let l = &mut self.links[i];
+        l.written += 1;
+        if !l.dirty {
+            l.dirty = true;
+            self.written_dirty.push(LinkId(i as u32));
+        }
+    }
+
+    /// Reports, for each link whose count changed, its peer and the number
+    /// of BCL frames written to it since the link was made (frames queued
+    /// behind back-pressure count only once actually in the peer's ring).
+    pub fn drain_written(&mut self, mut report: impl FnMut(ProcessAddr, u64)) {
+        for link in self.written_dirty.drain(..) {
+            if let Some(l) = self.links.get_mut(link.0 as usize) {
+                l.dirty = false;
+                if !l.dead {
+                    report(l.addr, l.written);
+                }
+            }
+        }
+    }
+
+    fn mark_dead(&mut self, link: LinkId) {
+        let i = link.0 as usize;
+        if let Some(l) = self.links.get_mut(i) {
+            if !l.dead {
+                l.dead = true;
+                self.fail_pending(i);
+            }
+        }
+    }
+
+    /// Frames queued to a dead link are lost with it (the engine fails the
+    /// peer's sends when it learns of the death).
+    fn fail_pending(&mut self, i: usize) {
+        let n = self.links[i]
+            .pending
+            .iter()
+            .filter(|o| !matches!(o, Out::Bulk { .. }))
+            .count();
+        self.stats.lost_to_gone_peers += n as u64;
+        self.links[i]
+            .pending
+            .retain(|o| matches!(o, Out::Bulk { .. }));
+    }
+
+    /// Sends one frame the core wrote at `staging[1..1 + len]`.
+    fn send_frame(&mut self, link: LinkId, len: usize) -> Result<(), MethodError> {
+        let i = link.0 as usize;
+        let Some(l) = self.links.get(i) else {
+            return Err(MethodError::Other {
+                method: METHOD_NAME,
+                reason: format!("no link {link:?}"),
+            });
+        };
+        if l.dead {
+            self.stats.lost_to_gone_peers += 1;
+            return Ok(());
+        }
+        let peer = l.peer;
+        let inline = len < self.port.max_inline();
+        if l.pending.is_empty() && inline {
+            self.staging[0] = TAG_FRAME;
+            match self.port.try_send(peer, &self.staging[..1 + len]) {
+                Ok(()) => {
+                    self.stats.frames_inline += 1;
+                    self.count_written(i);
+                    return Ok(());
+                }
+                Err(crate::SendError::Full) => self.stats.backpressure += 1,
+                Err(_) => {
+                    self.mark_dead(link);
+                    self.stats.lost_to_gone_peers += 1;
+                    return Ok(());
+                }
+            }
+        }
+        let out = if inline {
+            let mut item = self.staging[..1 + len].to_vec();
+            item[0] = TAG_FRAME;
+            self.stats.frames_inline += 1;
+            Out::Item(item)
+        } else {
+            self.stats.frames_big += 1;
+            Out::BigFrame(self.staging[1..1 + len].to_vec())
+        };
+        self.links[i].pending.push_back(out);
+        self.flush_link(i);
+        Ok(())
+    }
+
+    /// Receives up to `budget` items, handing them to `h` in order, and moves
+    /// announced transfer data into its destinations. Returns the items
+    /// handled.
+    pub fn poll_rx(&mut self, budget: usize, h: &mut dyn RxHandler) -> usize {
+        let mut n = self.pull_bulk(h);
+        while n < budget {
+            let Some(m) = self.port.recv() else { break };
+            let from = m.from();
+            let tag = m.bytes().first().copied();
+            let known = self.by_addr.get(&from).copied();
+            match (tag, known) {
+                (Some(TAG_FRAME), Some(link)) => {
+                    if !h.frame(link, &m.bytes()[1..]) {
+                        break;
+                    }
+                    m.release();
+                }
+                (Some(TAG_FRAME), None) => {
+                    // First frame from this sender: connect back, then read
+                    // the item again (it stays first in the ring).
+                    if self.link_for(from).is_err() {
+                        break;
+                    }
+                    continue;
+                }
+                (Some(TAG_DIRECT), _) => {
+                    if !h.direct(from, &m.bytes()[1..]) {
+                        break;
+                    }
+                    m.release();
+                    self.stats.direct_received += 1;
+                }
+                (Some(TAG_BIG_FRAME), _) => {
+                    // Left in the ring until the frame is taken.
+                    // Transfer data announced earlier by this sender comes
+                    // first in its exchange queue.
+                    if self.expected.get(&from).is_some_and(|q| !q.is_empty()) {
+                        break;
+                    }
+                    if !self.take_big_frame(from, h) {
+                        break;
+                    }
+                    if let Some(m) = self.port.recv() {
+                        m.release();
+                    }
+                }
+                (Some(TAG_BULK), _) if m.len() == BULK_NOTICE_LEN => {
+                    let mut notice = [0u8; BULK_NOTICE_LEN];
+                    notice.copy_from_slice(m.bytes());
+                    m.release();
+                    self.on_bulk_notice(from, &notice, h);
+                }
+                _ => {
+                    m.release();
+                    self.stats.dropped += 1;
+                }
+            }
+            n += 1;
+        }
+        n + self.pull_bulk(h)
+    }
+
+    /// A sender announced transfer data: find where it goes.
+    fn on_bulk_notice(
+        &mut self,
+        from: ProcessAddr,
+        notice: &[u8; BULK_NOTICE_LEN],
+        h: &mut dyn RxHandler,
+    ) {
+        let kind = BulkKind::from_code(notice[1]);
+        let channel = u16::from_le_bytes([notice[2], notice[3]]);
+        let transfer = u32::from_le_bytes([notice[4], notice[5], notice[6], notice[7]]);
+        let mut len_bytes = [0u8; 8];
+        len_bytes.copy_from_slice(&notice[8..16]);
+        let len = u64::from_le_bytes(len_bytes);
+        let token = kind.and_then(|k| h.bulk_start(from, k, channel, transfer, len));
+        if token.is_none() {
+            self.stats.dropped += 1;
+        }
+        if len == 0 {
+            if let Some(t) = token {
+                h.bulk_done(t);
+                self.stats.bulk_received += 1;
+            }
+        } else {
+            self.expected
+                .entry(from)
+                .or_default()
+                .push_back(Expected::Bulk { token, len });
+        }
+    }
+
+    /// Pulls a big frame announced by `from` and hands it over; false if it
+    /// is not complete yet or the engine cannot take it now.
+    fn take_big_frame(&mut self, from: ProcessAddr, h: &mut dyn RxHandler) -> bool {
+        let frame = match self.held.remove(&from) {
+            Some(f) => f,
+            None => {
+                let len = match self.port.next_message_len(from) {
+                    Ok(Some(len)) => len,
+                    _ => return false,
+                };
+                let mut buf = vec![0u8; len];
+                match self.port.pull_into(from, &mut buf) {
+                    Ok(PullProgress::Done { .. }) => buf,
+                    // The sender pushes the whole frame before announcing
+                    // it, so this does not happen; try again later.
+                    _ => return false,
+                }
+            }
+        };
+        let link = match self.link_for(from) {
+            Ok(l) => l,
+            Err(_) => return false,
+        };
+        if h.frame(link, &frame) {
+            true
+        } else {
+            self.held.insert(from, frame);
+            false
+        }
+    }
+
+    /// Moves announced transfer data into its destinations, as far as it
+    /// has arrived. Returns transfers completed.
+    fn pull_bulk(&mut self, h: &mut dyn RxHandler) -> usize {
+        let mut done = 0;
+        let senders: Vec<ProcessAddr> = self
+            .expected
+            .iter()
+            .filter(|(_, q)| !q.is_empty())
+            .map(|(a, _)| *a)
+            .collect();
+        for from in senders {
+            while let Some(&Expected::Bulk { token, len }) =
+                self.expected.get(&from).and_then(|q| q.front())
+            {
+                let progress = match token.and_then(|t| h.bulk_dest(t)) {
+                    Some(dst) => self.port.pull_into(from, dst),
+                    None => {
+                        self.scratch.resize(usize::try_from(len).unwrap_or(0), 0);
+                        self.port.pull_into(from, &mut self.scratch)
+                    }
+                };
+                match progress {
+                    Ok(PullProgress::Done { .. }) => {
+                        if let Some(q) = self.expected.get_mut(&from) {
+                            q.pop_front();
+                        }
+                        if let Some(t) = token {
+                            h.bulk_done(t);
+                            self.stats.bulk_received += 1;
+                        }
+                        done += 1;
+                    }
+                    Ok(_) => break,
+                    Err(_) => {
+                        // The sender is gone: what it owed never comes. The
+                        // engine fails the transfers on the death event.
+                        self.expected.remove(&from);
+                        break;
+                    }
+                }
+            }
+        }
+        done
+    }
+
+    /// Next event about a peer (died, closed, broke the protocol).
+    pub fn poll_event(&mut self) -> Option<ShmEvent> {
+        let ev = self.port.poll_event()?;
+        if let ShmEvent::PeerDied { addr, .. } | ShmEvent::PeerClosed { addr } = &ev {
+            if let Some(&l) = self.by_addr.get(addr) {
+                self.mark_dead(l);
+            }
+            self.expected.remove(addr);
+            self.held.remove(addr);
+        }
+        Some(ev)
+    }
+
+    /// Looks for dead peers (call now and then when busy-polling).
+    pub fn check_peers(&mut self) {
+        self.port.check_peers();
+    }
+}
+
+/// Generic receiving: frames only (see the module documentation).
+struct FramesOnly<'a> {
+    sink: &'a mut dyn FnMut(LinkId, &[u8]),
+    dropped: u64,
+}
+
+impl RxHandler for FramesOnly<'_> {
+    fn frame(&mut self, link: LinkId, bytes: &[u8]) -> bool {
+        (self.sink)(link, bytes);
+        true
+    }
+    fn direct(&mut self, _from: ProcessAddr, _bytes: &[u8]) -> bool {
+        self.dropped += 1;
+        true
+    }
+    fn bulk_start(
+        &mut self,
+        _: ProcessAddr,
+        _: BulkKind,
+        _: u16,
+        _: u32,
+        _: u64,
+    ) -> Option<BulkToken> {
+        self.dropped += 1;
+        None
+    }
+    fn bulk_dest(&mut self, _: BulkToken) -> Option<&mut [u8]> {
+        None
+    }
+    fn bulk_done(&mut self, _: BulkToken) {}
+}
+
+impl Method for ShmMethod {
+    fn name(&self) -> &'static str {
+        METHOD_NAME
+    }
+
+    fn caps(&self) -> MethodCaps {
+        MethodCaps {
+            mtu: MTU,
+            integrity: true,
+            reliable: true,
+        }
+    }
+
+    fn descriptor(&self) -> Descriptor {
+        let a = self.port.local();
+        Descriptor::new(METHOD_NAME, format!("{a}@{}", self.node))
+    }
+
+    fn open_link(&mut self, peer: &Descriptor) -> Result<LinkId, MethodError> {
+        let bad = |reason: &str| MethodError::BadDescriptor {
+            method: METHOD_NAME,
+            descriptor: peer.clone(),
+            reason: reason.into(),
+        };
+        if peer.method != METHOD_NAME {
+            return Err(bad("not a shm descriptor"));
+        }
+        let (addr, node) = peer
+            .address
+            .split_once('@')
+            .ok_or_else(|| bad("expected NODE.PORT@NODEID"))?;
+        let addr: ProcessAddr = addr.parse().map_err(|_| bad("bad process address"))?;
+        if node != self.node {
+            return Err(bad(
+                "the peer is on another node (shared memory is per node)",
+            ));
+        }
+        self.link_for(addr).map_err(|e| bad(&e.to_string()))
+    }
+
+    fn rx_burst(
+        &mut self,
+        budget: usize,
+        sink: &mut dyn FnMut(LinkId, &[u8]),
+    ) -> Result<usize, MethodError> {
+        let mut h = FramesOnly { sink, dropped: 0 };
+        let n = self.poll_rx(budget, &mut h);
+        self.stats.dropped += h.dropped;
+        Ok(n)
+    }
+
+    fn tx_burst(
+        &mut self,
+        source: &mut dyn FnMut(&mut [u8]) -> Option<TxFrame>,
+    ) -> Result<usize, MethodError> {
+        self.flush();
+        let mut sent = 0;
+        while let Some(f) = source(&mut self.staging[1..]) {
+            self.send_frame(f.link, f.len)?;
+            sent += 1;
+            if sent >= 64 {
+                break;
+            }
+        }
+        Ok(sent)
+    }
+
+    fn readiness_fd(&self) -> Option<RawFd> {
+        Some(self.port.readiness_fd())
+    }
+
+    fn prepare_wait(&mut self) -> bool {
+        self.port.prepare_wait()
+    }
+
+    fn finish_wait(&mut self) {
+        self.port.finish_wait();
+    }
+
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
+    }
+}

@@ -1,0 +1,266 @@
+//! The floor of intra-node messaging: two processes ping-ponging cache
+//! lines in shared memory, with nothing else.
+//!
+//! A [`SpinLink`] is a 4 KiB file under `/dev/shm` holding two 64-byte
+//! lines, one per side. A side writes a message (at most
+//! [`SPIN_MAX_MESSAGE`] bytes) into its own line and publishes it by
+//! storing the line's sequence number (release); the other side spins on
+//! that number (acquire), reads the message and acknowledges it in *its
+//! own* line. So a round trip of small messages moves exactly two cache
+//! lines, the least any shared-memory protocol can do: this is the
+//! baseline `bcl-pingpong --method spin` measures BCL's shm method against.
+//! Every word is an atomic, so no data race is possible whatever the peer
+//! does.
+//!
+//! It is not a transport: one message in flight per direction, no sleeping,
+//! no peer-death detection beyond what the caller's deadline gives.
+
+use std::fs::OpenOptions;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Largest message of a [`SpinLink`].
+pub const SPIN_MAX_MESSAGE: usize = 40;
+const DATA_WORDS: usize = SPIN_MAX_MESSAGE / 8;
+const FILE_LEN: usize = 4096;
+
+/// One side's cache line.
+#[repr(C, align(64))]
+struct Line {
+    /// Messages this side has published.
+    seq: AtomicU64,
+    /// Messages of the other side this side has consumed.
+    ack: AtomicU64,
+    /// Length of the current message.
+    len: AtomicU64,
+    /// Its bytes, little endian per word.
+    data: [AtomicU64; DATA_WORDS],
+}
+
+const _: () = assert!(std::mem::size_of::<Line>() == 64);
+
+/// Why a [`SpinLink`] could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum SpinError {
+    /// Creating, opening or mapping the file failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The system's error.
+        source: std::io::Error,
+    },
+    /// The message is larger than [`SPIN_MAX_MESSAGE`].
+    #[error("a spin link carries at most {SPIN_MAX_MESSAGE} bytes, not {0}")]
+    TooLarge(usize),
+}
+
+/// One side of a two-line shared-memory link (see the module documentation).
+pub struct SpinLink {
+    base: *mut Line,
+    side: usize,
+    path: PathBuf,
+    owner: bool,
+    sent: u64,
+    consumed: u64,
+}
+
+// SAFETY: the mapping is process-wide and only accessed through atomics; the
+// pointer may move between threads with the value that owns it.
+unsafe impl Send for SpinLink {}
+
+impl SpinLink {
+    /// Creates the link's file at `path` (side 0); removed when dropped.
+    pub fn create(path: &Path) -> Result<SpinLink, SpinError> {
+        Self::map(path, true)
+    }
+
+    /// Opens the link another process created (side 1).
+    pub fn open(path: &Path) -> Result<SpinLink, SpinError> {
+        Self::map(path, false)
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn map(path: &Path, create: bool) -> Result<SpinLink, SpinError> {
+        let io = |context: &str, source| SpinError::Io {
+            context: format!("{context} {}", path.display()),
+            source,
+        };
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(create)
+            .open(path)
+            .map_err(|e| io(if create { "creating" } else { "opening" }, e))?;
+        if create {
+            use std::os::unix::fs::PermissionsExt;
+            file.set_permissions(std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| io("setting the mode of", e))?;
+            file.set_len(FILE_LEN as u64).map_err(|e| io("sizing", e))?;
+        } else {
+            let len = file.metadata().map_err(|e| io("inspecting", e))?.len();
+            if len < FILE_LEN as u64 {
+                return Err(io(
+                    "mapping",
+                    std::io::Error::new(std::io::ErrorKind::InvalidData, "not a spin link file"),
+                ));
+            }
+        }
+        // SAFETY: mapping FILE_LEN bytes of a file we opened read-write and
+        // sized to at least FILE_LEN, shared, at an address the kernel picks;
+        // the result is checked before use.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                FILE_LEN,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io("mapping", std::io::Error::last_os_error()));
+        }
+        Ok(SpinLink {
+            base: p.cast(),
+            side: usize::from(!create),
+            path: path.to_path_buf(),
+            owner: create,
+            sent: 0,
+            consumed: 0,
+        })
+    }
+
+    fn line(&self, side: usize) -> &Line {
+        // SAFETY: the mapping is FILE_LEN (4096) bytes, page-aligned, and
+        // lives as long as self; lines 0 and 1 are within it and aligned;
+        // every field is an atomic, valid for any bit pattern (the file
+        // starts zeroed), so a shared reference is sound whatever the peer
+        // writes.
+        unsafe { &*self.base.add(side) }
+    }
+
+    /// Publishes `msg` if the peer has consumed the previous one; false if
+    /// not yet (spin and retry).
+    pub fn try_send(&mut self, msg: &[u8]) -> Result<bool, SpinError> {
+        if msg.len() > SPIN_MAX_MESSAGE {
+            return Err(SpinError::TooLarge(msg.len()));
+        }
+        let peer_ack = self.line(1 - self.side).ack.load(Ordering::Acquire);
+        if peer_ack != self.sent {
+            return Ok(false);
+        }
+        let mine = self.line(self.side);
+        for (i, chunk) in msg.chunks(8).enumerate() {
+            let mut w = [0u8; 8];
+            w[..chunk.len()].copy_from_slice(chunk);
+            mine.data[i].store(u64::from_le_bytes(w), Ordering::Relaxed);
+        }
+        mine.len.store(msg.len() as u64, Ordering::Relaxed);
+        let seq = self.sent + 1;
+        mine.seq.store(seq, Ordering::Release);
+        self.sent = seq;
+        Ok(true)
+    }
+
+    /// Takes the peer's next message into `buf` (at least
+    /// [`SPIN_MAX_MESSAGE`] bytes are written at most); its length, or
+    /// `None` if there is none.
+    pub fn try_recv(&mut self, buf: &mut [u8; SPIN_MAX_MESSAGE]) -> Option<usize> {
+        let theirs = self.line(1 - self.side);
+        if theirs.seq.load(Ordering::Acquire) == self.consumed {
+            return None;
+        }
+        let len = (theirs.len.load(Ordering::Relaxed) as usize).min(SPIN_MAX_MESSAGE);
+        for (i, chunk) in buf[..len].chunks_mut(8).enumerate() {
+            let w = theirs.data[i].load(Ordering::Relaxed).to_le_bytes();
+            chunk.copy_from_slice(&w[..chunk.len()]);
+        }
+        let consumed = self.consumed + 1;
+        self.line(self.side).ack.store(consumed, Ordering::Release);
+        self.consumed = consumed;
+        Some(len)
+    }
+}
+
+impl Drop for SpinLink {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the mapping made in `map`, once; no
+        // reference into it outlives self.
+        unsafe {
+            libc::munmap(self.base.cast(), FILE_LEN);
+        }
+        if self.owner {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_go_both_ways_one_at_a_time() {
+        let path = std::env::temp_dir().join(format!("bcl-spin-test-{}", std::process::id()));
+        let mut a = SpinLink::create(&path).unwrap();
+        let mut b = SpinLink::open(&path).unwrap();
+        let mut buf = [0u8; SPIN_MAX_MESSAGE];
+        assert_eq!(b.try_recv(&mut buf), None);
+        assert!(a.try_send(b"hello, floor").unwrap());
+        assert!(!a.try_send(b"x").unwrap(), "one in flight per direction");
+        assert_eq!(b.try_recv(&mut buf), Some(12));
+        assert_eq!(&buf[..12], b"hello, floor");
+        assert!(b.try_send(&[7; SPIN_MAX_MESSAGE]).unwrap());
+        assert_eq!(a.try_recv(&mut buf), Some(SPIN_MAX_MESSAGE));
+        assert_eq!(buf, [7; SPIN_MAX_MESSAGE]);
+        assert!(a.try_send(b"").unwrap());
+        assert_eq!(b.try_recv(&mut buf), Some(0));
+        assert!(matches!(
+            a.try_send(&[0; SPIN_MAX_MESSAGE + 1]),
+            Err(SpinError::TooLarge(41))
+        ));
+        drop(b);
+        drop(a);
+        assert!(!path.exists(), "the creator removes the file");
+        assert!(SpinLink::open(&path).is_err());
+    }
+
+    #[test]
+    fn threads_ping_pong_a_counter() {
+        let path = std::env::temp_dir().join(format!("bcl-spin-test2-{}", std::process::id()));
+        let mut a = SpinLink::create(&path).unwrap();
+        let mut b = SpinLink::open(&path).unwrap();
+        let echo = std::thread::spawn(move || {
+            let mut buf = [0u8; SPIN_MAX_MESSAGE];
+            for _ in 0..2_000 {
+                let n = loop {
+                    if let Some(n) = b.try_recv(&mut buf) {
+                        break n;
+                    }
+                    // Yield: the test may share one core with others.
+                    std::thread::yield_now();
+                };
+                while !b.try_send(&buf[..n]).unwrap() {}
+            }
+        });
+        let mut buf = [0u8; SPIN_MAX_MESSAGE];
+        for i in 0u64..2_000 {
+            while !a.try_send(&i.to_le_bytes()).unwrap() {}
+            let n = loop {
+                if let Some(n) = a.try_recv(&mut buf) {
+                    break n;
+                }
+                std::thread::yield_now();
+            };
+            assert_eq!(&buf[..n], &i.to_le_bytes());
+        }
+        echo.join().unwrap();
+    }
+}
