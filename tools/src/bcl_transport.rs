@@ -2,8 +2,17 @@
 
 use crate::transport::{Transport, TransportCounters, TransportError};
 use bcl::core::SendError;
-use bcl::{Endpoint, ProcessAddr, SendEvent, Time};
+use bcl::{ChannelEvent, Endpoint, ProcessAddr, SendEvent, Time};
 use std::time::Instant;
+
+/// What [`BclTransport::recv_any`] found.
+#[derive(Debug)]
+pub enum Incoming {
+    /// A message on the system channel (shown to the caller's function).
+    Message,
+    /// A channel event: a completion on a normal or open channel.
+    Event(ChannelEvent),
+}
 
 /// Extra bad-frame counts a method keeps itself (frames it dropped before
 /// the core saw them).
@@ -34,6 +43,59 @@ impl BclTransport {
     /// The endpoint.
     pub fn endpoint(&self) -> &Endpoint {
         &self.ep
+    }
+
+    /// The endpoint, for channel calls.
+    pub fn endpoint_mut(&mut self) -> &mut Endpoint {
+        &mut self.ep
+    }
+
+    /// The peer: given to a client, learnt by a server from the first
+    /// message.
+    pub fn peer(&self) -> Option<ProcessAddr> {
+        self.peer
+    }
+
+    /// Waits until `deadline` for the next system-channel message (shown to
+    /// `f`) or channel event (returned), whichever comes first; `None` if
+    /// nothing came in time.
+    pub fn recv_any(
+        &mut self,
+        deadline: Instant,
+        f: &mut dyn FnMut(&[u8]),
+    ) -> Result<Option<Incoming>, TransportError> {
+        let until = self.time(deadline);
+        let mut idle_rounds = 0u32;
+        loop {
+            if let Some(ev) = self.ep.poll_channel_event() {
+                self.reap()?;
+                return Ok(Some(Incoming::Event(ev)));
+            }
+            if let Some(d) = self.ep.poll_delivery() {
+                if self.peer.is_none() {
+                    self.peer = Some(d.from);
+                }
+                f(self.ep.message(&d).unwrap_or_default());
+                self.ep
+                    .release(d)
+                    .map_err(|e| TransportError(e.to_string()))?;
+                self.reap()?;
+                return Ok(Some(Incoming::Message));
+            }
+            idle_rounds = idle_rounds.wrapping_add(1);
+            if idle_rounds.is_multiple_of(64) && self.ep.now() >= until {
+                return Ok(None);
+            }
+            self.step(until)?;
+        }
+    }
+
+    /// Puts what the port has ready on the wire now (after a channel call).
+    pub fn transmit(&mut self) -> Result<(), TransportError> {
+        self.ep
+            .transmit()
+            .map(drop)
+            .map_err(|e| TransportError(e.to_string()))
     }
 
     fn time(&self, deadline: Instant) -> Time {
@@ -140,6 +202,14 @@ impl Transport for BclTransport {
 
     fn max_message(&self) -> usize {
         self.ep.port().config().eager_limit
+    }
+
+    fn bcl(&mut self) -> Option<&mut BclTransport> {
+        Some(self)
+    }
+
+    fn has_channels(&self) -> bool {
+        true
     }
 
     fn details(&self) -> String {

@@ -129,9 +129,23 @@ pub struct BwResult {
     pub mbytes_per_s: f64,
     /// Messages per second.
     pub msgs_per_s: f64,
+    /// Messages per window (the receiver acknowledged each window).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<u32>,
+    /// Normal and open channels: messages in flight (channels with a posted
+    /// buffer each, or slots of the open channel's region).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channels: Option<usize>,
 }
 
 impl BwResult {
+    /// The same with the window and the messages in flight it ran with.
+    pub fn with_plan(mut self, window: u32, channels: Option<usize>) -> Self {
+        self.window = Some(window);
+        self.channels = channels;
+        self
+    }
+
     /// The entry for `messages` of `size` bytes delivered in `seconds`.
     pub fn new(size: usize, messages: u64, seconds: f64) -> Self {
         let bytes = messages * size as u64;
@@ -143,6 +157,8 @@ impl BwResult {
             seconds,
             mbytes_per_s: rate(bytes as f64 / 1e6),
             msgs_per_s: rate(messages as f64),
+            window: None,
+            channels: None,
         }
     }
 }
@@ -179,7 +195,10 @@ pub struct BwReport {
     pub tool: String,
     /// The method measured.
     pub method: String,
-    /// `system`: BCL's system channel (eager messages).
+    /// Where BCL's data messages landed: `system` (the system channel,
+    /// eager messages; also written for the channel-less kernel baselines),
+    /// `normal` (normal channels, rendezvous) or `open` (an open channel,
+    /// RMA puts).
     pub channel: String,
     /// `busy-poll` or `blocking`.
     pub mode: String,

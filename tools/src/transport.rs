@@ -54,4 +54,17 @@ pub trait Transport {
     fn details(&self) -> String {
         format!("{:?}", self.counters())
     }
+
+    /// The BCL endpoint behind this transport, if it is one: its normal and
+    /// open channels carry `bcl-bw --channel normal|open` (the kernel
+    /// baselines have no channels).
+    fn bcl(&mut self) -> Option<&mut crate::bcl_transport::BclTransport> {
+        None
+    }
+
+    /// Whether this is a BCL endpoint (with normal and open channels), not
+    /// a baseline.
+    fn has_channels(&self) -> bool {
+        false
+    }
 }

@@ -1,8 +1,9 @@
 //! `bcl-bw`: unidirectional streaming bandwidth of BCL and of the kernel
 //! baselines, BCL-3's method.
 
-use bcl_tools::args::SizeList;
-use bcl_tools::bw::{run_receiver, run_sender, BwOptions, BwOutcome, MIN_SIZE};
+use bcl_tools::args::{parse_size, SizeList};
+use bcl_tools::bw::channels::MAX_DEPTH;
+use bcl_tools::bw::{run_receiver, run_sender, BwOptions, BwOutcome, ChannelKind, MIN_SIZE};
 use bcl_tools::cli::{CommonArgs, Role};
 use bcl_tools::launch::{announce, pin_current_thread, run_in_lab, spawn_pinned, split_pins};
 use bcl_tools::methods::{open_client, open_local_pair, open_server, MethodArg};
@@ -18,7 +19,10 @@ use std::time::{Duration, Instant};
 /// windows of messages, the serving side acknowledges each window once its
 /// volume has arrived (BCL-3's method), and the sender times the windows.
 ///
-/// BCL is measured over the packet, udp or sim method; the kernel-udp and
+/// BCL is measured over the packet, udp or sim method, with its data
+/// messages on the system channel (eager), on normal channels (rendezvous
+/// into buffers the receiver posts) or on an open channel (RMA puts into a
+/// region the receiver registered): --channel. The kernel-udp and
 /// kernel-tcp baselines run the very same loop over plain sockets. Prints an
 /// OSU-style table (MB/s = 10^6 bytes per second). With --verify every
 /// message carries a sequence number and a CRC32C, and the receiver counts
@@ -53,10 +57,43 @@ struct Cli {
     /// corrupted).
     #[arg(long)]
     verify: bool,
+
+    /// Where BCL's data messages land: `system` (eager sends, up to the
+    /// eager limit), `normal` (the receiver posts a buffer per message on
+    /// one of --channels normal channels; rendezvous) or `open` (the sender
+    /// puts messages into a ring of --channels slots the receiver
+    /// registered; RMA). Control messages use the system channel. The
+    /// server follows the client's choice. Kernel baselines have no
+    /// channels.
+    #[arg(long, value_enum, default_value = "system")]
+    channel: ChannelKind,
+
+    /// Normal and open channels: messages in flight (normal: channels, each
+    /// with one posted buffer; open: slots of the region). Default: per
+    /// size, as many as fit 128 MiB, 1 to 16.
+    #[arg(long, value_name = "N")]
+    channels: Option<usize>,
+
+    /// Instead of --iters windows of --window messages, time about BYTES per
+    /// size (K/M/G suffixes): windows of at most BYTES/16 (at least one
+    /// message, at most --window), as many as move BYTES, and a tenth as
+    /// many warm-up windows (at most --warmup). For sweeps up to large
+    /// sizes.
+    #[arg(long, value_name = "BYTES", value_parser = parse_volume)]
+    volume: Option<u64>,
+}
+
+fn parse_volume(text: &str) -> Result<u64, String> {
+    match parse_size(text)? {
+        0 => Err("--volume must be at least 1 byte".into()),
+        v => Ok(v as u64),
+    }
 }
 
 const EXAMPLES: &str = "Examples:
   bcl-bw --method udp --local --verify
+  bcl-bw --method sim --channel normal --sizes 64K,1M,16M --volume 256M --verify
+  bcl-bw --method packet --lab configs/lab/pair.toml --nodes b,a --channel open --sizes 1M --verify
   bcl-bw --method packet --lab configs/lab/pair.toml --nodes a,b --sizes 64K --busy-poll --pin 1,0 --json bw.json
   bcl-bw --method kernel-tcp --lab configs/lab/pair.toml --nodes a,b --sizes 64K";
 
@@ -81,6 +118,23 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
             "--sizes: {s} is below the minimum of {MIN_SIZE} bytes (the per-message header)"
         ));
     }
+    let largest_channel_message = u32::MAX as usize;
+    if cli.channel != ChannelKind::System {
+        if let Some(s) = cli.sizes.0.iter().find(|s| **s > largest_channel_message) {
+            return Err(format!(
+                "--sizes: {s} bytes exceeds the largest message of a {} channel ({largest_channel_message} bytes: BCL's message length has 32 bits)",
+                cli.channel.name()
+            ));
+        }
+    }
+    if let Some(n) = cli.channels {
+        if cli.channel == ChannelKind::System {
+            return Err("--channels applies to --channel normal and --channel open".into());
+        }
+        if !(1..=MAX_DEPTH).contains(&n) {
+            return Err(format!("--channels {n}: must be 1..={MAX_DEPTH}"));
+        }
+    }
     let role = c.role()?;
     let spec = c.spec();
     let timeout = Duration::from_millis(c.timeout_ms);
@@ -93,12 +147,30 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
         verify: cli.verify,
         lossy: c.method == MethodArg::KernelUdp,
         timeout,
+        channel: cli.channel,
+        depth: cli.channels,
+        volume: cli.volume,
     };
     let pins = c.pins();
     let check_sizes = |t: &dyn Transport| -> Result<(), String> {
+        if cli.channel != ChannelKind::System {
+            return match t.has_channels() {
+                true => Ok(()),
+                false => Err(format!(
+                    "--channel {}: method {} is a baseline without BCL's channels (its messages go over one socket or link); leave --channel out",
+                    cli.channel.name(),
+                    c.method.name()
+                )),
+            };
+        }
         match opts.sizes.iter().find(|s| **s > t.max_message()) {
+            Some(s) if t.has_channels() => Err(format!(
+                "--sizes: {s} bytes exceeds the largest message of BCL's system channel over method {} here ({} bytes, the eager limit: a message must fit one receive window of frames); larger messages go through normal channels: add --channel normal",
+                c.method.name(),
+                t.max_message()
+            )),
             Some(s) => Err(format!(
-                "--sizes: {s} bytes exceeds the largest message of method {} here ({} bytes: BCL's system channel holds a message within one receive window of frames; larger messages need normal channels, not implemented yet)",
+                "--sizes: {s} bytes exceeds the largest message of method {} ({} bytes)",
                 c.method.name(),
                 t.max_message()
             )),
@@ -118,7 +190,7 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
             if c.stats {
                 println!("{}", t.details());
             }
-            finish(cli, "receiver", &out, None)
+            finish(cli, "receiver", &out, None, t.has_channels())
         }
         Role::Connect(descriptor) => {
             if let Some(cpu) = pins.and_then(|p| p.first()) {
@@ -130,7 +202,7 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
             if c.stats {
                 println!("{}", t.details());
             }
-            finish(cli, "sender", &out, Some(t.counters()))
+            finish(cli, "sender", &out, Some(t.counters()), t.has_channels())
         }
         Role::Local => {
             let (served, mut client) = open_local_pair(&spec)?;
@@ -157,7 +229,13 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
                 .join()
                 .map_err(|_| "receiver thread panicked".to_string())??
                 .map(drop)?;
-            finish(cli, "sender", &out?, Some(client.counters()))
+            finish(
+                cli,
+                "sender",
+                &out?,
+                Some(client.counters()),
+                client.has_channels(),
+            )
         }
     }
 }
@@ -168,12 +246,13 @@ fn finish(
     role: &str,
     out: &BwOutcome,
     own: Option<TransportCounters>,
+    bcl: bool,
 ) -> Result<ExitCode, String> {
     let c = &cli.common;
     let results: Vec<BwResult> = out
         .results
         .iter()
-        .map(|r| BwResult::new(r.size, r.messages, r.seconds))
+        .map(|r| BwResult::new(r.size, r.messages, r.seconds).with_plan(r.window, r.depth))
         .collect();
     let own = own.unwrap_or_default();
     let counters = BwCounters {
@@ -188,12 +267,32 @@ fn finish(
         out_of_order: v.out_of_order,
         corrupted: v.corrupted,
     });
+    let channel = if bcl {
+        format!(", channel {}", out.channel.name())
+    } else {
+        String::new()
+    };
     println!(
-        "# bcl-bw: method {}, mode {}, {role}, window {} messages",
+        "# bcl-bw: method {}{channel}, mode {}, {role}, window {} messages",
         c.method.name(),
         c.mode_name(),
         cli.window
     );
+    if out
+        .results
+        .iter()
+        .any(|r| r.depth.is_some() || r.window != cli.window)
+    {
+        let plan: Vec<String> = out
+            .results
+            .iter()
+            .map(|r| match r.depth {
+                Some(d) => format!("{}: window {} in flight {d}", r.size, r.window),
+                None => format!("{}: window {}", r.size, r.window),
+            })
+            .collect();
+        println!("# per size: {}", plan.join(", "));
+    }
     if !results.is_empty() {
         print!("{}", bandwidth_table(&results));
     }
@@ -211,7 +310,7 @@ fn finish(
         let report = BwReport {
             tool: "bcl-bw".into(),
             method: c.method.name().into(),
-            channel: "system".into(),
+            channel: out.channel.name().into(),
             mode: c.mode_name().into(),
             role: role.into(),
             results,
@@ -238,6 +337,22 @@ mod tests {
         let cli = Cli::try_parse_from(["bcl-bw", "--sizes", "64,64K", "--verify"]).unwrap();
         assert_eq!(cli.sizes.0, vec![64, 65536]);
         assert!(cli.verify);
+        assert_eq!(cli.channel, ChannelKind::System);
+        let cli = Cli::try_parse_from([
+            "bcl-bw",
+            "--channel",
+            "normal",
+            "--channels",
+            "4",
+            "--volume",
+            "1G",
+        ])
+        .unwrap();
+        assert_eq!(cli.channel, ChannelKind::Normal);
+        assert_eq!(cli.channels, Some(4));
+        assert_eq!(cli.volume, Some(1 << 30));
+        let err = Cli::try_parse_from(["bcl-bw", "--channel", "rdma"]).unwrap_err();
+        assert!(err.to_string().contains("normal"), "{err}");
         let err = Cli::try_parse_from(["bcl-bw", "--window", "x"]).unwrap_err();
         assert!(err.to_string().contains("--window"), "{err}");
     }

@@ -9,16 +9,31 @@
 //! bytes) and start with a 16-byte header: magic `BCLD`, a CRC32C of the
 //! rest (with `--verify`, else 0), and a 64-bit sequence number counting from
 //! 0 per size. Control messages start with magic `BCLC` and a kind:
-//! `BEGIN` (size, window, messages), `ACK` (window, messages received in
-//! it), `END-OF-WINDOW` (lossy transports: "acknowledge what you have"),
-//! `FINISH`, and `REPORT` (the receiver's verify counts and transport
-//! counters), so both sides end with the same counts.
+//! `BEGIN` (size, window, messages, verify, channel kind, messages in
+//! flight), `ACK` (window, messages received in it; the BEGIN's ACK carries
+//! the channels the receiver opened), `END-OF-WINDOW` (lossy transports:
+//! "acknowledge what you have"), `FINISH`, `REPORT` (the receiver's verify
+//! counts and transport counters), so both sides end with the same counts,
+//! and for open channels `NOTICE` and `FREE` (see [`channels`]).
+//!
+//! # Channels
+//!
+//! Over BCL, data messages go through the channel kind the sender chose
+//! ([`ChannelKind`]): the system channel (eager, what `Transport::send`
+//! does), normal channels (rendezvous into buffers the receiver posts) or an
+//! open channel (RMA puts into a region the receiver registered). Control
+//! messages always use the system channel. The receiver follows the
+//! sender's BEGIN, so a server needs no `--channel` of its own. The schemes
+//! that keep the pipe full are described in [`channels`].
 //!
 //! On a lossy transport (kernel UDP) the sender asks for the window's
 //! acknowledgement with END-OF-WINDOW when it does not come, and counts as
 //! delivered only what the receiver saw; control messages are resent until
 //! answered.
 
+pub mod channels;
+
+use crate::bcl_transport::Incoming;
 use crate::transport::{Transport, TransportCounters, TransportError};
 use std::time::{Duration, Instant};
 
@@ -32,10 +47,57 @@ const ACK: u8 = 2;
 const END_OF_WINDOW: u8 = 3;
 const FINISH: u8 = 4;
 const REPORT: u8 = 5;
+/// Open channels: the put of a message is complete (sender to receiver).
+const NOTICE: u8 = 6;
+/// Open channels: the receiver is done with a message's slot.
+const FREE: u8 = 7;
 /// The window number acknowledging a BEGIN.
 const BEGIN_ACK: u32 = u32::MAX;
 /// How often a lossy transport's control messages are resent.
 const RESEND: Duration = Duration::from_millis(20);
+
+/// Where BCL data messages land at the receiver (BCL-3's channel types).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ChannelKind {
+    /// The system channel: eager sends, copied into the receiver's ring;
+    /// messages up to the eager limit.
+    #[default]
+    System,
+    /// Normal channels: the receiver posts a buffer per message, the sender
+    /// rendezvous into it (no size limit below 4 GiB).
+    Normal,
+    /// An open channel: the sender puts messages into a region the receiver
+    /// registered (remote memory access).
+    Open,
+}
+
+impl ChannelKind {
+    /// The name on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            ChannelKind::System => "system",
+            ChannelKind::Normal => "normal",
+            ChannelKind::Open => "open",
+        }
+    }
+
+    fn code(self) -> u64 {
+        match self {
+            ChannelKind::System => 0,
+            ChannelKind::Normal => 1,
+            ChannelKind::Open => 2,
+        }
+    }
+
+    fn from_code(c: u64) -> Option<Self> {
+        match c {
+            0 => Some(ChannelKind::System),
+            1 => Some(ChannelKind::Normal),
+            2 => Some(ChannelKind::Open),
+            _ => None,
+        }
+    }
+}
 
 /// What the receiver found, with `--verify`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -76,6 +138,55 @@ pub struct BwOptions {
     pub lossy: bool,
     /// Longest wait for any acknowledgement.
     pub timeout: Duration,
+    /// Where the data messages land (BCL only).
+    pub channel: ChannelKind,
+    /// Normal and open channels: messages in flight (`None`: chosen per
+    /// size by [`auto_depth`]).
+    pub depth: Option<usize>,
+    /// Time about this many bytes per size instead of `windows` windows of
+    /// `window` messages (see [`plan`]).
+    pub volume: Option<u64>,
+}
+
+/// How one size is run: messages per window, untimed and timed windows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// Messages per window.
+    pub window: u32,
+    /// Untimed windows first.
+    pub warmup: u64,
+    /// Timed windows.
+    pub windows: u64,
+}
+
+/// The plan of `size`: the options' windows, or with a volume `V`: windows
+/// of at most `V / 16` bytes (at least one message, at most `window`), as
+/// many as move `V` bytes (at least one), and a tenth as many warm-up
+/// windows (at least one, at most `warmup`).
+pub fn plan(opts: &BwOptions, size: usize) -> Plan {
+    let Some(volume) = opts.volume else {
+        return Plan {
+            window: opts.window,
+            warmup: opts.warmup,
+            windows: opts.windows,
+        };
+    };
+    let size = size.max(1) as u64;
+    let window = (volume / 16 / size).clamp(1, u64::from(opts.window)) as u32;
+    let windows = (volume / (u64::from(window) * size)).max(1);
+    let warmup = windows.div_ceil(10).min(opts.warmup);
+    Plan {
+        window,
+        warmup,
+        windows,
+    }
+}
+
+/// Messages in flight on normal and open channels when not given: as many
+/// as fit 128 MiB, 1 to 16 (16 × 64 KiB keeps a veth pipe full; a single
+/// 128 MiB message hides its hand-shake on its own).
+pub fn auto_depth(size: usize) -> usize {
+    ((128usize << 20) / size.max(1)).clamp(1, 16)
 }
 
 /// One size's figures.
@@ -83,6 +194,10 @@ pub struct BwOptions {
 pub struct BwSizeResult {
     /// Message size.
     pub size: usize,
+    /// Messages per window.
+    pub window: u32,
+    /// Normal and open channels: messages in flight.
+    pub depth: Option<usize>,
     /// Messages delivered in the timed windows.
     pub messages: u64,
     /// Bytes delivered in the timed windows.
@@ -94,6 +209,8 @@ pub struct BwSizeResult {
 /// The outcome, the same on both sides.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BwOutcome {
+    /// The channel kind of the run (the receiver's: the one it served).
+    pub channel: ChannelKind,
     /// Per size (sender side; empty on the receiver).
     pub results: Vec<BwSizeResult>,
     /// The receiver's counts.
@@ -196,78 +313,20 @@ pub fn run_sender(t: &mut dyn Transport, opts: &BwOptions) -> Result<BwOutcome, 
                 "size {size} is below the minimum of {MIN_SIZE} bytes"
             )));
         }
-        let total_windows = opts.warmup + opts.windows;
-        let count = total_windows * u64::from(opts.window);
-        let begin = control(
-            BEGIN,
-            &[
-                size as u64,
-                u64::from(opts.window),
-                count,
-                u64::from(opts.verify),
-            ],
-        );
-        request(t, &begin, ACK, opts.lossy, opts.timeout, &mut |w| {
-            w.first() == Some(&u64::from(BEGIN_ACK))
-        })?;
-        let mut buf: Vec<u8> = (0..size).map(|k| (k as u8).wrapping_mul(31)).collect();
-        let mut seq = 0u64;
-        let mut delivered = 0u64;
-        let mut t0 = Instant::now();
-        for w in 0..total_windows {
-            if w == opts.warmup {
-                t0 = Instant::now();
-            }
-            let deadline = Instant::now() + opts.timeout;
-            for _ in 0..opts.window {
-                stamp(&mut buf, seq, opts.verify);
-                t.send(&buf, deadline)?;
-                seq += 1;
-            }
-            let wn = w as u32;
-            let mut got = None;
-            let first_wait = if opts.lossy { RESEND } else { opts.timeout };
-            let until = (Instant::now() + first_wait).min(deadline);
-            while got.is_none() {
-                let any = t.recv(until, &mut |m| {
-                    if let Some((ACK, words)) = parse_control(m) {
-                        if words.first() == Some(&u64::from(wn)) {
-                            got = words.get(1).copied();
-                        }
-                    }
+        let p = plan(opts, size);
+        let r = match opts.channel {
+            ChannelKind::System => send_size_system(t, opts, size, p)?,
+            kind => {
+                let b = t.bcl().ok_or_else(|| {
+                    err(format!(
+                        "--channel {}: only BCL methods have channels",
+                        kind.name()
+                    ))
                 })?;
-                if !any {
-                    break;
-                }
+                channels::send_size(b, opts, size, p)?
             }
-            let received = match got {
-                Some(n) => n,
-                None if opts.lossy => {
-                    let eow = control(END_OF_WINDOW, &[u64::from(wn)]);
-                    let rest = deadline.saturating_duration_since(Instant::now());
-                    let words = request(t, &eow, ACK, true, rest, &mut |words| {
-                        words.first() == Some(&u64::from(wn))
-                    })?;
-                    words.get(1).copied().unwrap_or(0)
-                }
-                None => {
-                    return Err(err(format!(
-                        "window {w} of size {size} not acknowledged within {:?}",
-                        opts.timeout
-                    )))
-                }
-            };
-            if w >= opts.warmup {
-                delivered += received;
-            }
-        }
-        let seconds = t0.elapsed().as_secs_f64();
-        results.push(BwSizeResult {
-            size,
-            messages: delivered,
-            bytes: delivered * size as u64,
-            seconds,
-        });
+        };
+        results.push(r);
     }
     let words = request(
         t,
@@ -279,6 +338,7 @@ pub fn run_sender(t: &mut dyn Transport, opts: &BwOptions) -> Result<BwOutcome, 
     )?;
     let w = |i: usize| words.get(i).copied().unwrap_or(0);
     Ok(BwOutcome {
+        channel: opts.channel,
         results,
         verify: Verify {
             delivered: w(0),
@@ -291,6 +351,110 @@ pub fn run_sender(t: &mut dyn Transport, opts: &BwOptions) -> Result<BwOutcome, 
             retransmits: w(5),
             bad_frames: w(6),
         },
+    })
+}
+
+/// The BEGIN of a size: size, window, messages, verify, channel kind,
+/// messages in flight.
+fn begin_message(size: usize, p: Plan, verify: bool, kind: ChannelKind, depth: usize) -> Vec<u8> {
+    let count = (p.warmup + p.windows) * u64::from(p.window);
+    control(
+        BEGIN,
+        &[
+            size as u64,
+            u64::from(p.window),
+            count,
+            u64::from(verify),
+            kind.code(),
+            depth as u64,
+        ],
+    )
+}
+
+/// A message of `size` bytes filled with the data pattern (its header is
+/// stamped per send).
+fn data_buffer(size: usize) -> Vec<u8> {
+    let block: Vec<u8> = (0..size.min(4096))
+        .map(|k| (k as u8).wrapping_mul(31))
+        .collect();
+    let mut buf = Vec::with_capacity(size);
+    while buf.len() < size {
+        let n = (size - buf.len()).min(block.len());
+        buf.extend_from_slice(&block[..n]);
+    }
+    buf
+}
+
+/// One size over the system channel (and the kernel baselines).
+fn send_size_system(
+    t: &mut dyn Transport,
+    opts: &BwOptions,
+    size: usize,
+    p: Plan,
+) -> Result<BwSizeResult, TransportError> {
+    let total_windows = p.warmup + p.windows;
+    let begin = begin_message(size, p, opts.verify, ChannelKind::System, 0);
+    request(t, &begin, ACK, opts.lossy, opts.timeout, &mut |w| {
+        w.first() == Some(&u64::from(BEGIN_ACK))
+    })?;
+    let mut buf = data_buffer(size);
+    let mut seq = 0u64;
+    let mut delivered = 0u64;
+    let mut t0 = Instant::now();
+    for w in 0..total_windows {
+        if w == p.warmup {
+            t0 = Instant::now();
+        }
+        let deadline = Instant::now() + opts.timeout;
+        for _ in 0..p.window {
+            stamp(&mut buf, seq, opts.verify);
+            t.send(&buf, deadline)?;
+            seq += 1;
+        }
+        let wn = w as u32;
+        let mut got = None;
+        let first_wait = if opts.lossy { RESEND } else { opts.timeout };
+        let until = (Instant::now() + first_wait).min(deadline);
+        while got.is_none() {
+            let any = t.recv(until, &mut |m| {
+                if let Some((ACK, words)) = parse_control(m) {
+                    if words.first() == Some(&u64::from(wn)) {
+                        got = words.get(1).copied();
+                    }
+                }
+            })?;
+            if !any {
+                break;
+            }
+        }
+        let received = match got {
+            Some(n) => n,
+            None if opts.lossy => {
+                let eow = control(END_OF_WINDOW, &[u64::from(wn)]);
+                let rest = deadline.saturating_duration_since(Instant::now());
+                let words = request(t, &eow, ACK, true, rest, &mut |words| {
+                    words.first() == Some(&u64::from(wn))
+                })?;
+                words.get(1).copied().unwrap_or(0)
+            }
+            None => {
+                return Err(err(format!(
+                    "window {w} of size {size} not acknowledged within {:?}",
+                    opts.timeout
+                )))
+            }
+        };
+        if w >= p.warmup {
+            delivered += received;
+        }
+    }
+    Ok(BwSizeResult {
+        size,
+        window: p.window,
+        depth: None,
+        messages: delivered,
+        bytes: delivered * size as u64,
+        seconds: t0.elapsed().as_secs_f64(),
     })
 }
 
@@ -348,7 +512,7 @@ impl SizeState {
 
 /// The receiving side: answers until the sender says FINISH (or nothing
 /// comes for `idle`), then reports. Waits `first_wait` for the first
-/// message.
+/// message. Over BCL it serves whichever channel kind each BEGIN asks for.
 pub fn run_receiver(
     t: &mut dyn Transport,
     first_wait: Duration,
@@ -356,13 +520,15 @@ pub fn run_receiver(
 ) -> Result<BwOutcome, TransportError> {
     let mut v = Verify::default();
     let mut state: Option<SizeState> = None;
+    let mut chans = channels::RxChannels::default();
+    let mut served = ChannelKind::System;
     let mut wait = first_wait;
     let mut reply: Vec<Vec<u8>> = Vec::new();
     let mut finished = false;
     while !finished {
         let mut ctrl = None;
         let mut ack = None;
-        let got = t.recv(Instant::now() + wait, &mut |m| {
+        let mut on_message = |m: &[u8]| {
             if let Some(c) = parse_control(m) {
                 ctrl = Some(c);
             } else if let Some(s) = state.as_mut() {
@@ -370,19 +536,39 @@ pub fn run_receiver(
             } else {
                 v.corrupted += 1;
             }
-        })?;
-        if !got {
-            return Err(err(format!("nothing from the sender within {wait:?}")));
-        }
+        };
+        let deadline = Instant::now() + wait;
+        let got = match t.bcl() {
+            Some(b) => b.recv_any(deadline, &mut on_message)?,
+            None => t
+                .recv(deadline, &mut on_message)?
+                .then_some(Incoming::Message),
+        };
+        let event = match got {
+            None => return Err(err(format!("nothing from the sender within {wait:?}"))),
+            Some(Incoming::Message) => None,
+            Some(Incoming::Event(ev)) => Some(ev),
+        };
         wait = idle;
         if let Some((w, n)) = ack {
             reply.push(control(ACK, &[w, n]));
+        }
+        if let Some(ev) = event {
+            // Only BCL transports have channel events.
+            if let Some(b) = t.bcl() {
+                chans.on_event(b, ev, &mut state, &mut v, &mut reply)?;
+            }
         }
         match ctrl {
             Some((BEGIN, words)) if words.len() >= 4 => {
                 close_size(&mut state, &mut v);
                 let (size, window, count) = (words[0] as usize, words[1].max(1), words[2]);
                 let seen_len = usize::try_from(count).map_err(|_| err("BEGIN: count too large"))?;
+                let kind = words
+                    .get(4)
+                    .map_or(Some(ChannelKind::System), |c| ChannelKind::from_code(*c))
+                    .ok_or_else(|| err("BEGIN: unknown channel kind"))?;
+                let depth = words.get(5).copied().unwrap_or(0);
                 state = Some(SizeState {
                     size,
                     window,
@@ -394,7 +580,11 @@ pub fn run_receiver(
                     cur_window: 0,
                     cur_count: 0,
                 });
-                reply.push(control(ACK, &[u64::from(BEGIN_ACK), 0]));
+                let opened = chans.begin(t.bcl(), kind, size, depth, count)?;
+                served = kind;
+                let mut words = vec![u64::from(BEGIN_ACK), 0];
+                words.extend(opened);
+                reply.push(control(ACK, &words));
             }
             Some((END_OF_WINDOW, words)) => {
                 let w = words.first().copied().unwrap_or(0);
@@ -403,6 +593,13 @@ pub fn run_receiver(
                     .filter(|s| s.cur_window == w)
                     .map_or(0, |s| s.cur_count);
                 reply.push(control(ACK, &[w, n]));
+            }
+            Some((NOTICE, words)) => {
+                let seq = words.first().copied().unwrap_or(u64::MAX);
+                match t.bcl() {
+                    Some(b) => chans.on_notice(b, seq, &mut state, &mut v, &mut reply)?,
+                    None => v.corrupted += 1,
+                }
             }
             Some((FINISH, _)) => finished = true,
             Some(_) => v.corrupted += 1,
@@ -413,6 +610,9 @@ pub fn run_receiver(
         }
     }
     close_size(&mut state, &mut v);
+    if let Some(b) = t.bcl() {
+        chans.close(b);
+    }
     let c = t.counters();
     let report = control(
         REPORT,
@@ -444,6 +644,7 @@ pub fn run_receiver(
         }
     }
     Ok(BwOutcome {
+        channel: served,
         results: Vec::new(),
         verify: v,
         receiver: t.counters(),
