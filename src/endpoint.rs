@@ -34,7 +34,7 @@ use bcl_core::{
     ConfigError, Delivery, JobKey, PortConfig, ProcessAddr, SendEvent, SendFailure, SendHandle,
     Time,
 };
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -172,7 +172,7 @@ impl EndpointBuilder {
             clock: self
                 .clock
                 .unwrap_or_else(|| Arc::new(MonotonicClock::new())),
-            directory: HashMap::new(),
+            directory: Default::default(),
             send_events: VecDeque::new(),
             channel_events: VecDeque::new(),
         })
@@ -187,7 +187,8 @@ pub struct Endpoint {
     stats: EngineStats,
     methods: Vec<Box<dyn Method>>,
     clock: Arc<dyn Clock>,
-    directory: HashMap<ProcessAddr, Vec<Descriptor>>,
+    /// Peers' descriptors and tables, the selection policy, link records.
+    directory: crate::cluster::Directory,
     /// Send events taken from the port while waiting for another one.
     send_events: VecDeque<SendEvent>,
     /// Channel events taken from the port while waiting for another one.
@@ -265,7 +266,35 @@ impl Endpoint {
 
     /// Tells the endpoint that `addr` can be reached at `descriptor`.
     pub fn add_peer(&mut self, addr: ProcessAddr, descriptor: Descriptor) {
-        self.directory.entry(addr).or_default().push(descriptor);
+        self.directory.add(addr, descriptor);
+    }
+
+    /// Tells the endpoint every method `addr` can be reached by (its
+    /// descriptor table); with a [policy](Endpoint::set_policy) the method
+    /// is chosen from it on first send.
+    pub fn add_peer_table(
+        &mut self,
+        addr: ProcessAddr,
+        table: crate::cluster::descriptor::DescriptorTable,
+    ) {
+        self.directory.add_table(addr, table);
+    }
+
+    /// Chooses methods per peer by `policy` from now on (see
+    /// [`crate::cluster`]).
+    pub fn set_policy(&mut self, policy: crate::cluster::LocalPolicy) {
+        self.directory.set_policy(policy);
+    }
+
+    /// The policy set with [`Endpoint::set_policy`].
+    pub fn policy(&self) -> Option<&crate::cluster::LocalPolicy> {
+        self.directory.policy()
+    }
+
+    /// The link to `addr`: the method chosen and why (or why none), once
+    /// the link exists.
+    pub fn link(&self, addr: ProcessAddr) -> Option<crate::cluster::select::LinkRecord> {
+        crate::cluster::link(&self.directory, &self.methods, &self.port, addr)
     }
 
     /// The earliest instant a timer of the port is due.
@@ -395,25 +424,16 @@ impl Endpoint {
         Ok(moved)
     }
 
-    /// Finds the first method (in the endpoint's order) that can reach
-    /// `addr` through a known descriptor, or fails the peer's sends.
+    /// Opens the route to `addr` (by policy, see [`crate::cluster`]), or
+    /// fails the peer's sends.
     fn route(&mut self, addr: ProcessAddr, now: Time) {
-        let descriptors = self.directory.get(&addr).map(Vec::as_slice).unwrap_or(&[]);
-        for (i, m) in self.methods.iter_mut().enumerate() {
-            let name = m.name();
-            for d in descriptors.iter().filter(|d| d.method == name) {
-                if let Ok(link) = m.open_link(d) {
-                    let route = Route {
-                        method: i as u8,
-                        link,
-                    };
-                    if self.port.set_route(now, addr, route).is_ok() {
-                        return;
-                    }
-                }
-            }
-        }
-        self.port.fail_sends_to(addr, SendFailure::NoRoute(addr));
+        crate::cluster::route(
+            &mut self.directory,
+            &mut self.methods,
+            &mut self.port,
+            addr,
+            now,
+        );
     }
 
     /// Accepts `data` for delivery to `dst` (see [`Port::send`]).

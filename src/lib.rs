@@ -40,6 +40,7 @@
 
 pub mod channels;
 pub mod clock;
+pub mod cluster;
 pub mod endpoint;
 mod shm_engine;
 pub mod simnet;

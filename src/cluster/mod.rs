@@ -1,0 +1,325 @@
+//! Heterogeneous clusters: descriptor tables, the resource database, NIC
+//! selection, per-peer method selection and bootstrap.
+//!
+//! - [`descriptor`]: the table of methods a process publishes.
+//! - [`resources`]: the cluster configuration (`configs/*.toml`).
+//! - [`nics`]: this host's interfaces and which is on which fabric.
+//! - [`select`]: the policy (same node → `shm`; same fabric → `vfio`,
+//!   `afxdp`, `packet`; otherwise `udp`), pins (`BCL_METHODS`), and the
+//!   per-link record of the choice.
+//!
+//! An [`Endpoint`](crate::Endpoint) given a [`LocalPolicy`]
+//! ([`Endpoint::set_policy`](crate::Endpoint::set_policy)) and its peers'
+//! tables ([`Endpoint::add_peer_table`](crate::Endpoint::add_peer_table))
+//! chooses each peer's method on first send and records why
+//! ([`Endpoint::link`](crate::Endpoint::link)). Without a policy it keeps
+//! the plain behaviour: the first method in its own order that opens one of
+//! the peer's descriptors.
+
+pub mod descriptor;
+pub mod nics;
+pub mod resources;
+pub mod select;
+
+use bcl_core::method::{Descriptor, Method, Route};
+use bcl_core::port::Port;
+use bcl_core::{ProcessAddr, SendFailure, Time};
+use descriptor::DescriptorTable;
+use select::{LinkRecord, Policy};
+use std::collections::HashMap;
+
+/// Every method name the resource database and pins accept.
+pub const KNOWN_METHODS: [&str; 6] = ["shm", "vfio", "afxdp", "packet", "udp", "sim"];
+
+/// The default preference: node-local first, then user-space NICs, then
+/// kernel raw Ethernet, then routed UDP.
+pub const DEFAULT_PREFERENCE: [&str; 5] = ["shm", "vfio", "afxdp", "packet", "udp"];
+
+/// This node's identity: processes with equal identities can share memory.
+/// The boot id (one boot of one machine) plus the network namespace, so
+/// that lab nodes (one namespace each) are different nodes.
+pub fn node_identity() -> String {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let boot: String = boot
+        .trim()
+        .chars()
+        .filter(char::is_ascii_hexdigit)
+        .take(8)
+        .collect();
+    let netns = std::fs::metadata("/proc/self/ns/net")
+        .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+        .unwrap_or(0);
+    format!("{boot}-{netns:x}")
+}
+
+/// What an endpoint needs to choose methods by policy: its own table (its
+/// methods' descriptors with their fabrics and its node) and the policy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LocalPolicy {
+    /// This process's table.
+    pub table: DescriptorTable,
+    /// The order and pin.
+    pub policy: Policy,
+}
+
+/// The endpoint's knowledge of its peers: plain descriptors, descriptor
+/// tables, the policy and the record of every link's choice.
+#[derive(Default)]
+pub(crate) struct Directory {
+    descriptors: HashMap<ProcessAddr, Vec<Descriptor>>,
+    tables: HashMap<ProcessAddr, DescriptorTable>,
+    policy: Option<LocalPolicy>,
+    links: HashMap<ProcessAddr, LinkRecord>,
+}
+
+impl Directory {
+    pub(crate) fn add(&mut self, addr: ProcessAddr, d: Descriptor) {
+        self.descriptors.entry(addr).or_default().push(d);
+    }
+
+    pub(crate) fn add_table(&mut self, addr: ProcessAddr, t: DescriptorTable) {
+        self.tables.insert(addr, t);
+    }
+
+    pub(crate) fn set_policy(&mut self, p: LocalPolicy) {
+        self.policy = Some(p);
+    }
+
+    pub(crate) fn policy(&self) -> Option<&LocalPolicy> {
+        self.policy.as_ref()
+    }
+}
+
+/// Opens the route to `addr`: by policy when the endpoint has one and
+/// knows the peer's table, else the first method in the endpoint's order
+/// that opens one of the peer's descriptors. Records the choice; a peer
+/// nothing reaches has its sends failed.
+pub(crate) fn route(
+    dir: &mut Directory,
+    methods: &mut [Box<dyn Method>],
+    port: &mut Port,
+    addr: ProcessAddr,
+    now: Time,
+) {
+    let mut open = |methods: &mut [Box<dyn Method>], i: usize, d: &Descriptor| {
+        let link = methods[i].open_link(d).map_err(|e| e.to_string())?;
+        let route = Route {
+            method: i as u8,
+            link,
+        };
+        port.set_route(now, addr, route).map_err(|e| e.to_string())
+    };
+    let record = match (&dir.policy, dir.tables.get(&addr)) {
+        (Some(local), Some(peer)) => {
+            let (found, mut passed) = select::candidates(&local.table, peer, &local.policy);
+            let mut chosen = None;
+            for c in found {
+                let local_d = c.local.descriptor();
+                let Some(i) = methods.iter().position(|m| m.descriptor() == local_d) else {
+                    passed.push(format!(
+                        "{}: no open method has descriptor {local_d}",
+                        c.method
+                    ));
+                    continue;
+                };
+                match open(methods, i, &c.peer.descriptor()) {
+                    Ok(()) => {
+                        let before: Vec<String> = passed.clone();
+                        chosen = Some(LinkRecord {
+                            method: Some(c.method.clone()),
+                            descriptor: Some(c.peer.descriptor()),
+                            reason: select::explain(&c, &before, &local.policy),
+                        });
+                        break;
+                    }
+                    Err(e) => passed.push(format!("{}: opening the link failed: {e}", c.method)),
+                }
+            }
+            chosen.unwrap_or_else(|| LinkRecord {
+                method: None,
+                descriptor: None,
+                reason: select::no_route(&passed, &local.policy),
+            })
+        }
+        (policy, table) => {
+            let mut all: Vec<Descriptor> = dir.descriptors.get(&addr).cloned().unwrap_or_default();
+            if let Some(t) = table {
+                all.extend(t.entries.iter().map(|e| e.descriptor()));
+            }
+            let allowed = |name: &str| policy.as_ref().is_none_or(|p| p.policy.allows(name));
+            let mut failures = Vec::new();
+            let mut chosen = None;
+            'outer: for i in 0..methods.len() {
+                let name = methods[i].name();
+                if !allowed(name) {
+                    continue;
+                }
+                for d in all.iter().filter(|d| d.method == name) {
+                    match open(methods, i, d) {
+                        Ok(()) => {
+                            chosen = Some(LinkRecord {
+                                method: Some(name.to_string()),
+                                descriptor: Some(d.clone()),
+                                reason: format!(
+                                    "{name}: the first method in the endpoint's order that opens one of the peer's descriptors (no descriptor table for the peer)"
+                                ),
+                            });
+                            break 'outer;
+                        }
+                        Err(e) => failures.push(format!("{d}: {e}")),
+                    }
+                }
+            }
+            chosen.unwrap_or_else(|| LinkRecord {
+                method: None,
+                descriptor: None,
+                reason: if all.is_empty() {
+                    "no descriptor known for the peer".to_string()
+                } else {
+                    format!(
+                        "no method of this endpoint opens the peer's descriptors ({}){}",
+                        all.iter()
+                            .map(|d| d.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        if failures.is_empty() {
+                            String::new()
+                        } else {
+                            format!(": {}", failures.join("; "))
+                        }
+                    )
+                },
+            })
+        }
+    };
+    let failed = record.method.is_none();
+    dir.links.insert(addr, record);
+    if failed {
+        port.fail_sends_to(addr, SendFailure::NoRoute(addr));
+    }
+}
+
+/// The record of `addr`'s link: the one made on first send, or, when the
+/// peer's frames opened the link first, the method they came in on.
+pub(crate) fn link(
+    dir: &Directory,
+    methods: &[Box<dyn Method>],
+    port: &Port,
+    addr: ProcessAddr,
+) -> Option<LinkRecord> {
+    if let Some(r) = dir.links.get(&addr) {
+        return Some(r.clone());
+    }
+    let route = port.peer_info(addr)?.route?;
+    let name = methods.get(usize::from(route.method))?.name();
+    Some(LinkRecord {
+        method: Some(name.to_string()),
+        descriptor: None,
+        reason: format!("{name}: the peer's first frame came in on it (the peer chose)"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Endpoint;
+    use bcl_core::JobKey;
+    use bcl_sim::{FabricConfig, SimFabric};
+    use select::Pin;
+
+    fn endpoint(fabric: &SimFabric, node: u32) -> Endpoint {
+        Endpoint::builder(ProcessAddr::new(node, 0), JobKey(9))
+            .method(Box::new(fabric.endpoint()))
+            .clock(fabric.clock())
+            .build()
+            .unwrap()
+    }
+
+    fn table(ep: &Endpoint, node: &str) -> DescriptorTable {
+        let mut t = DescriptorTable::new(node, node);
+        for d in ep.descriptors() {
+            t.push(&d, Some("S"));
+        }
+        t
+    }
+
+    #[test]
+    fn the_endpoint_records_the_chosen_method_and_why() {
+        let fabric = SimFabric::new(FabricConfig::default());
+        let mut a = endpoint(&fabric, 1);
+        let mut b = endpoint(&fabric, 2);
+        let (ta, tb) = (table(&a, "n1"), table(&b, "n2"));
+        let policy = Policy::new(&["shm".into(), "sim".into(), "udp".into()], None);
+        a.set_policy(LocalPolicy {
+            table: ta.clone(),
+            policy: policy.clone(),
+        });
+        b.set_policy(LocalPolicy {
+            table: tb.clone(),
+            policy,
+        });
+        a.add_peer_table(b.local(), tb);
+        b.add_peer_table(a.local(), ta);
+        assert!(a.link(b.local()).is_none());
+        a.send(b.local(), b"hi").unwrap();
+        let d = loop {
+            a.progress().unwrap();
+            b.progress().unwrap();
+            if let Some(d) = b.poll_delivery() {
+                break d;
+            }
+        };
+        assert_eq!(b.message(&d).unwrap(), b"hi");
+        let r = a.link(b.local()).unwrap();
+        assert_eq!(r.method.as_deref(), Some("sim"));
+        assert!(
+            r.reason
+                .starts_with("sim: same fabric S; passed over: shm: not open here"),
+            "{}",
+            r.reason
+        );
+        // b never sent: its link came from a's first frame.
+        let r = b.link(a.local()).unwrap();
+        assert_eq!(r.method.as_deref(), Some("sim"));
+        assert!(r.reason.contains("the peer chose"), "{}", r.reason);
+    }
+
+    #[test]
+    fn a_pin_nothing_honours_fails_the_sends_and_says_why() {
+        let fabric = SimFabric::new(FabricConfig::default());
+        let mut a = endpoint(&fabric, 1);
+        let b = endpoint(&fabric, 2);
+        let pin = Pin::parse("udp", "BCL_METHODS=udp").unwrap();
+        a.set_policy(LocalPolicy {
+            table: table(&a, "n1"),
+            policy: Policy::new(&[], Some(pin)),
+        });
+        a.add_peer_table(b.local(), table(&b, "n2"));
+        let h = a.send(b.local(), b"x").unwrap();
+        let err = a
+            .wait_send(h, std::time::Duration::from_secs(5))
+            .unwrap_err();
+        assert!(err.to_string().contains("route"), "{err}");
+        let r = a.link(b.local()).unwrap();
+        assert_eq!(r.method, None);
+        assert!(
+            r.reason.contains("restricted by BCL_METHODS=udp"),
+            "{}",
+            r.reason
+        );
+        assert!(r.reason.contains("udp: not open here"), "{}", r.reason);
+    }
+
+    #[test]
+    fn without_a_policy_the_first_method_that_opens_wins() {
+        let fabric = SimFabric::new(FabricConfig::default());
+        let mut a = endpoint(&fabric, 1);
+        let b = endpoint(&fabric, 2);
+        a.add_peer(b.local(), b.descriptors()[0].clone());
+        a.send(b.local(), b"x").unwrap();
+        a.progress().unwrap();
+        let r = a.link(b.local()).unwrap();
+        assert_eq!(r.method.as_deref(), Some("sim"));
+        assert!(r.reason.contains("first method"), "{}", r.reason);
+    }
+}
