@@ -8,7 +8,15 @@
 # the ratios against the issue-3 targets, and appends the table with its
 # command, date, commit and machine load to docs/PERFORMANCE.md.
 #
-#   bench/veth-compare.sh [--iters N] [--bw-iters N] [--no-append]
+# Then the AF_XDP rows (issue 5), on configs/lab/pair-xdp.toml (veth MTU
+# 3500, the largest native XDP takes with 4 KiB UMEM chunks), busy-poll,
+# same pinning: BCL over `afxdp`, the bare AF_XDP floor `afxdp-raw` and
+# kernel UDP (64 B and 1 KiB round trips), the 16 B message rate (the
+# smallest bcl-bw message) of afxdp and afxdp-raw, and 64 KiB bandwidth of
+# afxdp against kernel TCP on the same veth; ratios against the issue-5
+# targets, appended to their own section of docs/PERFORMANCE.md.
+#
+#   bench/veth-compare.sh [--iters N] [--bw-iters N] [--no-append] [--afxdp-only | --no-afxdp]
 #
 # Needs root. Builds the release tools first (CARGO_TARGET_DIR is honoured).
 set -euo pipefail
@@ -17,12 +25,17 @@ cd "$(dirname "$0")/.."
 ITERS=20000
 BW_ITERS=100
 APPEND=1
+ISSUE3=1
+AFXDP=1
+ARGS="$*"
 while [ $# -gt 0 ]; do
   case "$1" in
     --iters) ITERS=$2; shift 2 ;;
     --bw-iters) BW_ITERS=$2; shift 2 ;;
     --no-append) APPEND=0; shift ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    --afxdp-only) ISSUE3=0; shift ;;
+    --no-afxdp) AFXDP=0; shift ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "veth-compare: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -33,6 +46,11 @@ BIN=${CARGO_TARGET_DIR:-target}/release
 LAB=configs/lab/pair.toml
 export BCL_LAB_PREFIX=bl-vcmp
 OUT=$(mktemp -d /tmp/veth-compare.XXXXXX)
+
+if [ "$AFXDP" = 1 ]; then
+  bench/afxdp-rows.sh "$BIN" "$OUT" "$ITERS" "$BW_ITERS" "$APPEND" "bench/veth-compare.sh $ARGS"
+fi
+[ "$ISSUE3" = 1 ] || { echo "raw JSON and .hgrm files: $OUT"; exit 0; }
 
 "$BIN/bcl-lab" down "$LAB" >/dev/null 2>&1 || true
 "$BIN/bcl-lab" up "$LAB" >/dev/null
