@@ -88,6 +88,10 @@ pub struct PortStats {
     pub ring_full_drops: u64,
     /// NAK(ring full) received: times this port had to back off.
     pub ring_full_backoffs: u64,
+    /// Frames or messages a reliable method (shared memory) offered while
+    /// the ring was full: refused for now, kept by the method and offered
+    /// again (back-pressure, not loss).
+    pub rx_backpressure: u64,
     /// Times this port dropped a peer's out-of-order messages to make room
     /// for the one it needed next.
     pub reneged: u64,

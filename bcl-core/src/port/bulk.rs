@@ -279,7 +279,7 @@ impl Port {
             return true;
         }
         let Some(slot) = self.ring.alloc(bytes.len()) else {
-            self.stats.ring_full_drops += 1;
+            self.stats.rx_backpressure += 1;
             return false;
         };
         if let Some(dst) = self.ring.bytes_mut(slot) {

@@ -361,6 +361,14 @@ fn sends_over_a_reliable_method_complete_only_when_written() {
         done,
         vec![SendEvent::Complete(h[0]), SendEvent::Complete(h[1])]
     );
+    // The third waits in the method: no timer, no retransmission, however
+    // long it waits.
+    assert_eq!(pair.ports[0].poll_timeout(), None);
+    let later = pair.now + std::time::Duration::from_secs(30);
+    pair.ports[0].handle_timeout(later);
+    let mut buf = vec![0u8; RELIABLE.mtu];
+    assert!(pair.ports[0].poll_transmit(0, later, &mut buf).is_none());
+    assert_eq!(pair.ports[0].stats().retransmits, 0);
     pair.ports[0].confirm_written(pair.now, addr(1), 3);
     assert_eq!(
         pair.ports[0].poll_send_event(),

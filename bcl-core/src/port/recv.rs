@@ -160,9 +160,7 @@ impl Port {
             h.frag_offset.get(),
             now,
         ) {
-            let p = &mut self.peers[idx as usize];
-            p.stats.ring_full_drops += 1;
-            self.stats.ring_full_drops += 1;
+            self.stats.rx_backpressure += 1;
             return false;
         }
         self.deliver(idx, now);

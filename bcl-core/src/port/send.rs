@@ -581,7 +581,8 @@ impl Port {
         if p.retx_from.before(ack) {
             p.retx_from = ack;
         }
-        p.rto_deadline = if p.una == p.next_seq {
+        // A reliable method never loses what it wrote: no timer.
+        p.rto_deadline = if p.una == p.next_seq || p.reliable {
             Time::NEVER
         } else {
             now + p.rtt.rto(&self.cfg.rto)

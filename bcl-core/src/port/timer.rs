@@ -46,7 +46,7 @@ impl Port {
                 }
             }
             if p.rto_deadline <= now {
-                if p.una != p.next_seq {
+                if p.una != p.next_seq && !p.reliable {
                     self.on_retransmission_timeout(idx, now);
                 } else {
                     self.peers[idx as usize].rto_deadline = Time::NEVER;
