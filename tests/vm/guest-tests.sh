@@ -7,22 +7,101 @@
 #   $MAC_A, $MAC_B   their MAC addresses
 #   $NIC_C, $NIC_D   two more virtio-net NICs in ONE IOMMU group (behind a
 #                    PCIe-to-PCI bridge), for the group-viability test
-#   busybox applets, and every binary built by run.sh (bcl-vfio, plus
-#   those named in BCL_VM_EXTRA_BINS, e.g. bcl-pingpong, bcl-bw)
+#   $NIC_E, $MAC_E   a fifth virtio-net NIC, on a tap into a host network
+#                    namespace where BCL servers run on AF_PACKET (when
+#                    $MIXED = 1): bcl-pingpong at $HOST_PP_DESC and bcl-bw
+#                    --verify at $HOST_BW_DESC (EtherType $HOST_BW_ETHERTYPE)
+#   busybox applets, and every binary built by run.sh (bcl-vfio,
+#   bcl-pingpong, bcl-bw, plus those named in BCL_VM_EXTRA_BINS)
 # To add a test, add a line here (and, for a new binary, name it in
 # BCL_VM_EXTRA_BINS, e.g. in the environment of run.sh or in vm.rs).
+
+# serve_connect TOOL "SERVER ARGS" "CLIENT ARGS": runs TOOL SERVER_ARGS
+# --serve in the background, passes the descriptor of its `listening:` line
+# to TOOL CLIENT_ARGS --connect, and succeeds when both exit 0 (one
+# process per NIC, as on two hosts). Prints both outputs.
+serve_connect() {
+  tool=$1 sargs=$2 cargs=$3 out=/tmp/$1.server.out
+  $tool $sargs --serve > $out 2>&1 &
+  spid=$!
+  desc=""
+  i=0
+  while [ $i -lt 300 ]; do
+    desc=$(sed -n 's/^listening: //p' $out)
+    [ -n "$desc" ] && break
+    kill -0 $spid 2>/dev/null || break
+    sleep 0.1
+    i=$((i + 1))
+  done
+  if [ -z "$desc" ]; then
+    echo "$tool server did not print its descriptor:"; cat $out
+    kill $spid 2>/dev/null; wait $spid
+    return 1
+  fi
+  echo "server: listening: $desc"
+  $tool $cargs --connect "$desc"
+  crc=$?
+  wait $spid
+  src=$?
+  sed 's/^/server: /' $out
+  echo "client exit $crc, server exit $src"
+  [ $crc = 0 ] && [ $src = 0 ]
+}
+
+# Runs a mixed (guest VFIO <-> host AF_PACKET) test only when run.sh set
+# up the host side.
+mixed() {
+  if [ "$MIXED" != 1 ]; then echo "SKIP: BCL_VM_MIXED=0 (no host side)"; return 0; fi
+  "$@"
+}
+
+# host_connects TOOL ARGS: runs TOOL ARGS --serve in the background and
+# prints "BCL-VM-HOST-CONNECT: DESCRIPTOR", on which run.sh starts a bcl-bw
+# client on the host side of the tap (AF_PACKET, EtherType
+# $HOST_REV_ETHERTYPE, --verify); succeeds when the server exits 0.
+host_connects() {
+  out=/tmp/host-connects.out
+  "$@" --serve > $out 2>&1 &
+  spid=$!
+  desc=""
+  i=0
+  while [ $i -lt 300 ]; do
+    desc=$(sed -n 's/^listening: //p' $out)
+    [ -n "$desc" ] && break
+    kill -0 $spid 2>/dev/null || break
+    sleep 0.1
+    i=$((i + 1))
+  done
+  [ -n "$desc" ] && echo "BCL-VM-HOST-CONNECT: $desc"
+  wait $spid
+  src=$?
+  cat $out
+  echo "server exit $src"
+  [ $src = 0 ]
+}
+
+# Settings of the BCL runs: generous timeouts, since a TCG guest on a loaded
+# host can stall for a long time.
+PP="--sizes 8,1400,16K --iters 300 --warmup 30 --timeout-ms 60000"
+BW="--sizes 64,1400,16K --iters 8 --warmup 2 --window 32 --verify --timeout-ms 60000"
 
 run setup          bcl-vfio setup --hugepages 32 --modules-dir /lib/modules
 run list-kernel    bcl-vfio list
 run refuse-in-use  sh -c 'i=$(ls /sys/bus/pci/devices/$NIC_A/virtio*/net); ip link set $i up; out=$(bcl-vfio bind $NIC_A 2>&1); rc=$?; ip link set $i down; echo "$out"; [ $rc != 0 ] && echo "$out" | grep -q "in use"'
-run bind           bcl-vfio bind "$NIC_A" "$NIC_B"
-run list-vfio      sh -c 'bcl-vfio list && test "$(bcl-vfio list --json | grep -c "\"usable\": true")" = 2'
+run bind           bcl-vfio bind "$NIC_A" "$NIC_B" "$NIC_E"
+run list-vfio      sh -c 'bcl-vfio list && test "$(bcl-vfio list --json | grep -c "\"usable\": true")" = 3'
 run check-a        bcl-vfio check --require-reset "$NIC_A"
 run check-b        bcl-vfio check --require-reset "$NIC_B"
 run dma-4k-fallback sh -c 'h=/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages; n=$(cat $h); echo 0 > $h; out=$(bcl-vfio check $NIC_B); rc=$?; echo $n > $h; echo "$out"; [ $rc = 0 ] && echo "$out" | grep -q "(4 KiB pages"'
 run exchange       bcl-vfio exchange "$NIC_A" "$NIC_B" --frames 1000
 run exchange-poll  bcl-vfio exchange "$NIC_A" "$NIC_B" --frames 500 --no-interrupts --queue-size 8
+run pingpong       serve_connect bcl-pingpong "--method vfio --pci $NIC_A" "--method vfio --pci $NIC_B $PP"
+run pingpong-poll  serve_connect bcl-pingpong "--method vfio --pci $NIC_A --busy-poll" "--method vfio --pci $NIC_B --busy-poll --sizes 64 --iters 100 --warmup 10 --timeout-ms 60000"
+run bw-verify      serve_connect bcl-bw "--method vfio --pci $NIC_A --verify" "--method vfio --pci $NIC_B $BW"
+run mixed-pingpong mixed bcl-pingpong --method vfio --pci "$NIC_E" --connect "$HOST_PP_DESC" $PP
+run mixed-bw       mixed bcl-bw --method vfio --pci "$NIC_E" --ethertype "$HOST_BW_ETHERTYPE" --connect "$HOST_BW_DESC" $BW
+run mixed-bw-rev   mixed host_connects bcl-bw --method vfio --pci "$NIC_E" --ethertype "$HOST_REV_ETHERTYPE" --verify --wait-client-s 120 --timeout-ms 60000
 run group-viable   sh -c 'bcl-vfio bind $NIC_C; out=$(bcl-vfio check $NIC_C); rc=$?; bcl-vfio unbind $NIC_C; echo "$out"; [ $rc != 0 ] && echo "$out" | grep -q "device $NIC_D in the same group is bound to virtio-pci"'
 run unbind-busy    sh -c 'g=$(basename $(readlink /sys/bus/pci/devices/$NIC_A/iommu_group)); exec 3<>/dev/vfio/$g; out=$(bcl-vfio unbind $NIC_A 2>&1); rc=$?; exec 3>&-; echo "$out"; [ $rc != 0 ] && echo "$out" | grep -q "in use"'
-run unbind         bcl-vfio unbind "$NIC_A" "$NIC_B"
-run list-restored  sh -c 'bcl-vfio list --json | grep -c "\"driver\": \"virtio-pci\"" | grep -qx 4'
+run unbind         bcl-vfio unbind "$NIC_A" "$NIC_B" "$NIC_E"
+run list-restored  sh -c 'bcl-vfio list --json | grep -c "\"driver\": \"virtio-pci\"" | grep -qx 5'

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # tests/vm/run.sh — boot a QEMU guest with an emulated Intel IOMMU and two
 # virtio-net NICs on one QEMU hub (plus two that share an IOMMU group, for
-# the group-viability test), bind the two to vfio-pci and run
-# tests/vm/guest-tests.sh inside it (bcl-vfio list/bind/check/exchange/unbind).
+# the group-viability test, and a fifth on a tap into a host network
+# namespace), bind them to vfio-pci and run tests/vm/guest-tests.sh inside
+# it (bcl-vfio list/bind/check/exchange/unbind, bcl-pingpong and bcl-bw
+# --method vfio between the two NICs, and against BCL on AF_PACKET on the
+# host side of the tap).
 #
 # Exit status: 0 when the guest reports "BCL-VM-RESULT: PASS"; 1 when a test
 # failed, the guest crashed or timed out; 2 when the harness could not run
@@ -16,10 +19,21 @@
 #      into $BCL_VM_CACHE (default /var/cache/bcl-vm);
 #   3. builds statically linked guest binaries (glibc static-pie) into
 #      $BCL_VM_TARGET_DIR (default <repo>/target/vm-guest);
-#   4. builds a busybox initramfs with the modules, the binaries, init and
+#   4. mixed test (unless BCL_VM_MIXED=0): creates a network namespace with
+#      a tap interface for the fifth guest NIC and starts, in it, the very
+#      same static bcl-pingpong and bcl-bw binaries as servers on the
+#      `packet` method (AF_PACKET on the tap; bcl-bw on EtherType 0x88b6 so
+#      that the two servers see only their own frames); their `listening:`
+#      descriptors go to the guest, whose clients use `--method vfio`; in
+#      the other direction, when the guest prints
+#      "BCL-VM-HOST-CONNECT: DESCRIPTOR" (a bcl-bw server on vfio), a host
+#      bcl-bw client on packet connects to it (EtherType 0x88b7);
+#   5. builds a busybox initramfs with the modules, the binaries, init and
 #      guest-tests.sh;
-#   5. boots QEMU (KVM when it works, else TCG; see BCL_VM_ACCEL) and checks
-#      the guest's PASS/FAIL markers.
+#   6. boots QEMU (KVM when it works, else TCG; see BCL_VM_ACCEL) inside that
+#      namespace, checks the guest's PASS/FAIL markers and the host
+#      servers' exit status (bcl-bw --verify: nothing lost, duplicated,
+#      reordered or corrupted).
 #
 # Environment:
 #   BCL_VM_ACCEL=auto|kvm|tcg   auto (default): KVM if the CPU has VMX/SVM and
@@ -29,7 +43,10 @@
 #   BCL_VM_KVM_PROBE=30         seconds KVM gets to reach init before the
 #                               fallback to TCG
 #   BCL_VM_EXTRA_BINS="a b"     more workspace binaries to build and put in
-#                               the guest's /bin (e.g. "bcl-pingpong bcl-bw")
+#                               the guest's /bin (bcl-vfio, bcl-pingpong and
+#                               bcl-bw always are)
+#   BCL_VM_MIXED=0              leave out the guest <-> host (tap) test; the
+#                               fifth NIC is then on a QEMU hub of its own
 #   BCL_VM_TESTS=FILE           test list to run instead of guest-tests.sh
 #   BCL_VM_CACHE=DIR            download/kernel cache
 #   BCL_VM_TARGET_DIR=DIR       cargo target dir for the static build
@@ -45,7 +62,8 @@ TARGET=${BCL_VM_TARGET_DIR:-$ROOT/target/vm-guest}
 ACCEL=${BCL_VM_ACCEL:-auto}
 TIMEOUT=${BCL_VM_TIMEOUT:-600}
 KVM_PROBE=${BCL_VM_KVM_PROBE:-30}
-GUEST_BINS="bcl-vfio ${BCL_VM_EXTRA_BINS:-}"
+GUEST_BINS="bcl-vfio bcl-pingpong bcl-bw ${BCL_VM_EXTRA_BINS:-}"
+MIXED=${BCL_VM_MIXED:-1}
 TESTS=${BCL_VM_TESTS:-$VM/guest-tests.sh}
 RUST_TARGET=x86_64-unknown-linux-gnu
 
@@ -59,6 +77,20 @@ MAC_B=52:54:00:bc:10:0b
 # for the group-viability test.
 NIC_C=0000:03:01.0
 NIC_D=0000:03:02.0
+# The fifth NIC, behind a third root port, on a tap into the network
+# namespace $NS, where BCL runs on AF_PACKET over the tap ($HOST_MAC).
+NIC_E=0000:04:00.0
+MAC_E=52:54:00:bc:10:0e
+NS=bcl-vm-$$
+TAP=bcltap0
+HOST_MAC=02:bc:0f:00:00:01
+HOST_BW_ETHERTYPE=0x88b6
+# The other direction: a guest bcl-bw server on vfio prints
+# "BCL-VM-HOST-CONNECT: DESCRIPTOR" and run.sh starts a host bcl-bw client
+# on packet towards it (EtherType 0x88b7).
+HOST_REV_ETHERTYPE=0x88b7
+HOST_REV_ARGS="--sizes 64,1400,16K --iters 8 --warmup 2 --window 32 --verify --timeout-ms 60000"
+HOST_CL_PID=""
 
 VFIO_MODULES="irqbypass vfio vfio_iommu_type1 vfio_virqfd vfio-pci-core vfio-pci"
 # Kernel virtio-net driver, so that bind/unbind move the NICs between a
@@ -72,8 +104,15 @@ since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; 
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/bcl-vm.XXXXXX")
 QPID=""
+HOST_PIDS=""
+NS_MADE=0
 cleanup() {
   [ -n "$QPID" ] && kill "$QPID" 2>/dev/null || true
+  for p in $HOST_PIDS; do kill "$p" 2>/dev/null || true; done
+  if [ "$NS_MADE" = 1 ]; then
+    ip netns exec "$NS" ip link del "$TAP" 2>/dev/null || true
+    ip netns del "$NS" 2>/dev/null || true
+  fi
   if [ "${BCL_VM_KEEP:-0}" = 1 ]; then log "work directory kept: $WORK"; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
@@ -160,17 +199,72 @@ log "building static guest binaries: $GUEST_BINS"
   RUSTFLAGS="-C target-feature=+crt-static" CARGO_TARGET_DIR=$TARGET \
     cargo build --release --target "$RUST_TARGET" --workspace "${bin_args[@]}" >&2
 ) || die "cargo build of the guest binaries failed"
+# Debug information stripped (the initramfs shrinks from ~22 to ~6 MB);
+# the host side of the mixed test runs these very files too.
+GBIN=$WORK/bin
+mkdir -p "$GBIN"
+for b in $GUEST_BINS; do
+  f=$TARGET/$RUST_TARGET/release/$b
+  [ -f "$f" ] || die "binary $b was not built"
+  if command -v strip >/dev/null 2>&1; then strip -o "$GBIN/$b" "$f"; else cp "$f" "$GBIN/$b"; fi
+done
 log "binaries built ($(since "$t") s)"
 
-# --------------------------------------------------------------- 4. initramfs
+# ------------------------------------------------------ 4. host side (mixed)
+# A tap in a network namespace of its own (so that nothing else on this
+# machine sees or sends frames on it), and BCL servers on AF_PACKET on it:
+# the same static binaries the guest runs. They start before the guest
+# boots (a tap without its QEMU end is up but has no carrier, which
+# AF_PACKET does not mind), so their descriptors can go into the initramfs.
+HOST_PP_DESC=""
+HOST_BW_DESC=""
+HOST_PP_PID=""
+HOST_BW_PID=""
+host_server() { # host_server NAME ARGS... -> sets SERVER_PID and SERVER_DESC
+  local name=$1 out=$WORK/host-$1.out i
+  shift
+  ip netns exec "$NS" "$@" > "$out" 2>&1 &
+  SERVER_PID=$!
+  HOST_PIDS="$HOST_PIDS $SERVER_PID"
+  SERVER_DESC=""
+  for i in $(seq 1 100); do
+    SERVER_DESC=$(sed -n 's/^listening: //p' "$out" | head -1)
+    [ -n "$SERVER_DESC" ] && return 0
+    kill -0 "$SERVER_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  sed 's/^/run.sh:   | /' "$out" >&2
+  die "host-side $name server did not start (see above)"
+}
+if [ "$MIXED" = 1 ]; then
+  t=$(date +%s.%N)
+  is_root || die "the mixed test (guest VFIO NIC <-> host AF_PACKET over a tap) needs root; BCL_VM_MIXED=0 leaves it out"
+  [ -c /dev/net/tun ] || die "/dev/net/tun is missing: no tap for the mixed test (BCL_VM_MIXED=0 leaves it out)"
+  command -v ip >/dev/null 2>&1 || die "ip (iproute2) is needed for the mixed test"
+  ip netns add "$NS" || die "cannot create network namespace $NS"
+  NS_MADE=1
+  ip netns exec "$NS" sysctl -qw net.ipv6.conf.default.disable_ipv6=1 net.ipv6.conf.all.disable_ipv6=1 >/dev/null 2>&1 || true
+  ip netns exec "$NS" ip tuntap add dev "$TAP" mode tap || die "cannot create tap $TAP in $NS"
+  ip netns exec "$NS" ip link set "$TAP" address "$HOST_MAC" || die "cannot set the MAC of $TAP"
+  ip netns exec "$NS" ip link set "$TAP" up || die "cannot bring $TAP up"
+  BIN=$GBIN
+  wait_s=$((TIMEOUT + 30))
+  host_server pingpong "$BIN/bcl-pingpong" --method packet --ifname "$TAP" --serve \
+    --wait-client-s "$wait_s" --timeout-ms 60000
+  HOST_PP_PID=$SERVER_PID HOST_PP_DESC=$SERVER_DESC
+  host_server bw "$BIN/bcl-bw" --method packet --ifname "$TAP" --ethertype "$HOST_BW_ETHERTYPE" \
+    --serve --verify --wait-client-s "$wait_s" --timeout-ms 60000
+  HOST_BW_PID=$SERVER_PID HOST_BW_DESC=$SERVER_DESC
+  log "host side ready ($(since "$t") s): namespace $NS, $TAP $HOST_MAC; servers $HOST_PP_DESC, $HOST_BW_DESC"
+fi
+
+# --------------------------------------------------------------- 5. initramfs
 t=$(date +%s.%N)
 IR=$WORK/ir
 mkdir -p "$IR"/bin "$IR"/lib/modules "$IR"/proc "$IR"/sys "$IR"/dev "$IR"/run "$IR"/tmp
 cp "$BUSYBOX" "$IR/bin/busybox"
 cp "$KDIR"/modules/*.ko "$IR/lib/modules/" 2>/dev/null || true
-for b in $GUEST_BINS; do
-  cp "$TARGET/$RUST_TARGET/release/$b" "$IR/bin/$b" || die "binary $b was not built"
-done
+for b in $GUEST_BINS; do cp "$GBIN/$b" "$IR/bin/$b"; done
 cp "$VM/init" "$IR/init"
 chmod +x "$IR/init"
 cp "$TESTS" "$IR/guest-tests.sh"
@@ -183,13 +277,20 @@ MAC_A=$MAC_A
 MAC_B=$MAC_B
 NIC_C=$NIC_C
 NIC_D=$NIC_D
+NIC_E=$NIC_E
+MAC_E=$MAC_E
+MIXED=$MIXED
+HOST_PP_DESC=$HOST_PP_DESC
+HOST_BW_DESC=$HOST_BW_DESC
+HOST_BW_ETHERTYPE=$HOST_BW_ETHERTYPE
+HOST_REV_ETHERTYPE=$HOST_REV_ETHERTYPE
 KERNEL_NIC_MODULES="$present_nic_modules"
-export NIC_A NIC_B MAC_A MAC_B NIC_C NIC_D
+export NIC_A NIC_B MAC_A MAC_B NIC_C NIC_D NIC_E MAC_E MIXED HOST_PP_DESC HOST_BW_DESC HOST_BW_ETHERTYPE HOST_REV_ETHERTYPE
 EOF
 (cd "$IR" && find . | "$BUSYBOX" cpio -o -H newc 2>/dev/null | gzip -1) > "$WORK/initrd.gz"
 log "initramfs $(du -h "$WORK/initrd.gz" | cut -f1) ready ($(since "$t") s)"
 
-# -------------------------------------------------------------------- 5. boot
+# -------------------------------------------------------------------- 6. boot
 kvm_plausible() {
   [ -r /dev/kvm ] && [ -w /dev/kvm ] || return 1
   grep -qwE 'vmx|svm' /proc/cpuinfo || return 1
@@ -208,7 +309,14 @@ boot() { # boot ACCEL -> 0 finished, 3 KVM did not reach init, 124 timeout
   LOG=$WORK/console-$accel.log
   : > "$LOG"
   log "booting ($accel); guest console follows"
-  "$QEMU" "${args[@]}" -m 512 -smp 1 \
+  local nic_e netns=()
+  if [ "$MIXED" = 1 ]; then
+    nic_e=(-netdev "tap,id=t0,ifname=$TAP,script=no,downscript=no")
+    netns=(ip netns exec "$NS")
+  else
+    nic_e=(-netdev hubport,id=t0,hubid=2)
+  fi
+  "${netns[@]}" "$QEMU" "${args[@]}" -m 512 -smp 1 \
     -nodefaults -no-user-config -display none -monitor none -serial stdio -no-reboot \
     -device intel-iommu,intremap=on,caching-mode=on \
     -device pcie-root-port,id=rp1,bus=pcie.0,chassis=1,addr=0x3 \
@@ -222,6 +330,9 @@ boot() { # boot ACCEL -> 0 finished, 3 KVM did not reach init, 124 timeout
     -device virtio-net-pci,bus=br1,addr=0x1,netdev=hp2,disable-legacy=on,iommu_platform=on,romfile= \
     -netdev hubport,id=hp3,hubid=1 \
     -device virtio-net-pci,bus=br1,addr=0x2,netdev=hp3,disable-legacy=on,iommu_platform=on,romfile= \
+    -device pcie-root-port,id=rp3,bus=pcie.0,chassis=3,addr=0x6 \
+    "${nic_e[@]}" \
+    -device virtio-net-pci,bus=rp3,netdev=t0,disable-legacy=on,iommu_platform=on,romfile=,mac=$MAC_E \
     -kernel "$KDIR/vmlinuz" -initrd "$WORK/initrd.gz" \
     -append "console=ttyS0 intel_iommu=on iommu=pt quiet loglevel=3 panic=-1" \
     ${BCL_VM_QEMU_EXTRA:-} < /dev/null > "$LOG" 2>&1 &
@@ -231,6 +342,18 @@ boot() { # boot ACCEL -> 0 finished, 3 KVM did not reach init, 124 timeout
   t0=$(date +%s)
   while kill -0 "$QPID" 2>/dev/null; do
     now=$(date +%s)
+    if [ "$MIXED" = 1 ] && [ -z "$HOST_CL_PID" ]; then
+      local d
+      d=$(grep -a -m1 '^BCL-VM-HOST-CONNECT: ' "$LOG" | tr -d '\r' | cut -d' ' -f2 || true)
+      if [ -n "$d" ]; then
+        # shellcheck disable=SC2086
+        ip netns exec "$NS" "$GBIN/bcl-bw" --method packet --ifname "$TAP" \
+          --ethertype "$HOST_REV_ETHERTYPE" --connect "$d" $HOST_REV_ARGS \
+          > "$WORK/host-bw-client.out" 2>&1 &
+        HOST_CL_PID=$!
+        HOST_PIDS="$HOST_PIDS $HOST_CL_PID"
+      fi
+    fi
     if [ "$accel" = kvm ] && [ $((now - t0)) -ge "$KVM_PROBE" ] && ! grep -qa 'BCL-VM: init reached' "$LOG"; then
       log "KVM guest did not reach init within ${KVM_PROBE}s; falling back to TCG"
       kill "$QPID" 2>/dev/null; wait "$QPID" 2>/dev/null || true; QPID=""
@@ -271,8 +394,36 @@ BOOT_S=$(since "$t")
 result=$(grep -a 'BCL-VM-RESULT:' "$LOG" | tail -1 | tr -d '\r' || true)
 log "boot + guest tests took ${BOOT_S} s; whole run $(since "$T_START") s"
 grep -a 'BCL-VM-TEST \(PASS\|FAIL\)' "$LOG" | tr -d '\r' | sed 's/^/run.sh:   /' >&2 || true
+
+# The host side of the mixed test: each server exits once its client is
+# done (bcl-bw's status says whether --verify found anything wrong).
+HOST_OK=1
+host_result() { # host_result NAME PID
+  local name=$1 pid=$2 i st=0
+  for i in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$pid" 2>/dev/null; then
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    log "host $name: FAIL (still waiting for its guest peer; stopped)"
+    HOST_OK=0
+  else
+    wait "$pid" || st=$?
+    if [ "$st" = 0 ]; then log "host $name: PASS"; else log "host $name: FAIL (exit $st)"; HOST_OK=0; fi
+  fi
+  sed "s/^/run.sh:   host $name | /" "$WORK/host-$name.out" >&2
+}
+if [ "$MIXED" = 1 ]; then
+  host_result pingpong "$HOST_PP_PID"
+  host_result bw "$HOST_BW_PID"
+  [ -n "$HOST_CL_PID" ] && host_result bw-client "$HOST_CL_PID"
+  HOST_PIDS=""
+fi
 if [ "$rc" = 124 ]; then
   log "FAIL: timeout"
+  exit 1
+fi
+if [ "$HOST_OK" = 0 ]; then
+  log "FAIL: a host-side server of the mixed test failed (guest: ${result:-no result})"
   exit 1
 fi
 case "$result" in

@@ -1,11 +1,16 @@
 //! The VFIO layer, the virtio-net driver and the `vfio` method on real
 //! (emulated) hardware: runs `tests/vm/run.sh`, which boots a QEMU guest
-//! with an emulated Intel IOMMU and two virtio-net NICs, binds them to
-//! vfio-pci and runs `tests/vm/guest-tests.sh` inside.
+//! with an emulated Intel IOMMU and virtio-net NICs, binds them to
+//! vfio-pci and runs `tests/vm/guest-tests.sh` inside: the `bcl-vfio`
+//! tool's list/bind/check/exchange/unbind, `bcl-pingpong` and `bcl-bw
+//! --verify` with `--method vfio` between two NICs (one process each), and
+//! the same tools between a guest NIC on vfio and BCL on AF_PACKET on the
+//! host side of a tap (in a network namespace of its own), both ways.
 //!
 //! Needs root (apt-get for qemu-system-x86 and busybox-static, the kernel
-//! cache in /var/cache/bcl-vm). Set `BCL_SKIP_PRIVILEGED=1` to skip it;
-//! otherwise it fails loudly when it cannot run.
+//! cache in /var/cache/bcl-vm, the namespace and the tap). Set
+//! `BCL_SKIP_PRIVILEGED=1` to skip it; otherwise it fails loudly when it
+//! cannot run.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
