@@ -16,7 +16,9 @@
 //! the plain behaviour: the first method in its own order that opens one of
 //! the peer's descriptors.
 
+pub mod bootstrap;
 pub mod descriptor;
+pub mod join;
 pub mod nics;
 pub mod resources;
 pub mod select;

@@ -1,0 +1,480 @@
+//! Joining a job: the methods this process opens, its descriptor table, the
+//! bootstrap exchange, and an endpoint that chooses a method per peer.
+//!
+//! [`join`] is what a program started by `bcl-run` (or Slurm) calls:
+//!
+//! 1. who am I: [`JobInfo::from_env`];
+//! 2. the cluster: `$BCL_CLUSTER` (a resource database) if set, else this
+//!    host's interfaces (fabric = IPv4 subnet);
+//! 3. the policy: the file's preference, `$BCL_METHODS` or the file's pin;
+//! 4. which methods on which NIC ([`plan`]), opened in policy order; a
+//!    method that cannot open is noted with the reason, and a pin none of
+//!    whose methods opens is an error;
+//! 5. the exchange: `$BCL_RENDEZVOUS` + `$BCL_JOB_SECRET`, or the static
+//!    file `$BCL_STATIC`;
+//! 6. every peer's table goes to the endpoint; methods are chosen on first
+//!    send.
+//!
+//! Two methods can share a NIC: the cluster layer gives `packet` its own
+//! EtherType ([`PACKET_ETHERTYPE`]) because an AF_XDP program takes every
+//! frame of its own (0x88B5) before the kernel's packet sockets see it.
+//! AF_XDP allows one endpoint per interface, so only the node's local rank
+//! 0 opens `afxdp` on a NIC; its other processes use the other methods.
+
+use super::bootstrap::{self, BootstrapError, JobInfo, Member, RendezvousAddr, Session, StaticJob};
+use super::descriptor::DescriptorTable;
+use super::nics::{self, NicInfo};
+use super::resources::{ClusterConfig, Node};
+use super::select::{Pin, Policy};
+use super::{node_identity, LocalPolicy};
+use crate::endpoint::{Endpoint, ProgressMode};
+use bcl_core::{JobKey, Method, PortConfig, ProcessAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// EtherType of the `packet` method when opened by the cluster layer.
+pub const PACKET_ETHERTYPE: u16 = 0x88B6;
+
+/// A method to open: which, on which interface, on which fabric.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Planned {
+    /// The method.
+    pub method: String,
+    /// The interface (network methods).
+    pub ifname: Option<String>,
+    /// Its IPv4 address (udp).
+    pub ip: Option<Ipv4Addr>,
+    /// The fabric.
+    pub fabric: Option<String>,
+}
+
+/// What a process of `node` (local rank `local_rank`) should open under
+/// `policy`, best first, and every method left out with the reason.
+pub fn plan(
+    cfg: Option<&ClusterConfig>,
+    node: Option<&Node>,
+    ifs: &[NicInfo],
+    local_rank: u32,
+    policy: &Policy,
+) -> Result<(Vec<Planned>, Vec<String>), String> {
+    let mut out: Vec<Planned> = Vec::new();
+    let mut notes = Vec::new();
+    // (ifname, ip, fabric, allowed methods)
+    let mut nics_here: Vec<(String, Option<Ipv4Addr>, String, Vec<String>)> = Vec::new();
+    let shm = node.is_none_or(|n| n.shm);
+    match (cfg, node) {
+        (Some(cfg), Some(node)) => {
+            for nic in &node.nics {
+                let i = nics::find(cfg, node, nic, ifs)?;
+                nics_here.push((
+                    i.name.clone(),
+                    i.ipv4.first().map(|a| a.0),
+                    nic.fabric.clone(),
+                    nic.methods.clone(),
+                ));
+            }
+        }
+        _ => {
+            for i in ifs {
+                match (i.excluded, i.up, i.discovered_fabric()) {
+                    (Some(why), _, _) => notes.push(format!("{}: not used ({why})", i.name)),
+                    (None, false, _) => notes.push(format!("{}: not used (down)", i.name)),
+                    (None, true, None) => {
+                        notes.push(format!("{}: not used (no IPv4 address)", i.name))
+                    }
+                    (None, true, Some(f)) => nics_here.push((
+                        i.name.clone(),
+                        i.ipv4.first().map(|a| a.0),
+                        f,
+                        vec!["afxdp".into(), "packet".into(), "udp".into()],
+                    )),
+                }
+            }
+        }
+    }
+    for method in &policy.order {
+        match method.as_str() {
+            "shm" => {
+                if shm {
+                    out.push(Planned {
+                        method: "shm".into(),
+                        ifname: None,
+                        ip: None,
+                        fabric: None,
+                    });
+                } else {
+                    notes.push("shm: not allowed on this node (shm = false)".into());
+                }
+            }
+            "udp" => {
+                let first = nics_here
+                    .iter()
+                    .find(|(_, ip, _, m)| ip.is_some() && m.iter().any(|x| x == "udp"));
+                match first {
+                    Some((ifname, ip, fabric, _)) => out.push(Planned {
+                        method: "udp".into(),
+                        ifname: Some(ifname.clone()),
+                        ip: *ip,
+                        fabric: Some(fabric.clone()),
+                    }),
+                    None if cfg.is_none() => out.push(Planned {
+                        method: "udp".into(),
+                        ifname: Some("lo".into()),
+                        ip: Some(Ipv4Addr::LOCALHOST),
+                        fabric: Some("loopback".into()),
+                    }),
+                    None => notes.push(
+                        "udp: no NIC of this node allows it (or none has an IPv4 address)".into(),
+                    ),
+                }
+            }
+            "sim" => notes.push("sim: in-process only, never opened for a job".into()),
+            "vfio" => {
+                if nics_here
+                    .iter()
+                    .any(|(_, _, _, m)| m.iter().any(|x| x == "vfio"))
+                {
+                    notes.push("vfio: not opened by the cluster layer yet (use bcl-pingpong --method vfio --pci)".into());
+                }
+            }
+            m => {
+                let mut any = false;
+                for (ifname, _, fabric, allowed) in &nics_here {
+                    if !allowed.iter().any(|x| x == m) {
+                        continue;
+                    }
+                    any = true;
+                    if m == "afxdp" && local_rank != 0 {
+                        notes.push(format!(
+                            "afxdp on {ifname}: held by local rank 0 (one AF_XDP endpoint per interface)"
+                        ));
+                        continue;
+                    }
+                    out.push(Planned {
+                        method: m.to_string(),
+                        ifname: Some(ifname.clone()),
+                        ip: None,
+                        fabric: Some(fabric.clone()),
+                    });
+                }
+                if !any {
+                    notes.push(format!("{m}: no NIC of this node allows it"));
+                }
+            }
+        }
+    }
+    Ok((out, notes))
+}
+
+/// Opens one planned method for process `addr` of `job`.
+pub fn open(p: &Planned, job: JobKey, addr: ProcessAddr) -> Result<Box<dyn Method>, String> {
+    let ifname = || p.ifname.clone().ok_or("no interface".to_string());
+    match p.method.as_str() {
+        "shm" => bcl_shm::ShmMethod::open(job, addr)
+            .map(|m| Box::new(m) as Box<dyn Method>)
+            .map_err(|e| e.to_string()),
+        "packet" => bcl_packet::PacketMethod::open(bcl_packet::PacketConfig {
+            ifname: Some(ifname()?),
+            ethertype: PACKET_ETHERTYPE,
+            ..Default::default()
+        })
+        .map(|m| Box::new(m) as Box<dyn Method>)
+        .map_err(|e| e.to_string()),
+        "afxdp" => {
+            let name = ifname()?;
+            if let bcl_core::Availability::NotUsable(why) = bcl_afxdp::probe(&name) {
+                return Err(why);
+            }
+            bcl_afxdp::AfXdpMethod::open(bcl_afxdp::AfXdpConfig::new(name))
+                .map(|m| Box::new(m) as Box<dyn Method>)
+                .map_err(|e| e.to_string())
+        }
+        "udp" => {
+            let ip = p.ip.ok_or("no IPv4 address")?;
+            bcl_udp::UdpMethod::open(bcl_udp::UdpConfig::new(SocketAddr::new(IpAddr::V4(ip), 0)))
+                .map(|m| Box::new(m) as Box<dyn Method>)
+                .map_err(|e| e.to_string())
+        }
+        other => Err(format!("{other}: the cluster layer cannot open it")),
+    }
+}
+
+/// Why joining failed.
+#[derive(Debug, thiserror::Error)]
+pub enum JoinError {
+    /// The bootstrap failed.
+    #[error(transparent)]
+    Bootstrap(#[from] BootstrapError),
+    /// The configuration or pin cannot be used here.
+    #[error("{0}")]
+    Config(String),
+    /// The endpoint could not be built.
+    #[error("endpoint: {0}")]
+    Endpoint(#[from] crate::endpoint::Error),
+}
+
+/// Settings of [`join`].
+pub struct JoinOptions {
+    /// How long the bootstrap may take.
+    pub timeout: Duration,
+    /// Progress mode of the endpoint.
+    pub mode: ProgressMode,
+    /// Adjusts the port configuration; told the smallest MTU of the opened
+    /// methods.
+    pub configure: Box<dyn Fn(&mut PortConfig, usize)>,
+}
+
+impl Default for JoinOptions {
+    fn default() -> Self {
+        JoinOptions {
+            timeout: Duration::from_secs(30),
+            mode: ProgressMode::Blocking,
+            configure: Box::new(|_, _| {}),
+        }
+    }
+}
+
+/// A process that has joined its job.
+pub struct Joined {
+    /// Who it is.
+    pub info: JobInfo,
+    /// Its endpoint, with every peer's table and the policy.
+    pub endpoint: Endpoint,
+    /// Every rank's address, index = rank.
+    pub addrs: Vec<ProcessAddr>,
+    /// Every rank's table, index = rank.
+    pub tables: Vec<DescriptorTable>,
+    /// The rendezvous connection, for barriers (none in static mode).
+    pub session: Option<Session>,
+    /// Methods not opened and why, for people.
+    pub notes: Vec<String>,
+}
+
+/// A job key from a job id (FNV-1a).
+pub fn job_key(job_id: &str) -> JobKey {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in job_id.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    JobKey(h.max(1))
+}
+
+/// The policy from a configuration and the environment: `$BCL_METHODS`
+/// overrides the file's pin.
+pub fn policy_from(cfg: Option<&ClusterConfig>) -> Result<Policy, String> {
+    let pin = match Pin::from_env().map_err(|e| e.to_string())? {
+        Some(p) => Some(p),
+        None => cfg.and_then(|c| {
+            c.pin.as_ref().map(|m| Pin {
+                methods: m.clone(),
+                source: format!("pin in {}", c.file.display()),
+            })
+        }),
+    };
+    let pref = cfg.map(|c| c.preference.clone()).unwrap_or_default();
+    Ok(Policy::new(&pref, pin))
+}
+
+/// Joins the job (see the module documentation).
+pub fn join(opts: JoinOptions) -> Result<Joined, JoinError> {
+    let info = JobInfo::from_env()?;
+    let cfg = match std::env::var_os("BCL_CLUSTER") {
+        Some(p) => Some(
+            ClusterConfig::load(&PathBuf::from(p)).map_err(|e| JoinError::Config(e.to_string()))?,
+        ),
+        None => None,
+    };
+    let node = match (&cfg, &info.node) {
+        (Some(c), Some(n)) => Some(c.node(n).ok_or_else(|| {
+            JoinError::Config(format!("node {n:?} is not in {}", c.file.display()))
+        })?),
+        (Some(c), None) => {
+            return Err(JoinError::Config(format!(
+                "BCL_NODE is not set: which node of {} is this?",
+                c.file.display()
+            )))
+        }
+        _ => None,
+    };
+    let policy = policy_from(cfg.as_ref()).map_err(JoinError::Config)?;
+    let ifs =
+        nics::interfaces().map_err(|e| JoinError::Config(format!("listing interfaces: {e}")))?;
+    let (planned, mut notes) =
+        plan(cfg.as_ref(), node, &ifs, info.local_rank, &policy).map_err(JoinError::Config)?;
+    let node_index = std::env::var("BCL_NODE_INDEX")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .or_else(|| {
+            let (c, n) = (cfg.as_ref()?, node?);
+            c.nodes
+                .iter()
+                .position(|x| x.name == n.name)
+                .map(|i| i as u32)
+        })
+        .unwrap_or(0);
+    let local = ProcessAddr::new(node_index + 1, info.local_rank as u16);
+    let job = job_key(&info.job_id);
+    let mut methods: Vec<(Box<dyn Method>, Option<String>)> = Vec::new();
+    for p in &planned {
+        match open(p, job, local) {
+            Ok(m) => methods.push((m, p.fabric.clone())),
+            Err(e) => notes.push(format!(
+                "{}{}: cannot open: {e}",
+                p.method,
+                p.ifname
+                    .as_ref()
+                    .map(|i| format!(" on {i}"))
+                    .unwrap_or_default()
+            )),
+        }
+    }
+    if let Some(pin) = &policy.pin {
+        let opened: Vec<&str> = methods.iter().map(|(m, _)| m.name()).collect();
+        if !pin.methods.iter().any(|m| opened.contains(&m.as_str())) {
+            return Err(JoinError::Config(format!(
+                "{} cannot be honoured on this process: none of its methods opened ({})",
+                pin.source,
+                notes.join("; ")
+            )));
+        }
+        for m in pin.methods.iter().filter(|m| !opened.contains(&m.as_str())) {
+            notes.push(format!(
+                "{m} (pinned by {}) is not open on this process",
+                pin.source
+            ));
+        }
+    }
+    if methods.is_empty() {
+        return Err(JoinError::Config(format!(
+            "no method could be opened: {}",
+            notes.join("; ")
+        )));
+    }
+    let host = info.node.clone().unwrap_or_else(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    });
+    let mut table = DescriptorTable::new(node_identity(), host);
+    let mtu = methods
+        .iter()
+        .map(|(m, _)| m.caps().mtu)
+        .min()
+        .unwrap_or(1500);
+    let mut b = Endpoint::builder(local, job)
+        .mode(opts.mode)
+        .configure(|c| (opts.configure)(c, mtu));
+    for (m, fabric) in methods {
+        table.push(&m.descriptor(), fabric.as_deref());
+        b = b.method(m);
+    }
+    let mut endpoint = b.build()?;
+    endpoint.set_policy(LocalPolicy {
+        table: table.clone(),
+        policy,
+    });
+    let (members, session): (Vec<Member>, Option<Session>) =
+        if let Some(file) = std::env::var_os("BCL_STATIC") {
+            let j = StaticJob::load(&PathBuf::from(file))?;
+            if j.members.len() != info.size as usize {
+                return Err(JoinError::Config(format!(
+                    "the static job file lists {} processes, the job has {}",
+                    j.members.len(),
+                    info.size
+                )));
+            }
+            (j.members, None)
+        } else {
+            let at: RendezvousAddr = std::env::var("BCL_RENDEZVOUS")
+                .map_err(|_| {
+                    BootstrapError::Identity(
+                        "BCL_RENDEZVOUS is not set (start the job with bcl-run, or set BCL_STATIC)"
+                            .into(),
+                    )
+                })?
+                .parse()?;
+            let secret = std::env::var("BCL_JOB_SECRET")
+                .map_err(|_| BootstrapError::Identity("BCL_JOB_SECRET is not set".into()))?;
+            let (m, s) = bootstrap::exchange(&at, &secret, &info, local, &table, opts.timeout)?;
+            (m, Some(s))
+        };
+    let mut addrs = Vec::new();
+    let mut tables = Vec::new();
+    for m in members {
+        let a: ProcessAddr = m
+            .addr
+            .parse()
+            .map_err(|_| JoinError::Config(format!("rank {}: bad address {:?}", m.rank, m.addr)))?;
+        if m.rank != info.rank {
+            endpoint.add_peer_table(a, m.table.clone());
+        }
+        addrs.push(a);
+        tables.push(m.table);
+    }
+    Ok(Joined {
+        info,
+        endpoint,
+        addrs,
+        tables,
+        session,
+        notes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn plans_follow_the_nodes_nics_the_policy_and_the_afxdp_rule() {
+        let cfg = ClusterConfig::parse(
+            Path::new("m.toml"),
+            "[[fabric]]\nname = \"A\"\nsubnet = \"10.1.0.0/24\"\n\
+             [[node]]\nname = \"a\"\n[[node.nic]]\nfabric = \"A\"\nmethods = [\"afxdp\", \"packet\", \"udp\"]\n\
+             [[node]]\nname = \"p\"\nshm = false\n[[node.nic]]\nfabric = \"A\"\nmethods = [\"packet\"]\n",
+        )
+        .unwrap();
+        let ifs = vec![NicInfo {
+            name: "eth0".into(),
+            index: 2,
+            up: true,
+            ipv4: vec![("10.1.0.5".parse().unwrap(), 24)],
+            excluded: None,
+        }];
+        let names = |p: &[Planned]| p.iter().map(|x| x.method.clone()).collect::<Vec<_>>();
+        let pol = Policy::default();
+        let (p, _) = plan(Some(&cfg), cfg.node("a"), &ifs, 0, &pol).unwrap();
+        assert_eq!(names(&p), vec!["shm", "afxdp", "packet", "udp"]);
+        assert_eq!(p[3].ip, Some("10.1.0.5".parse().unwrap()));
+        assert_eq!(p[1].fabric.as_deref(), Some("A"));
+        let (p, notes) = plan(Some(&cfg), cfg.node("a"), &ifs, 1, &pol).unwrap();
+        assert_eq!(names(&p), vec!["shm", "packet", "udp"]);
+        assert!(
+            notes.iter().any(|n| n.contains("held by local rank 0")),
+            "{notes:?}"
+        );
+        let (p, notes) = plan(Some(&cfg), cfg.node("p"), &ifs, 0, &pol).unwrap();
+        assert_eq!(names(&p), vec!["packet"]);
+        assert!(notes.iter().any(|n| n.contains("shm = false")), "{notes:?}");
+        assert!(
+            notes.iter().any(|n| n.starts_with("udp: no NIC")),
+            "{notes:?}"
+        );
+        let udp = Policy::new(&[], Some(Pin::parse("udp", "BCL_METHODS=udp").unwrap()));
+        let (p, _) = plan(Some(&cfg), cfg.node("a"), &ifs, 0, &udp).unwrap();
+        assert_eq!(names(&p), vec!["udp"]);
+        assert!(plan(Some(&cfg), cfg.node("a"), &[], 0, &pol)
+            .unwrap_err()
+            .contains("no interface"));
+    }
+
+    #[test]
+    fn job_keys_differ_per_job() {
+        assert_ne!(job_key("1"), job_key("2"));
+        assert_eq!(job_key("x"), job_key("x"));
+    }
+}
