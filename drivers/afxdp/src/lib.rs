@@ -11,7 +11,9 @@
 //!   peers too, since the frames are the same.
 //! * [`RawXsk`] is the same machinery with a whole-frame API and no
 //!   protocol: the floor that BCL is measured against (`afxdp-raw`).
-//! * [`probe`] says whether the method can run here, and why not.
+//! * [`probe`] says whether the method can run here, and why not;
+//!   [`fallback::open_ethernet`] opens `afxdp`, or else the `packet`
+//!   (AF_PACKET) method with the reason.
 //! * [`AfXdpConfig`] holds the settings; [`ModeReport`] says what was
 //!   obtained (native or generic XDP, zero-copy or copy per queue) and why.
 //! * [`bpf`] holds the XDP redirect program — fifteen eBPF instructions
@@ -22,6 +24,7 @@
 
 pub mod bpf;
 pub mod config;
+pub mod fallback;
 pub mod method;
 pub mod netlink;
 pub mod raw;
