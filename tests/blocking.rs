@@ -51,7 +51,9 @@ fn a_blocking_receive_wakes_when_the_message_arrives() {
         let got = server.message(&d).unwrap().to_vec();
         let from = d.from;
         server.release(d).unwrap();
-        // Answer, so the client's blocking wait is woken by a frame too.
+        // Answer, after the client has surely fallen asleep waiting for it,
+        // so the client's blocking wait is woken by a frame too.
+        std::thread::sleep(Duration::from_millis(50));
         server
             .send_blocking(from, b"pong", Duration::from_secs(30))
             .unwrap();

@@ -444,6 +444,12 @@ impl Port {
         Ok(())
     }
 
+    /// Whether a transmit round has anything to do: peers waiting for a
+    /// route, or frames ready for some method.
+    pub fn has_transmit_work(&self) -> bool {
+        !self.unrouted.is_empty() || self.ready.iter().any(|q| !q.is_empty())
+    }
+
     /// Whether the port has frames for method `method` to send now.
     pub fn wants_transmit(&self, method: u8) -> bool {
         self.ready

@@ -676,6 +676,9 @@ impl ShmMethod {
     /// Moves announced transfer data into its destinations, as far as it
     /// has arrived. Returns transfers completed.
     fn pull_bulk(&mut self, h: &mut dyn RxHandler) -> usize {
+        if self.expected.is_empty() {
+            return 0;
+        }
         let mut done = 0;
         let senders: Vec<ProcessAddr> = self
             .expected
@@ -698,6 +701,10 @@ impl ShmMethod {
                     Ok(PullProgress::Done { .. }) => {
                         if let Some(q) = self.expected.get_mut(&from) {
                             q.pop_front();
+                            if q.is_empty() {
+                                // Empty means none: the fast path checks.
+                                self.expected.remove(&from);
+                            }
                         }
                         if let Some(t) = token {
                             h.bulk_done(t);
