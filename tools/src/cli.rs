@@ -76,7 +76,7 @@ pub struct CommonArgs {
     #[arg(long, value_name = "CPUS")]
     pub pin: Option<CpuList>,
 
-    /// Interface of the packet method (default: the only non-loopback
+    /// Interface of the packet and afxdp methods (default: the only non-loopback
     /// interface that is up).
     #[arg(long, value_name = "IF")]
     pub ifname: Option<String>,
@@ -92,7 +92,7 @@ pub struct CommonArgs {
     #[arg(long, value_name = "ADDR")]
     pub bind: Option<String>,
 
-    /// EtherType of the packet method.
+    /// EtherType of the packet and afxdp methods.
     #[arg(long, value_name = "TYPE", default_value = "0x88b5", value_parser = parse_ethertype)]
     pub ethertype: u16,
 
