@@ -144,3 +144,261 @@ fn normal_channel_and_rma_move_as_bulk_transfers() {
         buffer: vec![],
     };
 }
+
+// ------------------------------------------------------------------------
+// Peers in other processes that die mid-transfer.
+
+/// The descriptor of `addr` on this node (what its endpoint would publish).
+fn shm_descriptor(addr: ProcessAddr) -> bcl::Descriptor {
+    bcl::Descriptor::new("shm", format!("{addr}@{}", bcl::shm::node_identity()))
+}
+
+const PARENT: ProcessAddr = ProcessAddr::new(1, 1);
+const CHILD: ProcessAddr = ProcessAddr::new(1, 2);
+/// A transfer far too large to finish before the test kills its peer.
+const HUGE: usize = 1 << 30;
+
+/// This test binary again, as the peer process of a multi-process test.
+fn spawn_child(role: &str, job: JobKey) -> std::process::Child {
+    std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "child_entry",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
+        .env("BCL_SHM_ENDPOINT_CHILD", role)
+        .env("BCL_SHM_JOB", job.0.to_string())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// The peer process of the multi-process tests (does nothing in a normal
+/// test run).
+#[test]
+fn child_entry() {
+    let Ok(role) = std::env::var("BCL_SHM_ENDPOINT_CHILD") else {
+        return;
+    };
+    let job = JobKey(std::env::var("BCL_SHM_JOB").unwrap().parse().unwrap());
+    let mut ep = endpoint(job, CHILD, ProgressMode::BusyPoll);
+    ep.add_peer(PARENT, shm_descriptor(PARENT));
+    match role.as_str() {
+        // Waits for the parent's channel number, then sends it a message
+        // it will be killed in the middle of.
+        "sender" => {
+            ep.send_blocking(PARENT, b"ready", T).unwrap();
+            let d = ep.recv_blocking(T).unwrap();
+            let ch = bcl::core::ChannelId(u16::from_le_bytes(
+                ep.message(&d).unwrap().try_into().unwrap(),
+            ));
+            ep.release(d).unwrap();
+            let _ = ep.send_on_channel_blocking(PARENT, ch, vec![7; HUGE], T);
+        }
+        // Opens a channel, tells the parent, and receives into it until it
+        // is killed.
+        "receiver" => {
+            let ch = ep.open_normal_channel().unwrap();
+            ep.send_blocking(PARENT, &ch.0.to_le_bytes(), T).unwrap();
+            let _ = ep.recv_on_channel(ch, Some(PARENT), vec![0; HUGE], T);
+        }
+        other => panic!("unknown child role {other}"),
+    }
+}
+
+/// Drives `ep` until its transfer with the child is under way (accepted
+/// by both sides), then 50 ms more so data streams: a 1 GiB transfer is far
+/// from done by then.
+fn until_streaming(ep: &mut Endpoint) {
+    let deadline = std::time::Instant::now() + T;
+    while ep.port().transfers_in_progress() == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the transfer never started"
+        );
+        ep.progress().unwrap();
+    }
+    let streaming = std::time::Instant::now() + Duration::from_millis(50);
+    while std::time::Instant::now() < streaming {
+        ep.progress().unwrap();
+    }
+    assert_eq!(ep.port().transfers_in_progress(), 1, "still under way");
+}
+
+#[test]
+fn a_sender_killed_mid_transfer_is_an_error_event_for_the_receiver() {
+    let job = job(10);
+    let mut ep = endpoint(job, PARENT, ProgressMode::BusyPoll);
+    ep.add_peer(CHILD, shm_descriptor(CHILD));
+    let ch = ep.open_normal_channel().unwrap();
+    let mut child = spawn_child("sender", job);
+    let d = ep.recv_blocking(T).unwrap();
+    assert_eq!(ep.message(&d).unwrap(), b"ready");
+    ep.release(d).unwrap();
+    ep.send_blocking(CHILD, &ch.0.to_le_bytes(), T).unwrap();
+    ep.post(ch, Some(CHILD), vec![0; HUGE]).unwrap();
+    // Kill the sender once its data is streaming into our buffer.
+    until_streaming(&mut ep);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let started = std::time::Instant::now();
+    let ev = ep
+        .wait_channel_event(|e| matches!(e, ChannelEvent::ReceiveFailed { .. }), T)
+        .expect("an error event, not a hang");
+    let ChannelEvent::ReceiveFailed { from, error, .. } = ev else {
+        unreachable!()
+    };
+    assert_eq!(from, CHILD);
+    assert!(
+        matches!(error, bcl::TransferError::PeerUnreachable(a) if a == CHILD),
+        "{error:?}"
+    );
+    eprintln!("receiver learnt of the death in {:?}", started.elapsed());
+}
+
+#[test]
+fn a_receiver_killed_mid_transfer_is_an_error_event_for_the_sender() {
+    let job = job(11);
+    let mut ep = endpoint(job, PARENT, ProgressMode::BusyPoll);
+    ep.add_peer(CHILD, shm_descriptor(CHILD));
+    let mut child = spawn_child("receiver", job);
+    let d = ep.recv_blocking(T).unwrap();
+    let ch = bcl::core::ChannelId(u16::from_le_bytes(
+        ep.message(&d).unwrap().try_into().unwrap(),
+    ));
+    ep.release(d).unwrap();
+    let h = ep.send_on_channel(CHILD, ch, vec![3; HUGE]).unwrap();
+    until_streaming(&mut ep);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let ev = ep
+        .wait_channel_event(
+            |e| matches!(e, ChannelEvent::SendFailed { handle, .. } if *handle == h),
+            T,
+        )
+        .expect("an error event, not a hang");
+    let ChannelEvent::SendFailed { error, buffer, .. } = ev else {
+        unreachable!()
+    };
+    assert!(
+        matches!(error, bcl::TransferError::PeerUnreachable(a) if a == CHILD),
+        "{error:?}"
+    );
+    assert_eq!(buffer.len(), HUGE, "the send buffer comes back");
+}
+
+// ------------------------------------------------------------------------
+// One poll for all methods.
+
+/// Per sender: messages in order and intact, then a normal-channel
+/// transfer, whatever method carries them.
+fn stream_to(ep: &mut Endpoint, to: ProcessAddr, seed: u32, ch: bcl::core::ChannelId) {
+    for i in 0..2000u32 {
+        let m = pattern(8 + (i as usize * 37) % 3000, seed + i);
+        ep.send_blocking(to, &m, T).unwrap();
+    }
+    let big = pattern(1 << 20, seed);
+    ep.send_on_channel_blocking(to, ch, big, T).unwrap();
+}
+
+#[test]
+fn one_blocking_poll_serves_shared_memory_and_network_peers_alike() {
+    use bcl::udp::{UdpConfig, UdpMethod};
+    let job = job(12);
+    let (a, b, c) = (
+        ProcessAddr::new(1, 1),
+        ProcessAddr::new(1, 2),
+        ProcessAddr::new(2, 1),
+    );
+    let udp = || Box::new(UdpMethod::open(UdpConfig::new("127.0.0.1:0".parse().unwrap())).unwrap());
+    // `a` reaches `b` by shared memory and `c` by UDP, and sleeps in one
+    // epoll on both methods when idle.
+    let mut ea = Endpoint::builder(a, job)
+        .method(Box::new(ShmMethod::open(job, a).unwrap()))
+        .method(udp())
+        .mode(ProgressMode::Blocking)
+        .build()
+        .unwrap();
+    let mut eb = endpoint(job, b, ProgressMode::Blocking);
+    let mut ec = Endpoint::builder(c, job)
+        .method(udp())
+        .mode(ProgressMode::Blocking)
+        .build()
+        .unwrap();
+    let da = ea.descriptors();
+    assert_eq!(
+        (da[0].method.as_str(), da[1].method.as_str()),
+        ("shm", "udp")
+    );
+    eb.add_peer(a, da[0].clone());
+    ec.add_peer(a, da[1].clone());
+    ea.add_peer(b, eb.descriptors()[0].clone());
+    ea.add_peer(c, ec.descriptors()[0].clone());
+    let (chb, chc) = (
+        ea.open_normal_channel().unwrap(),
+        ea.open_normal_channel().unwrap(),
+    );
+    ea.post(chb, Some(b), vec![0; 1 << 20]).unwrap();
+    ea.post(chc, Some(c), vec![0; 1 << 20]).unwrap();
+    let tb = std::thread::spawn(move || {
+        stream_to(&mut eb, a, 1, chb);
+        eb
+    });
+    let tc = std::thread::spawn(move || {
+        stream_to(&mut ec, a, 2, chc);
+        ec
+    });
+    // One loop, one wait: whatever comes first is handled first.
+    let mut next = [0u32; 2];
+    let mut transfers = 0;
+    let deadline = std::time::Instant::now() + T;
+    while next != [2000, 2000] || transfers < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "stuck at {next:?}, {transfers} transfers"
+        );
+        while let Some(d) = ea.poll_delivery() {
+            let k = usize::from(d.from == c);
+            let (seed, i) = ([1, 2][k], next[k]);
+            assert_eq!(
+                ea.message(&d).unwrap(),
+                &pattern(8 + (i as usize * 37) % 3000, seed + i)[..],
+                "message {i} from {}",
+                d.from
+            );
+            next[k] += 1;
+            ea.release(d).unwrap();
+        }
+        while let Some(ev) = ea.poll_channel_event() {
+            let ChannelEvent::Received {
+                from, buffer, len, ..
+            } = ev
+            else {
+                panic!("unexpected {ev:?}");
+            };
+            assert_eq!(len, 1 << 20);
+            assert!(buffer == pattern(1 << 20, if from == b { 1 } else { 2 }));
+            transfers += 1;
+        }
+        let soon = ea.now() + Duration::from_millis(100);
+        ea.progress_or_wait(Some(soon)).unwrap();
+    }
+    // Keep acknowledging until both senders are done.
+    while !(tb.is_finished() && tc.is_finished()) {
+        let soon = ea.now() + Duration::from_millis(5);
+        ea.progress_or_wait(Some(soon)).unwrap();
+    }
+    let (eb, ec) = (tb.join().unwrap(), tc.join().unwrap());
+    let s = ea.engine_stats();
+    assert!(s.woken_by_frames > 0, "it slept and was woken: {s:?}");
+    // Each link ran its own protocol in the same poll: the shm peer's
+    // frames were never resent, the UDP peer's were acknowledged.
+    assert_eq!(eb.port().stats().retransmits, 0);
+    assert!(ec.port().stats().messages_completed >= 2000);
+    assert!(
+        ea.port().stats().acks_sent > 0,
+        "UDP frames were acknowledged"
+    );
+}

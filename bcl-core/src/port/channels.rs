@@ -152,6 +152,12 @@ pub struct Refused {
 impl Port {
     // ---------------------------------------------------------------- API
 
+    /// Normal-channel and RMA transfers under way, sent and received
+    /// (accepted, not yet complete or failed).
+    pub fn transfers_in_progress(&self) -> usize {
+        self.out_transfers.len() + self.rx_transfers.len()
+    }
+
     /// Opens a normal channel.
     pub fn open_normal_channel(&mut self) -> Result<ChannelId, ChannelError> {
         self.add_channel(Channel::Normal(NormalChannel::default()))
