@@ -47,6 +47,8 @@
 #                               bcl-bw always are)
 #   BCL_VM_MIXED=0              leave out the guest <-> host (tap) test; the
 #                               fifth NIC is then on a QEMU hub of its own
+#   BCL_VM_HOST_METHOD=packet   method of the host side of the mixed test:
+#                               packet (AF_PACKET) or afxdp (AF_XDP)
 #   BCL_VM_TESTS=FILE           test list to run instead of guest-tests.sh
 #   BCL_VM_CACHE=DIR            download/kernel cache
 #   BCL_VM_TARGET_DIR=DIR       cargo target dir for the static build
@@ -64,6 +66,7 @@ TIMEOUT=${BCL_VM_TIMEOUT:-600}
 KVM_PROBE=${BCL_VM_KVM_PROBE:-30}
 GUEST_BINS="bcl-vfio bcl-pingpong bcl-bw ${BCL_VM_EXTRA_BINS:-}"
 MIXED=${BCL_VM_MIXED:-1}
+HOST_METHOD=${BCL_VM_HOST_METHOD:-packet}
 TESTS=${BCL_VM_TESTS:-$VM/guest-tests.sh}
 RUST_TARGET=x86_64-unknown-linux-gnu
 
@@ -249,12 +252,20 @@ if [ "$MIXED" = 1 ]; then
   ip netns exec "$NS" ip link set "$TAP" up || die "cannot bring $TAP up"
   BIN=$GBIN
   wait_s=$((TIMEOUT + 30))
-  host_server pingpong "$BIN/bcl-pingpong" --method packet --ifname "$TAP" --serve \
+  host_server pingpong "$BIN/bcl-pingpong" --method "$HOST_METHOD" --ifname "$TAP" --serve \
     --wait-client-s "$wait_s" --timeout-ms 60000
   HOST_PP_PID=$SERVER_PID HOST_PP_DESC=$SERVER_DESC
-  host_server bw "$BIN/bcl-bw" --method packet --ifname "$TAP" --ethertype "$HOST_BW_ETHERTYPE" \
-    --serve --verify --wait-client-s "$wait_s" --timeout-ms 60000
-  HOST_BW_PID=$SERVER_PID HOST_BW_DESC=$SERVER_DESC
+  HOST_BW_CMD=("$BIN/bcl-bw" --method "$HOST_METHOD" --ifname "$TAP" --ethertype "$HOST_BW_ETHERTYPE"
+    --serve --verify --wait-client-s "$wait_s" --timeout-ms 60000)
+  if [ "$HOST_METHOD" = afxdp ]; then
+    # One XDP program per interface: the bw server starts once the pingpong
+    # server is gone (in the boot loop). Its descriptor is the same (same
+    # interface); the guest's client retries first contact until it runs.
+    HOST_BW_DESC=$HOST_PP_DESC
+  else
+    host_server bw "${HOST_BW_CMD[@]}"
+    HOST_BW_PID=$SERVER_PID HOST_BW_DESC=$SERVER_DESC
+  fi
   log "host side ready ($(since "$t") s): namespace $NS, $TAP $HOST_MAC; servers $HOST_PP_DESC, $HOST_BW_DESC"
 fi
 
@@ -342,12 +353,17 @@ boot() { # boot ACCEL -> 0 finished, 3 KVM did not reach init, 124 timeout
   t0=$(date +%s)
   while kill -0 "$QPID" 2>/dev/null; do
     now=$(date +%s)
-    if [ "$MIXED" = 1 ] && [ -z "$HOST_CL_PID" ]; then
+    if [ "$MIXED" = 1 ] && [ -z "$HOST_BW_PID" ] && ! kill -0 "$HOST_PP_PID" 2>/dev/null; then
+      ip netns exec "$NS" "${HOST_BW_CMD[@]}" > "$WORK/host-bw.out" 2>&1 &
+      HOST_BW_PID=$!
+      HOST_PIDS="$HOST_PIDS $HOST_BW_PID"
+    fi
+    if [ "$MIXED" = 1 ] && [ -z "$HOST_CL_PID" ] && ! kill -0 "$HOST_BW_PID" 2>/dev/null; then
       local d
       d=$(grep -a -m1 '^BCL-VM-HOST-CONNECT: ' "$LOG" | tr -d '\r' | cut -d' ' -f2 || true)
       if [ -n "$d" ]; then
         # shellcheck disable=SC2086
-        ip netns exec "$NS" "$GBIN/bcl-bw" --method packet --ifname "$TAP" \
+        ip netns exec "$NS" "$GBIN/bcl-bw" --method "$HOST_METHOD" --ifname "$TAP" \
           --ethertype "$HOST_REV_ETHERTYPE" --connect "$d" $HOST_REV_ARGS \
           > "$WORK/host-bw-client.out" 2>&1 &
         HOST_CL_PID=$!
@@ -400,6 +416,7 @@ grep -a 'BCL-VM-TEST \(PASS\|FAIL\)' "$LOG" | tr -d '\r' | sed 's/^/run.sh:   /'
 HOST_OK=1
 host_result() { # host_result NAME PID
   local name=$1 pid=$2 i st=0
+  if [ -z "$pid" ]; then log "host $name: FAIL (never started)"; HOST_OK=0; return; fi
   for i in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   if kill -0 "$pid" 2>/dev/null; then
     kill "$pid" 2>/dev/null || true

@@ -388,7 +388,8 @@ pub fn open_client(
         MethodArg::Spin => Ok(Box::new(crate::local_methods::SpinTransport::connect(
             descriptor,
         )?)),
-        MethodArg::Afxdp => crate::afxdp_method::open_bcl_client(spec, descriptor),
+        MethodArg::Afxdp => crate::vfio_method::ethernet_peer(descriptor, "afxdp")
+            .and_then(|d| crate::afxdp_method::open_bcl_client(spec, &d.to_string())),
         MethodArg::AfxdpRaw => crate::afxdp_method::open_raw_client(spec, descriptor),
     }
 }
