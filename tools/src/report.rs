@@ -136,6 +136,11 @@ pub struct BwResult {
     /// buffer each, or slots of the open channel's region).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub channels: Option<usize>,
+    /// With `--memcpy`: the bandwidth of copying messages of this size from
+    /// one buffer to another in the sending thread, measured in the same
+    /// run (the baseline of shared-memory methods).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memcpy_mbytes_per_s: Option<f64>,
 }
 
 impl BwResult {
@@ -159,6 +164,7 @@ impl BwResult {
             msgs_per_s: rate(messages as f64),
             window: None,
             channels: None,
+            memcpy_mbytes_per_s: None,
         }
     }
 }
@@ -214,17 +220,27 @@ pub struct BwReport {
     pub counters: BwCounters,
 }
 
-/// The OSU-style bandwidth table.
+/// The OSU-style bandwidth table (with memcpy columns when measured).
 pub fn bandwidth_table(results: &[BwResult]) -> String {
+    let memcpy = results.iter().any(|r| r.memcpy_mbytes_per_s.is_some());
     let mut out = format!(
-        "{:>10} {:>14} {:>14} {:>12}\n",
+        "{:>10} {:>14} {:>14} {:>12}",
         "# Size", "MB/s", "Messages/s", "Messages"
     );
+    if memcpy {
+        out.push_str(&format!(" {:>14} {:>10}", "memcpy MB/s", "/ memcpy"));
+    }
+    out.push('\n');
     for r in results {
         out.push_str(&format!(
-            "{:>10} {:>14.2} {:>14.0} {:>12}\n",
+            "{:>10} {:>14.2} {:>14.0} {:>12}",
             r.size, r.mbytes_per_s, r.msgs_per_s, r.messages
         ));
+        if let Some(m) = r.memcpy_mbytes_per_s {
+            let ratio = if m > 0.0 { r.mbytes_per_s / m } else { 0.0 };
+            out.push_str(&format!(" {m:>14.2} {ratio:>10.2}"));
+        }
+        out.push('\n');
     }
     out
 }

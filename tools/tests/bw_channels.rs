@@ -111,7 +111,7 @@ fn an_open_channel_over_a_faulty_sim_wire() {
 }
 
 /// Over udp on loopback, with the default number of channels and a size
-/// of several megabytes.
+/// of several megabytes; --memcpy adds the memcpy baseline per size.
 #[test]
 fn normal_and_open_channels_over_udp_loopback() {
     for channel in ["normal", "open"] {
@@ -130,8 +130,12 @@ fn normal_and_open_channels_over_udp_loopback() {
             "2",
             "--warmup",
             "1",
+            "--memcpy",
         ]);
         check(&v, channel, &[100_000, 6 << 20], 12, Some(16));
+        for r in v["results"].as_array().unwrap() {
+            assert!(r["memcpy_mbytes_per_s"].as_f64().unwrap() > 0.0, "{r}");
+        }
     }
 }
 

@@ -81,6 +81,33 @@ struct Cli {
     /// sizes.
     #[arg(long, value_name = "BYTES", value_parser = parse_volume)]
     volume: Option<u64>,
+
+    /// After the run, the sending side also times memcpy of each size (one
+    /// buffer into another, about --volume bytes or 256 MiB per size, in
+    /// the same pinned thread): the baseline of shared-memory methods,
+    /// printed and written as memcpy_mbytes_per_s.
+    #[arg(long)]
+    memcpy: bool,
+}
+
+/// memcpy bandwidth (10^6 bytes per second) of `size`-byte copies, about
+/// `volume` bytes in all after a warm-up copy.
+fn memcpy_rate(size: usize, volume: u64) -> f64 {
+    let src = vec![0x5au8; size];
+    let mut dst = vec![0u8; size];
+    dst.copy_from_slice(&src);
+    let n = (volume / size.max(1) as u64).max(1);
+    let t0 = Instant::now();
+    for _ in 0..n {
+        dst.copy_from_slice(std::hint::black_box(&src));
+        std::hint::black_box(&mut dst);
+    }
+    let s = t0.elapsed().as_secs_f64();
+    if s > 0.0 {
+        (n * size as u64) as f64 / s / 1e6
+    } else {
+        0.0
+    }
 }
 
 fn parse_volume(text: &str) -> Result<u64, String> {
@@ -252,7 +279,13 @@ fn finish(
     let results: Vec<BwResult> = out
         .results
         .iter()
-        .map(|r| BwResult::new(r.size, r.messages, r.seconds).with_plan(r.window, r.depth))
+        .map(|r| {
+            let mut b = BwResult::new(r.size, r.messages, r.seconds).with_plan(r.window, r.depth);
+            if cli.memcpy {
+                b.memcpy_mbytes_per_s = Some(memcpy_rate(r.size, cli.volume.unwrap_or(256 << 20)));
+            }
+            b
+        })
         .collect();
     let own = own.unwrap_or_default();
     let counters = BwCounters {
