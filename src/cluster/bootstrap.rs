@@ -262,14 +262,6 @@ enum Listener {
     Unix(UnixListener, PathBuf),
 }
 
-impl Drop for RendezvousServer {
-    fn drop(&mut self) {
-        if let Listener::Unix(_, p) = &self.listener {
-            let _ = std::fs::remove_file(p);
-        }
-    }
-}
-
 impl RendezvousServer {
     /// Listens at `addr` (a TCP port 0 is chosen by the kernel) for the
     /// `size` ranks of job `job`; ranks must show up within `timeout`.
@@ -305,6 +297,33 @@ impl RendezvousServer {
         })
     }
 
+    /// After a failure, answers every later connection with `why` (in a
+    /// background thread, for the life of the process), so a rank that
+    /// comes late learns what happened instead of finding nobody there.
+    fn refuse_late_comers(&self, why: String) {
+        let listener = match &self.listener {
+            Listener::Tcp(l) => l.try_clone().map(Listener::Tcp),
+            Listener::Unix(l, p) => l.try_clone().map(|l| Listener::Unix(l, p.clone())),
+        };
+        let Ok(listener) = listener else { return };
+        std::thread::spawn(move || loop {
+            let stream: Option<Box<dyn Stream>> = match &listener {
+                Listener::Tcp(l) => l.accept().ok().map(|(s, _)| {
+                    let _ = s.set_nonblocking(false);
+                    Box::new(s) as Box<dyn Stream>
+                }),
+                Listener::Unix(l, _) => l.accept().ok().map(|(s, _)| {
+                    let _ = s.set_nonblocking(false);
+                    Box::new(s) as Box<dyn Stream>
+                }),
+            };
+            match stream {
+                Some(mut s) => refuse(s.as_mut(), why.clone()),
+                None => std::thread::sleep(Duration::from_millis(5)),
+            }
+        });
+    }
+
     /// The address ranks connect to (with the port the kernel chose).
     pub fn addr(&self) -> &RendezvousAddr {
         &self.addr
@@ -337,10 +356,9 @@ impl RendezvousServer {
                 if all_in && s.finished >= s.connected {
                     return Ok(s.members.iter().flatten().cloned().collect());
                 }
-                if s.failed.is_some() && s.finished >= s.connected {
-                    return Err(BootstrapError::Timeout(
-                        s.failed.clone().unwrap_or_default(),
-                    ));
+                if let Some(f) = s.failed.clone().filter(|_| s.finished >= s.connected) {
+                    self.refuse_late_comers(f.clone());
+                    return Err(BootstrapError::Timeout(f));
                 }
                 if !all_in && Instant::now() >= deadline && s.failed.is_none() {
                     let missing: Vec<String> = s

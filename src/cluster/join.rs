@@ -5,7 +5,9 @@
 //!
 //! 1. who am I: [`JobInfo::from_env`];
 //! 2. the cluster: `$BCL_CLUSTER` (a resource database) if set, else this
-//!    host's interfaces (fabric = IPv4 subnet);
+//!    host's interfaces (fabric = IPv4 subnet; `packet` and `udp` only:
+//!    `afxdp` attaches an XDP program to the NIC, so it needs a
+//!    configuration that allows it);
 //! 3. the policy: the file's preference, `$BCL_METHODS` or the file's pin;
 //! 4. which methods on which NIC ([`plan`]), opened in policy order; a
 //!    method that cannot open is noted with the reason, and a pin none of
@@ -87,7 +89,9 @@ pub fn plan(
                         i.name.clone(),
                         i.ipv4.first().map(|a| a.0),
                         f,
-                        vec!["afxdp".into(), "packet".into(), "udp".into()],
+                        // AF_XDP attaches a program to the NIC: only where
+                        // a configuration allows it.
+                        vec!["packet".into(), "udp".into()],
                     )),
                 }
             }
@@ -214,6 +218,9 @@ pub enum JoinError {
     Endpoint(#[from] crate::endpoint::Error),
 }
 
+/// Adjusts a port configuration, told the smallest MTU of the methods.
+pub type Configure = dyn Fn(&mut PortConfig, usize);
+
 /// Settings of [`join`].
 pub struct JoinOptions {
     /// How long the bootstrap may take.
@@ -222,7 +229,7 @@ pub struct JoinOptions {
     pub mode: ProgressMode,
     /// Adjusts the port configuration; told the smallest MTU of the opened
     /// methods.
-    pub configure: Box<dyn Fn(&mut PortConfig, usize)>,
+    pub configure: Box<Configure>,
 }
 
 impl Default for JoinOptions {
@@ -398,7 +405,14 @@ pub fn join(opts: JoinOptions) -> Result<Joined, JoinError> {
                 .parse()?;
             let secret = std::env::var("BCL_JOB_SECRET")
                 .map_err(|_| BootstrapError::Identity("BCL_JOB_SECRET is not set".into()))?;
-            let (m, s) = bootstrap::exchange(&at, &secret, &info, local, &table, opts.timeout)?;
+            // bcl-run says how long the rendezvous waits: wait no longer.
+            let timeout = std::env::var("BCL_TIMEOUT_SECS")
+                .ok()
+                .and_then(|v| v.parse::<u64>().ok())
+                .map_or(opts.timeout, |t| {
+                    opts.timeout.min(Duration::from_secs(t + 1))
+                });
+            let (m, s) = bootstrap::exchange(&at, &secret, &info, local, &table, timeout)?;
             (m, Some(s))
         };
     let mut addrs = Vec::new();

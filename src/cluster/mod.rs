@@ -126,7 +126,7 @@ pub(crate) fn route(
                 };
                 match open(methods, i, &c.peer.descriptor()) {
                     Ok(()) => {
-                        let before: Vec<String> = passed.clone();
+                        let before = select::passed_before(&passed, &local.policy, &c.method);
                         chosen = Some(LinkRecord {
                             method: Some(c.method.clone()),
                             descriptor: Some(c.peer.descriptor()),

@@ -280,25 +280,30 @@ pub fn choose(
     let (found, passed) = candidates(local, peer, policy);
     match found.into_iter().next() {
         Some(c) => {
-            let idx = policy
-                .order
-                .iter()
-                .position(|m| *m == c.method)
-                .unwrap_or(0);
-            let before: Vec<String> = passed
-                .iter()
-                .filter(|p| {
-                    policy.order[..idx]
-                        .iter()
-                        .any(|m| p.starts_with(&format!("{m}:")))
-                })
-                .cloned()
-                .collect();
+            let before = passed_before(&passed, policy, &c.method);
             let why = explain(&c, &before, policy);
             Ok((c, why))
         }
         None => Err(no_route(&passed, policy)),
     }
+}
+
+/// The entries of `passed` for methods the policy prefers to `method`.
+pub fn passed_before(passed: &[String], policy: &Policy, method: &str) -> Vec<String> {
+    let idx = policy
+        .order
+        .iter()
+        .position(|m| m == method)
+        .unwrap_or(policy.order.len());
+    passed
+        .iter()
+        .filter(|p| {
+            policy.order[..idx]
+                .iter()
+                .any(|m| p.starts_with(&format!("{m}:")))
+        })
+        .cloned()
+        .collect()
 }
 
 /// The reason given when no method reaches a peer.

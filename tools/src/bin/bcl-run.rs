@@ -1,0 +1,453 @@
+//! `bcl-run`: launches the processes of one job and runs its rendezvous.
+//!
+//! ```text
+//! bcl-run -n 4 -- ./my-program ARGS                  # 4 ranks on this host
+//! bcl-run --hosts a,b --per-node 2 -- ./my-program  # over ssh (--dry-run prints the commands)
+//! bcl-run --lab configs/lab/mixed.toml --cluster configs/mixed.toml --per-node 2 -- ./prog
+//! ```
+//!
+//! Ranks are laid out in blocks: ranks `0..K` on the first node, `K..2K` on
+//! the second, and so on. Each rank gets `BCL_RANK`, `BCL_SIZE`,
+//! `BCL_LOCAL_RANK`, `BCL_NODE`, `BCL_NODE_INDEX`, `BCL_JOB_ID`,
+//! `BCL_JOB_SECRET`, `BCL_RENDEZVOUS`, `BCL_TIMEOUT_SECS`, `BCL_PROGRAM_HASH`
+//! (of the program file, so ranks can check they run the same build),
+//! `BCL_CLUSTER` with
+//! `--cluster`, and `BCL_METHODS` when set here. Output lines are prefixed
+//! with `[RANK] `. The exit status is the first failing rank's (128 + signal
+//! for a rank killed by a signal); when a rank fails, the others are sent
+//! SIGTERM. SIGINT and SIGTERM are forwarded to every rank (each rank runs
+//! in its own process group, which gets the signal).
+
+use bcl::cluster::bootstrap::{new_secret, RendezvousAddr, RendezvousServer};
+use bcl::cluster::resources::ClusterConfig;
+use bcl_lab::{Lab, LabGuard};
+use clap::Parser;
+use nix::sys::signal::{SigSet, Signal};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "bcl-run",
+    about = "Launch the processes of a BCL job (locally, over ssh, or in bcl-lab namespaces) and run its rendezvous"
+)]
+struct Args {
+    /// Number of processes (default: --per-node times the number of nodes;
+    /// locally: 2).
+    #[arg(short = 'n', long = "np")]
+    np: Option<u32>,
+    /// Processes per node (default: -n spread over the nodes).
+    #[arg(long)]
+    per_node: Option<u32>,
+    /// Hosts to start ranks on over ssh, comma-separated.
+    #[arg(long, value_delimiter = ',', conflicts_with = "lab")]
+    hosts: Vec<String>,
+    /// A file with one host per line (`#` comments), like --hosts.
+    #[arg(long, conflicts_with_all = ["lab", "hosts"])]
+    hostfile: Option<PathBuf>,
+    /// Resource database: its nodes are the hosts (their `host`, or the
+    /// lab nodes with --lab), and ranks get BCL_CLUSTER.
+    #[arg(long)]
+    cluster: Option<PathBuf>,
+    /// Start the ranks in the namespaces of this bcl-lab topology (brought
+    /// up and down if it is not up).
+    #[arg(long)]
+    lab: Option<PathBuf>,
+    /// Lab nodes to use (default: the cluster file's nodes).
+    #[arg(long, value_delimiter = ',', requires = "lab")]
+    nodes: Vec<String>,
+    /// Print the command line of every rank and exit.
+    #[arg(long)]
+    dry_run: bool,
+    /// Seconds the ranks have to find each other.
+    #[arg(long, default_value_t = 30)]
+    timeout: u64,
+    /// Address of this host that remote ranks reach the rendezvous at
+    /// (ssh mode; default: this host's address on the default route).
+    #[arg(long)]
+    rendezvous_host: Option<String>,
+    /// Extra environment for every rank, KEY=VALUE (repeatable).
+    #[arg(long = "env")]
+    envs: Vec<String>,
+    /// The program and its arguments.
+    #[arg(last = true, required = true)]
+    command: Vec<String>,
+}
+
+/// Where the ranks run.
+enum Place {
+    Local,
+    Ssh(Vec<String>),
+    Lab(Lab, Vec<String>),
+}
+
+/// One rank to start.
+struct Rank {
+    rank: u32,
+    local: u32,
+    node_index: u32,
+    node: String,
+}
+
+fn fail(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("bcl-run: {msg}");
+    ExitCode::from(2)
+}
+
+/// 64-bit FNV-1a of a file, with its length: tells builds apart.
+fn file_hash(path: &Path) -> std::io::Result<String> {
+    let bytes = std::fs::read(path)?;
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in &bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    Ok(format!("{h:016x}-{}", bytes.len()))
+}
+
+/// The program's file: as given if it has a '/', else found in PATH.
+fn resolve(program: &str) -> Option<PathBuf> {
+    if program.contains('/') {
+        return std::fs::canonicalize(program).ok();
+    }
+    std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join(program))
+            .find(|f| f.is_file())
+    })
+}
+
+fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./:=,@+%".contains(&b))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+fn main() -> ExitCode {
+    // Block the signals we forward before any thread exists, so only the
+    // forwarding thread takes them (children get a clean mask from std).
+    let mut forwarded = SigSet::empty();
+    forwarded.add(Signal::SIGINT);
+    forwarded.add(Signal::SIGTERM);
+    if let Err(e) = forwarded.thread_block() {
+        return fail(format!("blocking signals: {e}"));
+    }
+    let args = Args::parse();
+    match run(args, forwarded) {
+        Ok(code) => code,
+        Err(e) => fail(e),
+    }
+}
+
+fn run(args: Args, forwarded: SigSet) -> Result<ExitCode, String> {
+    let cluster = match &args.cluster {
+        Some(p) => Some(ClusterConfig::load(p).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let cluster_path = args
+        .cluster
+        .as_ref()
+        .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()));
+    let mut hosts = args.hosts.clone();
+    if let Some(f) = &args.hostfile {
+        let text = std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?;
+        hosts.extend(
+            text.lines()
+                .map(|l| l.split('#').next().unwrap_or("").trim())
+                .filter(|l| !l.is_empty())
+                .map(str::to_string),
+        );
+        if hosts.is_empty() {
+            return Err(format!("{}: no hosts", f.display()));
+        }
+    }
+    let place = if let Some(lab_file) = &args.lab {
+        let lab = Lab::load(lab_file).map_err(|e| e.to_string())?;
+        let nodes = if !args.nodes.is_empty() {
+            args.nodes.clone()
+        } else if let Some(c) = &cluster {
+            c.nodes.iter().map(|n| n.name.clone()).collect()
+        } else {
+            return Err("--lab needs --nodes or --cluster (which lab nodes run ranks)".into());
+        };
+        for n in &nodes {
+            lab.netns(n).map_err(|e| format!("--nodes: {e}"))?;
+        }
+        Place::Lab(lab, nodes)
+    } else if !hosts.is_empty() {
+        Place::Ssh(hosts)
+    } else if let Some(c) = cluster.as_ref().filter(|c| !c.nodes.is_empty()) {
+        // A cluster file without --lab: its nodes' hosts over ssh.
+        Place::Ssh(c.nodes.iter().map(|n| n.host.clone()).collect())
+    } else {
+        Place::Local
+    };
+    let node_names: Vec<String> = match &place {
+        Place::Local => vec!["local".into()],
+        Place::Ssh(h) => match &cluster {
+            Some(c) if c.nodes.len() == h.len() => c.nodes.iter().map(|n| n.name.clone()).collect(),
+            _ => h.clone(),
+        },
+        Place::Lab(_, n) => n.clone(),
+    };
+    let n_nodes = node_names.len() as u32;
+    let (np, per_node) = match (args.np, args.per_node) {
+        (Some(n), Some(k)) => (n, k),
+        (Some(n), None) => (n, n.div_ceil(n_nodes)),
+        (None, Some(k)) => (k * n_nodes, k),
+        (None, None) if matches!(place, Place::Local) => (2, 2),
+        (None, None) => (n_nodes, 1),
+    };
+    if np == 0 || per_node == 0 {
+        return Err("-n and --per-node must be at least 1".into());
+    }
+    if np > per_node * n_nodes {
+        return Err(format!(
+            "-n {np} does not fit {n_nodes} node(s) x --per-node {per_node}"
+        ));
+    }
+    let ranks: Vec<Rank> = (0..np)
+        .map(|r| Rank {
+            rank: r,
+            local: r % per_node,
+            node_index: r / per_node,
+            node: node_names[(r / per_node) as usize].clone(),
+        })
+        .collect();
+
+    let program = &args.command[0];
+    let program_file = resolve(program);
+    let hash = match (&place, &program_file) {
+        (_, Some(f)) => file_hash(f).map_err(|e| format!("{}: {e}", f.display()))?,
+        (Place::Ssh(_), None) => "remote".into(),
+        (_, None) => return Err(format!("{program}: no such program")),
+    };
+    let job_id = format!(
+        "{}-{}",
+        std::process::id(),
+        nix::time::clock_gettime(nix::time::ClockId::CLOCK_REALTIME)
+            .map(|t| t.tv_sec())
+            .unwrap_or(0)
+    );
+    let secret = new_secret().map_err(|e| format!("job secret: {e}"))?;
+    let timeout = Duration::from_secs(args.timeout);
+    let sock_dir;
+    let listen = match &place {
+        Place::Local => RendezvousAddr::Tcp("127.0.0.1:0".into()),
+        Place::Lab(..) => {
+            sock_dir = std::env::temp_dir().join(format!("bcl-run-{job_id}"));
+            std::fs::create_dir_all(&sock_dir).map_err(|e| e.to_string())?;
+            RendezvousAddr::Unix(sock_dir.join("rendezvous.sock"))
+        }
+        Place::Ssh(_) => RendezvousAddr::Tcp("0.0.0.0:0".into()),
+    };
+    let server = RendezvousServer::bind(&listen, &secret, &job_id, np, timeout)
+        .map_err(|e| e.to_string())?;
+    let published = match (server.addr(), &place) {
+        (RendezvousAddr::Tcp(a), Place::Ssh(_)) => {
+            let port = a.rsplit(':').next().unwrap_or("0");
+            let host = match &args.rendezvous_host {
+                Some(h) => h.clone(),
+                None => bcl::udp::local_ip("0.0.0.0".parse().expect("an address"))
+                    .map_err(|e| format!("{} (use --rendezvous-host)", e.0))?
+                    .to_string(),
+            };
+            RendezvousAddr::Tcp(format!("{host}:{port}"))
+        }
+        (a, _) => a.clone(),
+    };
+
+    let env_for = |r: &Rank| -> Vec<(String, String)> {
+        let mut v = vec![
+            ("BCL_RANK".to_string(), r.rank.to_string()),
+            ("BCL_SIZE".into(), np.to_string()),
+            ("BCL_LOCAL_RANK".into(), r.local.to_string()),
+            ("BCL_NODE".into(), r.node.clone()),
+            ("BCL_NODE_INDEX".into(), r.node_index.to_string()),
+            ("BCL_JOB_ID".into(), job_id.clone()),
+            ("BCL_JOB_SECRET".into(), secret.clone()),
+            ("BCL_RENDEZVOUS".into(), published.to_string()),
+            ("BCL_PROGRAM_HASH".into(), hash.clone()),
+            ("BCL_TIMEOUT_SECS".into(), args.timeout.to_string()),
+        ];
+        if let Some(p) = &cluster_path {
+            v.push(("BCL_CLUSTER".into(), p.display().to_string()));
+        }
+        if let Ok(m) = std::env::var("BCL_METHODS") {
+            v.push(("BCL_METHODS".into(), m));
+        }
+        for e in &args.envs {
+            if let Some((k, val)) = e.split_once('=') {
+                v.push((k.to_string(), val.to_string()));
+            }
+        }
+        v
+    };
+    let command_for = |r: &Rank| -> Result<Command, String> {
+        let env = env_for(r);
+        let mut c = match &place {
+            Place::Local => {
+                let mut c = Command::new(program);
+                c.args(&args.command[1..]);
+                c
+            }
+            Place::Lab(lab, _) => {
+                let exe = program_file
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or(program.clone());
+                let mut c = lab.command(&r.node, &exe).map_err(|e| e.to_string())?;
+                c.args(&args.command[1..]);
+                c
+            }
+            Place::Ssh(hosts) => {
+                let host = &hosts[r.node_index as usize];
+                let mut remote = vec!["env".to_string()];
+                remote.extend(env.iter().map(|(k, v)| shell_quote(&format!("{k}={v}"))));
+                remote.extend(args.command.iter().map(|a| shell_quote(a)));
+                let mut c = Command::new("ssh");
+                c.args(["-o", "BatchMode=yes", host]).arg(remote.join(" "));
+                return Ok(c);
+            }
+        };
+        c.envs(env);
+        Ok(c)
+    };
+
+    if args.dry_run {
+        for r in &ranks {
+            let c = command_for(r)?;
+            let mut line: Vec<String> = Vec::new();
+            if !matches!(place, Place::Ssh(_)) {
+                line.extend(
+                    env_for(r)
+                        .iter()
+                        .map(|(k, v)| shell_quote(&format!("{k}={v}"))),
+                );
+            }
+            line.push(shell_quote(&c.get_program().to_string_lossy()));
+            line.extend(c.get_args().map(|a| shell_quote(&a.to_string_lossy())));
+            println!("[{}] {}", r.rank, line.join(" "));
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+
+    let _guard = match &place {
+        Place::Lab(lab, _) if !lab.is_up() => {
+            Some(LabGuard::new(lab.clone()).map_err(|e| format!("bringing the lab up: {e}"))?)
+        }
+        _ => None,
+    };
+    std::thread::spawn(move || {
+        if let Err(e) = server.serve() {
+            eprintln!("bcl-run: {e}");
+        }
+    });
+
+    let (tx, rx) = mpsc::channel::<(u32, std::process::ExitStatus)>();
+    let mut pids: Vec<(u32, i32)> = Vec::new();
+    let mut outputs = Vec::new();
+    for r in &ranks {
+        let mut c = command_for(r)?;
+        // Each rank leads its own process group: signals go to the rank
+        // and everything it started.
+        std::os::unix::process::CommandExt::process_group(&mut c, 0);
+        c.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = match c.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                for (_, pid) in &pids {
+                    let _ =
+                        nix::sys::signal::kill(nix::unistd::Pid::from_raw(-*pid), Signal::SIGTERM);
+                }
+                return Err(format!("starting rank {}: {e}", r.rank));
+            }
+        };
+        pids.push((r.rank, child.id() as i32));
+        let rank = r.rank;
+        if let Some(out) = child.stdout.take() {
+            outputs.push(std::thread::spawn(move || prefix(rank, out, false)));
+        }
+        if let Some(err) = child.stderr.take() {
+            outputs.push(std::thread::spawn(move || prefix(rank, err, true)));
+        }
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            if let Ok(status) = child.wait() {
+                let _ = tx.send((rank, status));
+            }
+        });
+    }
+    drop(tx);
+    let alive = std::sync::Arc::new(std::sync::Mutex::new(pids.clone()));
+    {
+        let alive = alive.clone();
+        std::thread::spawn(move || loop {
+            let Ok(sig) = forwarded.wait() else { return };
+            let list = alive.lock().map(|l| l.clone()).unwrap_or_default();
+            eprintln!("bcl-run: {sig}: forwarding to {} rank(s)", list.len());
+            for (_, pid) in list {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(-pid), sig);
+            }
+        });
+    }
+    let mut first_failure: Option<(u32, u8)> = None;
+    for (rank, status) in rx {
+        if let Ok(mut l) = alive.lock() {
+            l.retain(|(r, _)| *r != rank);
+        }
+        let code = match (
+            status.code(),
+            std::os::unix::process::ExitStatusExt::signal(&status),
+        ) {
+            (Some(c), _) => c as u8,
+            (None, Some(s)) => 128u8.wrapping_add(s as u8),
+            _ => 1,
+        };
+        if code != 0 && first_failure.is_none() {
+            eprintln!("bcl-run: rank {rank} failed ({status}); stopping the other ranks");
+            first_failure = Some((rank, code));
+            let list = alive.lock().map(|l| l.clone()).unwrap_or_default();
+            for (_, pid) in list {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(-pid), Signal::SIGTERM);
+            }
+        }
+    }
+    for o in outputs {
+        let _ = o.join();
+    }
+    if let Place::Lab(..) = place {
+        let _ = std::fs::remove_dir_all(std::env::temp_dir().join(format!("bcl-run-{job_id}")));
+    }
+    Ok(match first_failure {
+        Some((_, code)) => ExitCode::from(code.max(1)),
+        None => ExitCode::SUCCESS,
+    })
+}
+
+/// Copies `from` line by line to our stdout (or stderr), prefixed `[RANK] `.
+fn prefix(rank: u32, from: impl std::io::Read, err: bool) {
+    let r = BufReader::new(from);
+    for line in r.split(b'\n') {
+        let Ok(line) = line else { return };
+        let text = String::from_utf8_lossy(&line);
+        if err {
+            let mut e = std::io::stderr().lock();
+            let _ = writeln!(e, "[{rank}] {text}");
+        } else {
+            let mut o = std::io::stdout().lock();
+            let _ = writeln!(o, "[{rank}] {text}");
+            let _ = o.flush();
+        }
+    }
+}

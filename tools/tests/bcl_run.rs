@@ -1,0 +1,176 @@
+//! `bcl-run` on this host: a local job over shared memory, the exit status
+//! of the first failing rank, output prefixes, signal forwarding, ssh
+//! command lines (`--dry-run`), and a rank that never shows up.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+fn bcl_run() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_bcl-run"));
+    c.env_remove("BCL_METHODS").env_remove("BCL_CLUSTER");
+    c
+}
+
+#[test]
+fn a_local_job_runs_one_binary_over_shared_memory() {
+    let out = bcl_run()
+        .args([
+            "-n",
+            "3",
+            "--",
+            env!("CARGO_BIN_EXE_bcl-alltoall"),
+            "--sizes",
+            "8,65536,1048576",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let links: Vec<&str> = stdout.lines().filter(|l| l.contains("] link ")).collect();
+    assert_eq!(links.len(), 6, "{stdout}");
+    assert!(
+        links.iter().all(|l| l.contains("\"method\":\"shm\"")),
+        "{stdout}"
+    );
+    for r in 0..3 {
+        assert!(
+            stdout.contains(&format!("[{r}] done {{\"rank\":{r},\"received\":6,")),
+            "{stdout}"
+        );
+    }
+    let hashes: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains("] hash "))
+        .map(|l| l.split("\"hash\":").nth(1).unwrap())
+        .collect();
+    assert_eq!(hashes.len(), 3);
+    assert!(hashes.iter().all(|h| *h == hashes[0]));
+}
+
+#[test]
+fn the_job_fails_with_the_first_failing_rank_and_output_is_prefixed() {
+    let out = bcl_run()
+        .args([
+            "-n",
+            "3",
+            "--",
+            "sh",
+            "-c",
+            "if [ \"$BCL_RANK\" = 1 ]; then echo \"out of $BCL_RANK/$BCL_SIZE\"; echo err >&2; exit 7; fi; sleep 20",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(7), "{stdout}\n{stderr}");
+    assert!(stdout.contains("[1] out of 1/3"), "{stdout}");
+    assert!(stderr.contains("[1] err"), "{stderr}");
+    assert!(stderr.contains("rank 1 failed"), "{stderr}");
+}
+
+#[test]
+fn sigterm_is_forwarded_to_every_rank() {
+    let mut child = bcl_run()
+        .args([
+            "-n",
+            "2",
+            "--",
+            "sh",
+            "-c",
+            "trap 'echo got-term; exit 5' TERM; echo ready; while true; do sleep 0.05; done",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut ready = 0;
+    while ready < 2 {
+        let l = lines.next().unwrap().unwrap();
+        if l.ends_with("ready") {
+            ready += 1;
+        }
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(5), "{rest:?}");
+    assert!(rest.iter().any(|l| l == "[0] got-term"), "{rest:?}");
+    assert!(rest.iter().any(|l| l == "[1] got-term"), "{rest:?}");
+}
+
+#[test]
+fn dry_run_prints_the_ssh_command_of_every_rank() {
+    let out = bcl_run()
+        .args([
+            "--hosts",
+            "h1,h2",
+            "--per-node",
+            "2",
+            "--dry-run",
+            "--rendezvous-host",
+            "10.0.0.9",
+            "--",
+            "/opt/bin/prog",
+            "an arg",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{stdout}");
+    for (r, host, local) in [(0, "h1", 0), (1, "h1", 1), (2, "h2", 0), (3, "h2", 1)] {
+        let l = lines[r];
+        assert!(
+            l.starts_with(&format!("[{r}] ssh -o BatchMode=yes {host} ")),
+            "{l}"
+        );
+        assert!(l.contains(&format!("BCL_RANK={r} ")), "{l}");
+        assert!(l.contains("BCL_SIZE=4 "), "{l}");
+        assert!(l.contains(&format!("BCL_LOCAL_RANK={local} ")), "{l}");
+        assert!(l.contains("BCL_RENDEZVOUS=tcp:10.0.0.9:"), "{l}");
+        assert!(l.contains("BCL_JOB_SECRET="), "{l}");
+        assert!(l.contains("/opt/bin/prog"), "{l}");
+        assert!(l.contains("'an arg'"), "{l}");
+    }
+}
+
+#[test]
+fn a_rank_that_never_shows_up_is_a_clear_error() {
+    let script = format!(
+        "if [ \"$BCL_RANK\" = 0 ]; then exec {} --sizes 8; fi; sleep 12",
+        env!("CARGO_BIN_EXE_bcl-alltoall")
+    );
+    let out = bcl_run()
+        .args(["-n", "2", "--timeout", "3", "--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("[0] bcl-alltoall: rendezvous"), "{stderr}");
+    assert!(stderr.contains("1 never showed up within 3s"), "{stderr}");
+}
+
+#[test]
+fn a_program_started_without_bcl_run_says_so() {
+    let out = Command::new(env!("CARGO_BIN_EXE_bcl-alltoall"))
+        .env_remove("BCL_RANK")
+        .env_remove("SLURM_PROCID")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("start the program with bcl-run"),
+        "{stderr}"
+    );
+}

@@ -1,0 +1,176 @@
+//! The mixed-hardware cluster from one binary: `configs/lab/mixed.toml`
+//! (two AF_XDP nodes and an AF_PACKET-only node on fabric A, a UDP-only
+//! node behind a router) with the resource database `configs/mixed.toml`,
+//! two processes per node, all started by `bcl-run` from one build of
+//! `bcl-alltoall`. Every pair exchanges verified messages of 8 B to 1 MiB;
+//! the test checks that every rank ran the same file (by hash) and asserts
+//! the method matrix. Then the same job with `BCL_METHODS=udp`. Needs root.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Output of one job: per rank its hash, per (rank, peer) method and
+/// reason, per rank the count of messages received.
+#[derive(Default)]
+struct Job {
+    hashes: HashMap<u32, String>,
+    links: HashMap<(u32, u32), (String, String)>,
+    received: HashMap<u32, u64>,
+}
+
+fn run_job(prefix: &str, methods: Option<&str>) -> Job {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_bcl-run"));
+    c.current_dir(root()).env("BCL_LAB_PREFIX", prefix).args([
+        "--lab",
+        "configs/lab/mixed.toml",
+        "--cluster",
+        "configs/mixed.toml",
+        "--per-node",
+        "2",
+        "--timeout",
+        "30",
+        "--",
+        env!("CARGO_BIN_EXE_bcl-alltoall"),
+        "--sizes",
+        "8,64,1024,8192,65536,1048576",
+        "--timeout",
+        "60",
+    ]);
+    match methods {
+        Some(m) => c.env("BCL_METHODS", m),
+        None => c.env_remove("BCL_METHODS"),
+    };
+    let out = c.output().expect("run bcl-run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "bcl-run failed: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    let mut job = Job::default();
+    for line in stdout.lines() {
+        let Some((tag, rest)) = line.split_once("] ") else {
+            continue;
+        };
+        let rank: u32 = tag.trim_start_matches('[').parse().unwrap();
+        let Some((kind, json)) = rest.split_once(' ') else {
+            continue;
+        };
+        let v: serde_json::Value = match serde_json::from_str(json) {
+            Ok(v) => v,
+            Err(_) => continue,
+        };
+        assert_eq!(v["rank"].as_u64(), Some(u64::from(rank)), "{line}");
+        match kind {
+            "hash" => {
+                job.hashes
+                    .insert(rank, v["hash"].as_str().unwrap().to_string());
+            }
+            "link" => {
+                let peer = v["peer"].as_u64().unwrap() as u32;
+                job.links.insert(
+                    (rank, peer),
+                    (
+                        v["method"].as_str().unwrap().to_string(),
+                        v["reason"].as_str().unwrap().to_string(),
+                    ),
+                );
+            }
+            "done" => {
+                job.received.insert(rank, v["received"].as_u64().unwrap());
+            }
+            _ => {}
+        }
+    }
+    job
+}
+
+/// Ranks 2k and 2k+1 are on node k: a1, a2, p, u.
+fn node(rank: u32) -> &'static str {
+    ["a1", "a2", "p", "u"][(rank / 2) as usize]
+}
+
+fn expected(a: u32, b: u32) -> &'static str {
+    let (na, nb) = (node(a), node(b));
+    if na == nb {
+        return "shm";
+    }
+    if na == "u" || nb == "u" {
+        return "udp";
+    }
+    // One AF_XDP endpoint per interface: the local rank 0 of a1 and a2
+    // holds it; every other pair on fabric A uses AF_PACKET.
+    let afxdp = |r: u32| (node(r) == "a1" || node(r) == "a2") && r.is_multiple_of(2);
+    if afxdp(a) && afxdp(b) {
+        "afxdp"
+    } else {
+        "packet"
+    }
+}
+
+fn check(job: &Job, pinned_udp: bool) {
+    let n = 8u32;
+    assert_eq!(job.hashes.len(), n as usize, "every rank reports its hash");
+    let first = job.hashes[&0].clone();
+    assert!(
+        job.hashes.values().all(|h| *h == first),
+        "not one binary: {:?}",
+        job.hashes
+    );
+    for r in 0..n {
+        assert_eq!(
+            job.received.get(&r),
+            Some(&(7 * 6)),
+            "rank {r} received everything"
+        );
+        for p in (0..n).filter(|p| *p != r) {
+            let (method, reason) = job
+                .links
+                .get(&(r, p))
+                .unwrap_or_else(|| panic!("no link {r}->{p}"));
+            let want = if pinned_udp { "udp" } else { expected(r, p) };
+            assert_eq!(method, want, "rank {r} -> {p}: {reason}");
+        }
+    }
+    // The reasons say why, from the side that opened the link.
+    let (_, why) = &job.links[&(0, 2)];
+    if pinned_udp {
+        assert!(job
+            .links
+            .values()
+            .any(|(_, r)| r.contains("[pinned by BCL_METHODS=udp]")));
+    } else {
+        assert!(
+            why.contains("same fabric A") || why.contains("the peer chose"),
+            "{why}"
+        );
+        assert!(job
+            .links
+            .values()
+            .any(|(m, r)| m == "udp" && r.contains("routed (IP) from")));
+    }
+}
+
+#[test]
+fn mixed_cluster_all_to_all_with_the_method_matrix_then_all_udp() {
+    if !bcl_lab::require_privileges("mixed_cluster_all_to_all_with_the_method_matrix_then_all_udp")
+    {
+        return;
+    }
+    let prefix = format!("bl-mx{}", std::process::id() % 100_000);
+    let lab = bcl_lab::Lab::load(&root().join("configs/lab/mixed.toml"))
+        .unwrap()
+        .with_prefix(&prefix)
+        .unwrap();
+    let _guard = bcl_lab::LabGuard::new(lab).expect("lab up");
+    let job = run_job(&prefix, None);
+    check(&job, false);
+    let job = run_job(&prefix, Some("udp"));
+    check(&job, true);
+}
