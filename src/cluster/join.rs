@@ -60,11 +60,9 @@ pub fn plan(
     local_rank: u32,
     policy: &Policy,
 ) -> Result<(Vec<Planned>, Vec<String>), String> {
-    let mut out: Vec<Planned> = Vec::new();
     let mut notes = Vec::new();
     // (ifname, ip, fabric, allowed methods)
-    let mut nics_here: Vec<(String, Option<Ipv4Addr>, String, Vec<String>)> = Vec::new();
-    let shm = node.is_none_or(|n| n.shm);
+    let mut nics_here: Vec<NicSlot> = Vec::new();
     match (cfg, node) {
         (Some(cfg), Some(node)) => {
             for nic in &node.nics {
@@ -97,6 +95,28 @@ pub fn plan(
             }
         }
     }
+    let shm = node.is_none_or(|n| n.shm);
+    let (out, more) = plan_on(&nics_here, shm, cfg.is_none(), local_rank, policy);
+    notes.extend(more);
+    Ok((out, notes))
+}
+
+/// A NIC as the planner sees it: interface, IPv4 address, fabric, methods
+/// allowed on it.
+pub type NicSlot = (String, Option<Ipv4Addr>, String, Vec<String>);
+
+/// [`plan`] on resolved NICs: `shm` if allowed, the NICs' methods in
+/// policy order (udp once, on the first NIC allowing it; afxdp only for
+/// local rank 0); `loopback_udp` puts udp on 127.0.0.1 when no NIC has it.
+pub fn plan_on(
+    nics_here: &[NicSlot],
+    shm: bool,
+    loopback_udp: bool,
+    local_rank: u32,
+    policy: &Policy,
+) -> (Vec<Planned>, Vec<String>) {
+    let mut out: Vec<Planned> = Vec::new();
+    let mut notes = Vec::new();
     for method in &policy.order {
         match method.as_str() {
             "shm" => {
@@ -122,7 +142,7 @@ pub fn plan(
                         ip: *ip,
                         fabric: Some(fabric.clone()),
                     }),
-                    None if cfg.is_none() => out.push(Planned {
+                    None if loopback_udp => out.push(Planned {
                         method: "udp".into(),
                         ifname: Some("lo".into()),
                         ip: Some(Ipv4Addr::LOCALHOST),
@@ -144,7 +164,7 @@ pub fn plan(
             }
             m => {
                 let mut any = false;
-                for (ifname, _, fabric, allowed) in &nics_here {
+                for (ifname, _, fabric, allowed) in nics_here {
                     if !allowed.iter().any(|x| x == m) {
                         continue;
                     }
@@ -168,7 +188,45 @@ pub fn plan(
             }
         }
     }
-    Ok((out, notes))
+    (out, notes)
+}
+
+/// The descriptor table a process of `node` (local rank `local_rank`)
+/// would publish under `policy`, from the configuration alone (no probing:
+/// addresses are placeholders `NODE/IFNAME`), for method matrices.
+pub fn config_table(
+    node: &Node,
+    local_rank: u32,
+    policy: &Policy,
+) -> (DescriptorTable, Vec<String>) {
+    let slots: Vec<NicSlot> = node
+        .nics
+        .iter()
+        .map(|n| {
+            (
+                n.ifname
+                    .clone()
+                    .unwrap_or_else(|| format!("nic-{}", n.fabric)),
+                Some(Ipv4Addr::UNSPECIFIED),
+                n.fabric.clone(),
+                n.methods.clone(),
+            )
+        })
+        .collect();
+    let (planned, notes) = plan_on(&slots, node.shm, false, local_rank, policy);
+    let mut t = DescriptorTable::new(node.name.clone(), node.name.clone());
+    for p in planned {
+        let addr = format!(
+            "{}/{}.{local_rank}",
+            node.name,
+            p.ifname.as_deref().unwrap_or("-")
+        );
+        t.push(
+            &bcl_core::Descriptor::new(p.method, addr),
+            p.fabric.as_deref(),
+        );
+    }
+    (t, notes)
 }
 
 /// Opens one planned method for process `addr` of `job`.

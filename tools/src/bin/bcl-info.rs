@@ -1,0 +1,305 @@
+//! `bcl-info`: what BCL can use on this host and what it would choose in a
+//! cluster (like `ucx_info -e` / `fi_info`).
+//!
+//! ```text
+//! bcl-info                                   # methods usable here (and why not), NICs per fabric
+//! bcl-info --cluster configs/mixed.toml --per-node 2   # + the method matrix of that cluster
+//! bcl-info --cluster configs/mixed.toml --node a1      # NICs of this host as node a1 sees them
+//! bcl-info --json                            # the same as one JSON object
+//! ```
+//!
+//! The matrix comes from the configuration alone, with the same policy
+//! code the endpoints run (`bcl::cluster::select::choose`), including
+//! `BCL_METHODS`; a running job prints its actual links (`bcl-alltoall`).
+
+use bcl::cluster::join::{config_table, plan, policy_from};
+use bcl::cluster::nics::{self, NicInfo};
+use bcl::cluster::resources::ClusterConfig;
+use bcl::cluster::select::choose;
+use bcl::core::Availability;
+use clap::Parser;
+use serde_json::json;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "bcl-info",
+    about = "Methods usable on this host and why not, NICs per fabric, and a cluster's method matrix"
+)]
+struct Args {
+    /// A resource database: show its method matrix.
+    #[arg(long)]
+    cluster: Option<PathBuf>,
+    /// Processes per node in the matrix.
+    #[arg(long, default_value_t = 1)]
+    per_node: u32,
+    /// This host's node in the cluster file (default: $BCL_NODE).
+    #[arg(long)]
+    node: Option<String>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+fn availability(a: Availability) -> (bool, String) {
+    match a {
+        Availability::Usable => (true, String::new()),
+        Availability::NotUsable(why) => (false, why),
+    }
+}
+
+/// Each method: usable here, and why not.
+fn probe_methods(ifs: &[NicInfo]) -> Vec<(String, bool, String)> {
+    let mut out = Vec::new();
+    let (ok, why) = availability(bcl::shm::probe());
+    out.push(("shm".to_string(), ok, why));
+    let candidates: Vec<&NicInfo> = ifs
+        .iter()
+        .filter(|i| i.excluded.is_none() && i.up)
+        .collect();
+    let mut vfio_notes = Vec::new();
+    let vfio_dir = std::path::Path::new("/sys/bus/pci/drivers/vfio-pci");
+    let devices: Vec<String> = std::fs::read_dir(vfio_dir)
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.contains(':'))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut vfio_ok = false;
+    for d in &devices {
+        match bcl_vfio::probe(d) {
+            Availability::Usable => {
+                vfio_ok = true;
+                vfio_notes.push(format!("{d}: usable"));
+            }
+            Availability::NotUsable(w) => vfio_notes.push(format!("{d}: {w}")),
+        }
+    }
+    if devices.is_empty() {
+        vfio_notes.push("no PCI device is bound to vfio-pci".into());
+    }
+    out.push(("vfio".into(), vfio_ok, vfio_notes.join("; ")));
+    let mut x_ok = false;
+    let mut x_notes = Vec::new();
+    for i in &candidates {
+        match bcl_afxdp::probe(&i.name) {
+            Availability::Usable => {
+                x_ok = true;
+                x_notes.push(format!("{}: usable", i.name));
+            }
+            Availability::NotUsable(w) => x_notes.push(format!("{}: {w}", i.name)),
+        }
+    }
+    if candidates.is_empty() {
+        x_notes.push(
+            "no interface that is up and not loopback, a bridge or container plumbing".into(),
+        );
+    }
+    out.push(("afxdp".into(), x_ok, x_notes.join("; ")));
+    let (ok, why) = availability(bcl::packet::probe());
+    out.push(("packet".into(), ok, why));
+    let udp = std::net::UdpSocket::bind("0.0.0.0:0");
+    out.push((
+        "udp".into(),
+        udp.is_ok(),
+        udp.err().map(|e| e.to_string()).unwrap_or_default(),
+    ));
+    out.push(("sim".into(), true, "in-process only (tests)".into()));
+    out
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bcl-info: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(args: &Args) -> Result<(), String> {
+    let cfg = match &args.cluster {
+        Some(p) => Some(ClusterConfig::load(p).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let policy = policy_from(cfg.as_ref())?;
+    let ifs = nics::interfaces().map_err(|e| format!("listing interfaces: {e}"))?;
+    let methods = probe_methods(&ifs);
+    let node_name = args.node.clone().or_else(|| std::env::var("BCL_NODE").ok());
+    let node = match (&cfg, &node_name) {
+        (Some(c), Some(n)) => Some(
+            c.node(n)
+                .ok_or_else(|| format!("node {n:?} is not in {}", c.file.display()))?,
+        ),
+        _ => None,
+    };
+    // NICs: the fabric each is on (from the file for this node, else the
+    // discovered subnet).
+    let mut fabric_of: std::collections::HashMap<String, String> = Default::default();
+    let mut plan_notes = Vec::new();
+    if let (Some(c), Some(n)) = (&cfg, node) {
+        for nic in &n.nics {
+            match nics::find(c, n, nic, &ifs) {
+                Ok(i) => {
+                    fabric_of.insert(i.name.clone(), nic.fabric.clone());
+                }
+                Err(e) => plan_notes.push(e),
+            }
+        }
+    }
+    match plan(
+        cfg.as_ref().filter(|_| node.is_some()),
+        node,
+        &ifs,
+        0,
+        &policy,
+    ) {
+        Ok((_, notes)) => plan_notes.extend(notes),
+        Err(e) => plan_notes.push(e),
+    }
+    let nic_rows: Vec<serde_json::Value> = ifs
+        .iter()
+        .map(|i| {
+            let fabric = fabric_of.get(&i.name).cloned().or_else(|| {
+                i.excluded
+                    .is_none()
+                    .then(|| i.discovered_fabric())
+                    .flatten()
+            });
+            json!({
+                "name": i.name, "index": i.index, "up": i.up,
+                "ipv4": i.ipv4.iter().map(|(a, l)| format!("{a}/{l}")).collect::<Vec<_>>(),
+                "fabric": fabric, "excluded": i.excluded,
+            })
+        })
+        .collect();
+    let mut matrix = Vec::new();
+    if let Some(c) = &cfg {
+        let mut ranks = Vec::new();
+        for n in &c.nodes {
+            for l in 0..args.per_node {
+                let (t, _) = config_table(n, l, &policy);
+                ranks.push((format!("{}/{l}", n.name), t));
+            }
+        }
+        for (a, ta) in &ranks {
+            for (b, tb) in &ranks {
+                if a == b {
+                    continue;
+                }
+                let (method, reason) = match choose(ta, tb, &policy) {
+                    Ok((c, why)) => (c.method, why),
+                    Err(why) => ("none".to_string(), why),
+                };
+                matrix.push(json!({"from": a, "to": b, "method": method, "reason": reason}));
+            }
+        }
+    }
+    if args.json {
+        let v = json!({
+            "methods": methods.iter().map(|(m, ok, why)| json!({"method": m, "usable": ok, "why": why})).collect::<Vec<_>>(),
+            "order": policy.order,
+            "pin": policy.pin.as_ref().map(|p| p.source.clone()),
+            "nics": nic_rows,
+            "notes": plan_notes,
+            "matrix": matrix,
+        });
+        println!("{v}");
+        return Ok(());
+    }
+    println!("Methods on this host:");
+    for (m, ok, why) in &methods {
+        let state = if *ok { "usable" } else { "not usable" };
+        if why.is_empty() {
+            println!("  {m:<7} {state}");
+        } else {
+            println!("  {m:<7} {state}: {why}");
+        }
+    }
+    println!(
+        "Policy order: {}{}",
+        policy.order.join(", "),
+        policy
+            .pin
+            .as_ref()
+            .map(|p| format!(" (pinned by {})", p.source))
+            .unwrap_or_default()
+    );
+    println!("NICs:");
+    for r in &nic_rows {
+        let ips: Vec<String> = r["ipv4"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let what = match (r["excluded"].as_str(), r["fabric"].as_str()) {
+            (Some(why), _) => format!("never picked unless named ({why})"),
+            (None, Some(f)) => format!("fabric {f}"),
+            (None, None) => "no fabric (no IPv4 address)".into(),
+        };
+        println!(
+            "  {:<12} {:<5} {:<20} {what}",
+            r["name"].as_str().unwrap_or(""),
+            if r["up"].as_bool() == Some(true) {
+                "up"
+            } else {
+                "down"
+            },
+            ips.join(",")
+        );
+    }
+    if !plan_notes.is_empty() {
+        println!("Left out here:");
+        for n in &plan_notes {
+            println!("  {n}");
+        }
+    }
+    if let Some(c) = &cfg {
+        println!(
+            "Method matrix of {} ({} per node):",
+            c.file.display(),
+            args.per_node
+        );
+        let names: Vec<String> = c
+            .nodes
+            .iter()
+            .flat_map(|n| (0..args.per_node).map(move |l| format!("{}/{l}", n.name)))
+            .collect();
+        let w = names.iter().map(String::len).max().unwrap_or(4).max(6);
+        print!("  {:w$}", "");
+        for n in &names {
+            print!(" {n:>w$}");
+        }
+        println!();
+        for a in &names {
+            print!("  {a:w$}");
+            for b in &names {
+                let m = matrix
+                    .iter()
+                    .find(|x| x["from"] == a.as_str() && x["to"] == b.as_str())
+                    .and_then(|x| x["method"].as_str())
+                    .unwrap_or("-");
+                print!(" {m:>w$}");
+            }
+            println!();
+        }
+        println!("Reasons:");
+        for x in &matrix {
+            println!(
+                "  {} -> {}: {}",
+                x["from"].as_str().unwrap_or(""),
+                x["to"].as_str().unwrap_or(""),
+                x["reason"].as_str().unwrap_or("")
+            );
+        }
+    }
+    Ok(())
+}
