@@ -6,6 +6,7 @@
 //! - [`methods`]: opening an end of a chosen method, as server or client.
 //! - [`launch`]: where the ends run (threads, lab namespaces, pinned CPUs).
 //! - [`cli`]: the command-line options both tools share.
+//! - [`job`]: the tools under `bcl-run` (rank 0 measures against rank 1).
 //! - [`pingpong`] and [`bw`]: the two measurements, written once against
 //!   `Transport`.
 //! - [`latency`], [`report`], [`args`]: histograms, the JSON contract and
@@ -16,6 +17,7 @@ pub mod args;
 pub mod bcl_transport;
 pub mod bw;
 pub mod cli;
+pub mod job;
 pub mod kernel;
 pub mod latency;
 pub mod launch;

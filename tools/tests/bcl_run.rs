@@ -174,3 +174,77 @@ fn a_program_started_without_bcl_run_says_so() {
         "{stderr}"
     );
 }
+
+#[test]
+fn pingpong_and_bw_run_rank_0_against_rank_1_under_bcl_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let pj = dir.path().join("pp.json");
+    let out = bcl_run()
+        .args([
+            "-n",
+            "3",
+            "--",
+            env!("CARGO_BIN_EXE_bcl-pingpong"),
+            "--sizes",
+            "8,1024",
+        ])
+        .args([
+            "--iters",
+            "200",
+            "--warmup",
+            "20",
+            "--json",
+            pj.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("[0] # job: rank 0 <-> rank 1 over shm"),
+        "{stdout}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&pj).unwrap()).unwrap();
+    assert_eq!(v["tool"], "bcl-pingpong");
+    assert_eq!(v["method"], "shm");
+    assert_eq!(v["results"].as_array().unwrap().len(), 2);
+    assert_eq!(v["results"][1]["iters"], 200);
+
+    let bj = dir.path().join("bw.json");
+    let out = bcl_run()
+        .args([
+            "-n",
+            "2",
+            "--",
+            env!("CARGO_BIN_EXE_bcl-bw"),
+            "--sizes",
+            "1024,64K",
+        ])
+        .args(["--iters", "10", "--verify", "--json", bj.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&bj).unwrap()).unwrap();
+    assert_eq!(v["tool"], "bcl-bw");
+    assert_eq!(v["method"], "shm");
+    assert_eq!(v["role"], "sender");
+    assert_eq!(v["verify"]["lost"], 0);
+    assert_eq!(v["verify"]["corrupted"], 0);
+    // Warm-up windows are delivered (and verified) too.
+    let timed: u64 = (0..2)
+        .map(|i| v["results"][i]["messages"].as_u64().unwrap())
+        .sum();
+    assert!(v["verify"]["delivered"].as_u64().unwrap() >= timed);
+    assert_eq!(v["verify"]["out_of_order"], 0);
+}

@@ -173,4 +173,37 @@ fn mixed_cluster_all_to_all_with_the_method_matrix_then_all_udp() {
     check(&job, false);
     let job = run_job(&prefix, Some("udp"));
     check(&job, true);
+    // The measuring tools under bcl-run: rank 0 on a1 against rank 1 on a2
+    // pick AF_XDP; a2 against u picks UDP.
+    for (nodes, method) in [("a1,a2", "afxdp"), ("a2,u", "udp")] {
+        let json =
+            std::env::temp_dir().join(format!("bcl-mixed-pp-{}-{method}.json", std::process::id()));
+        let out = Command::new(env!("CARGO_BIN_EXE_bcl-run"))
+            .current_dir(root())
+            .env("BCL_LAB_PREFIX", &prefix)
+            .env_remove("BCL_METHODS")
+            .args([
+                "--lab",
+                "configs/lab/mixed.toml",
+                "--cluster",
+                "configs/mixed.toml",
+            ])
+            .args(["--nodes", nodes, "--", env!("CARGO_BIN_EXE_bcl-pingpong")])
+            .args(["--sizes", "8,1024", "--iters", "200", "--warmup", "20"])
+            .arg("--json")
+            .arg(&json)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let _ = std::fs::remove_file(&json);
+        assert_eq!(v["method"], method, "{nodes}");
+        assert_eq!(v["results"][0]["iters"], 200);
+    }
 }

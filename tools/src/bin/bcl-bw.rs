@@ -162,7 +162,13 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
             return Err(format!("--channels {n}: must be 1..={MAX_DEPTH}"));
         }
     }
-    let role = c.role()?;
+    // Under bcl-run: rank 0 streams to rank 1 over the job's method.
+    let job = bcl_tools::job::join(&c.spec())?;
+    let role = if job.is_some() {
+        Role::Local
+    } else {
+        c.role()?
+    };
     let spec = c.spec();
     let timeout = Duration::from_millis(c.timeout_ms);
     let wait_client = Duration::from_secs(c.wait_client_s);
@@ -204,6 +210,19 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
             None => Ok(()),
         }
     };
+    match job {
+        Some(bcl_tools::job::JobEnd::Client(mut t)) => {
+            check_sizes(&*t)?;
+            let out = run_sender(&mut *t, &opts).map_err(|e| e.to_string())?;
+            return finish(cli, "sender", &out, Some(t.counters()), t.has_channels());
+        }
+        Some(bcl_tools::job::JobEnd::Server(mut t)) => {
+            let out = run_receiver(&mut *t, wait_client, timeout).map_err(|e| e.to_string())?;
+            return finish(cli, "receiver", &out, None, t.has_channels());
+        }
+        Some(bcl_tools::job::JobEnd::Idle) => return Ok(ExitCode::SUCCESS),
+        None => {}
+    }
     match role {
         Role::Lab(file, nodes) => run_in_lab(&file, &nodes, pins),
         Role::Serve => {
@@ -307,7 +326,7 @@ fn finish(
     };
     println!(
         "# bcl-bw: method {}{channel}, mode {}, {role}, window {} messages",
-        c.method.name(),
+        bcl_tools::job::method_name(c.method.name()),
         c.mode_name(),
         cli.window
     );
@@ -339,10 +358,10 @@ fn finish(
         "# transport retransmits {} bad frames {}",
         counters.retransmits, counters.bad_frames
     );
-    if let Some(path) = &c.json {
+    if let Some(path) = bcl_tools::job::report_path(&c.json) {
         let report = BwReport {
             tool: "bcl-bw".into(),
-            method: c.method.name().into(),
+            method: bcl_tools::job::method_name(c.method.name()).into(),
             channel: out.channel.name().into(),
             mode: c.mode_name().into(),
             role: role.into(),

@@ -70,6 +70,34 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
         return Err("--iters must be at least 1".into());
     }
     let c = &cli.common;
+    // Under bcl-run: rank 0 measures against rank 1 over the job's method.
+    if let Some(end) = bcl_tools::job::join(&c.spec())? {
+        let timeout = Duration::from_millis(c.timeout_ms);
+        return match end {
+            bcl_tools::job::JobEnd::Client(mut t) => {
+                let opts = PingOptions {
+                    sizes: cli.sizes.0.clone(),
+                    iters: cli.iters,
+                    warmup: cli.warmup,
+                    timeout,
+                };
+                check_sizes(
+                    &opts.sizes,
+                    t.max_message(),
+                    bcl_tools::job::method_name(""),
+                )?;
+                let outcome = run_client(&mut TransportClient::new(&mut *t), &opts)
+                    .map_err(|e| e.to_string())?;
+                finish(cli, outcome, t.counters(), None)
+            }
+            bcl_tools::job::JobEnd::Server(mut t) => {
+                let wait = Duration::from_secs(c.wait_client_s);
+                serve_echo(&mut *t, wait, timeout).map_err(|e| e.to_string())?;
+                Ok(ExitCode::SUCCESS)
+            }
+            bcl_tools::job::JobEnd::Idle => Ok(ExitCode::SUCCESS),
+        };
+    }
     let role = c.role()?;
     let spec = c.spec();
     let timeout = Duration::from_millis(c.timeout_ms);
@@ -176,7 +204,10 @@ fn finish(
         retransmits: client.retransmits + s.retransmits,
         bad_frames: client.bad_frames + s.bad_frames,
     };
-    println!("# bcl-pingpong: method {}, mode {mode}", c.method.name());
+    println!(
+        "# bcl-pingpong: method {}, mode {mode}",
+        bcl_tools::job::method_name(c.method.name())
+    );
     if let Some(f) = &c.fault {
         println!("# faults: {f}");
     }
@@ -195,7 +226,7 @@ fn finish(
     if let Some(path) = &c.json {
         let report = PingReport {
             tool: "bcl-pingpong".into(),
-            method: c.method.name().into(),
+            method: bcl_tools::job::method_name(c.method.name()).into(),
             mode: mode.into(),
             results,
             first_contact_ns: outcome.first_contact.as_nanos() as u64,
