@@ -262,6 +262,30 @@ pub fn open(p: &Planned, job: JobKey, addr: ProcessAddr) -> Result<Box<dyn Metho
     }
 }
 
+/// An opened method with its fabric.
+type Opened = (Box<dyn Method>, Option<String>);
+
+/// Opens the methods of a static job file's entry: each at exactly its
+/// address, so peers that read the same file reach it. Only udp addresses
+/// can be fixed in advance (the others are assigned when opened).
+fn open_static(t: &DescriptorTable) -> Result<Vec<Opened>, JoinError> {
+    let mut out: Vec<Opened> = Vec::new();
+    for e in &t.entries {
+        if e.method != "udp" {
+            return Err(JoinError::Config(format!(
+                "static job file: {}: only udp descriptors can be given a fixed address",
+                e.descriptor()
+            )));
+        }
+        let addr = bcl_udp::parse_address(&e.address)
+            .map_err(|x| JoinError::Config(format!("static job file: {x}")))?;
+        let m = bcl_udp::UdpMethod::open(bcl_udp::UdpConfig::new(addr))
+            .map_err(|x| JoinError::Config(format!("binding {}: {x}", e.descriptor())))?;
+        out.push((Box::new(m), e.fabric.clone()));
+    }
+    Ok(out)
+}
+
 /// Why joining failed.
 #[derive(Debug, thiserror::Error)]
 pub enum JoinError {
@@ -364,10 +388,29 @@ pub fn join(opts: JoinOptions) -> Result<Joined, JoinError> {
         _ => None,
     };
     let policy = policy_from(cfg.as_ref()).map_err(JoinError::Config)?;
-    let ifs =
-        nics::interfaces().map_err(|e| JoinError::Config(format!("listing interfaces: {e}")))?;
-    let (planned, mut notes) =
-        plan(cfg.as_ref(), node, &ifs, info.local_rank, &policy).map_err(JoinError::Config)?;
+    let static_job = match std::env::var_os("BCL_STATIC") {
+        Some(file) => {
+            let j = StaticJob::load(&PathBuf::from(file))?;
+            if j.members.len() != info.size as usize {
+                return Err(JoinError::Config(format!(
+                    "the static job file lists {} processes, the job has {}",
+                    j.members.len(),
+                    info.size
+                )));
+            }
+            Some(j)
+        }
+        None => None,
+    };
+    let (planned, mut notes) = match &static_job {
+        // Static: exactly the descriptors the file gives this rank.
+        Some(_) => (Vec::new(), Vec::new()),
+        None => {
+            let ifs = nics::interfaces()
+                .map_err(|e| JoinError::Config(format!("listing interfaces: {e}")))?;
+            plan(cfg.as_ref(), node, &ifs, info.local_rank, &policy).map_err(JoinError::Config)?
+        }
+    };
     let node_index = std::env::var("BCL_NODE_INDEX")
         .ok()
         .and_then(|v| v.parse::<u32>().ok())
@@ -379,9 +422,17 @@ pub fn join(opts: JoinOptions) -> Result<Joined, JoinError> {
                 .map(|i| i as u32)
         })
         .unwrap_or(0);
-    let local = ProcessAddr::new(node_index + 1, info.local_rank as u16);
+    let mut local = ProcessAddr::new(node_index + 1, info.local_rank as u16);
     let job = job_key(&info.job_id);
-    let mut methods: Vec<(Box<dyn Method>, Option<String>)> = Vec::new();
+    let mut methods: Vec<Opened> = Vec::new();
+    if let Some(j) = &static_job {
+        let me = &j.members[info.rank as usize];
+        local = me
+            .addr
+            .parse()
+            .map_err(|_| JoinError::Config(format!("static file: bad address {:?}", me.addr)))?;
+        methods = open_static(&me.table)?;
+    }
     for p in &planned {
         match open(p, job, local) {
             Ok(m) => methods.push((m, p.fabric.clone())),
@@ -423,7 +474,11 @@ pub fn join(opts: JoinOptions) -> Result<Joined, JoinError> {
             .trim()
             .to_string()
     });
-    let mut table = DescriptorTable::new(node_identity(), host);
+    let node_id = match &static_job {
+        Some(j) => j.members[info.rank as usize].table.node.clone(),
+        None => node_identity(),
+    };
+    let mut table = DescriptorTable::new(node_id, host);
     let mtu = methods
         .iter()
         .map(|(m, _)| m.caps().mtu)
@@ -441,38 +496,29 @@ pub fn join(opts: JoinOptions) -> Result<Joined, JoinError> {
         table: table.clone(),
         policy,
     });
-    let (members, session): (Vec<Member>, Option<Session>) =
-        if let Some(file) = std::env::var_os("BCL_STATIC") {
-            let j = StaticJob::load(&PathBuf::from(file))?;
-            if j.members.len() != info.size as usize {
-                return Err(JoinError::Config(format!(
-                    "the static job file lists {} processes, the job has {}",
-                    j.members.len(),
-                    info.size
-                )));
-            }
-            (j.members, None)
-        } else {
-            let at: RendezvousAddr = std::env::var("BCL_RENDEZVOUS")
-                .map_err(|_| {
-                    BootstrapError::Identity(
-                        "BCL_RENDEZVOUS is not set (start the job with bcl-run, or set BCL_STATIC)"
-                            .into(),
-                    )
-                })?
-                .parse()?;
-            let secret = std::env::var("BCL_JOB_SECRET")
-                .map_err(|_| BootstrapError::Identity("BCL_JOB_SECRET is not set".into()))?;
-            // bcl-run says how long the rendezvous waits: wait no longer.
-            let timeout = std::env::var("BCL_TIMEOUT_SECS")
-                .ok()
-                .and_then(|v| v.parse::<u64>().ok())
-                .map_or(opts.timeout, |t| {
-                    opts.timeout.min(Duration::from_secs(t + 1))
-                });
-            let (m, s) = bootstrap::exchange(&at, &secret, &info, local, &table, timeout)?;
-            (m, Some(s))
-        };
+    let (members, session): (Vec<Member>, Option<Session>) = if let Some(j) = static_job {
+        (j.members, None)
+    } else {
+        let at: RendezvousAddr = std::env::var("BCL_RENDEZVOUS")
+            .map_err(|_| {
+                BootstrapError::Identity(
+                    "BCL_RENDEZVOUS is not set (start the job with bcl-run, or set BCL_STATIC)"
+                        .into(),
+                )
+            })?
+            .parse()?;
+        let secret = std::env::var("BCL_JOB_SECRET")
+            .map_err(|_| BootstrapError::Identity("BCL_JOB_SECRET is not set".into()))?;
+        // bcl-run says how long the rendezvous waits: wait no longer.
+        let timeout = std::env::var("BCL_TIMEOUT_SECS")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .map_or(opts.timeout, |t| {
+                opts.timeout.min(Duration::from_secs(t + 1))
+            });
+        let (m, s) = bootstrap::exchange(&at, &secret, &info, local, &table, timeout)?;
+        (m, Some(s))
+    };
     let mut addrs = Vec::new();
     let mut tables = Vec::new();
     for m in members {

@@ -248,3 +248,70 @@ fn pingpong_and_bw_run_rank_0_against_rank_1_under_bcl_run() {
     assert!(v["verify"]["delivered"].as_u64().unwrap() >= timed);
     assert_eq!(v["verify"]["out_of_order"], 0);
 }
+
+#[test]
+fn a_static_job_file_needs_no_rendezvous() {
+    let ports: Vec<u16> = (0..2)
+        .map(|_| {
+            std::net::UdpSocket::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port()
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("job.toml");
+    let mut text = String::new();
+    for (r, p) in ports.iter().enumerate() {
+        text.push_str(&format!(
+            "[[process]]\nrank = {r}\naddr = \"{}.0\"\nnode = \"n{r}\"\ndescriptors = [\"udp:127.0.0.1:{p}\"]\nfabric = \"lo\"\n",
+            r + 1
+        ));
+    }
+    std::fs::write(&file, text).unwrap();
+    let ranks: Vec<_> = (0..2)
+        .map(|r| {
+            Command::new(env!("CARGO_BIN_EXE_bcl-alltoall"))
+                .args(["--sizes", "8,65536", "--timeout", "30"])
+                .env("BCL_RANK", r.to_string())
+                .env("BCL_SIZE", "2")
+                .env("BCL_JOB_ID", "static-test")
+                .env("BCL_STATIC", &file)
+                .env_remove("BCL_RENDEZVOUS")
+                .env_remove("BCL_CLUSTER")
+                .env_remove("BCL_METHODS")
+                .env_remove("BCL_PROGRAM_HASH")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (r, c) in ranks.into_iter().enumerate() {
+        let out = c.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "rank {r}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains("\"method\":\"udp\""), "{stdout}");
+        assert!(
+            stdout.contains(&format!("done {{\"rank\":{r},\"received\":2,")),
+            "{stdout}"
+        );
+    }
+    // A static file cannot fix the address of other methods.
+    std::fs::write(&file, "[[process]]\nrank = 0\naddr = \"1.0\"\nnode = \"n\"\ndescriptors = [\"packet:02:00:00:00:00:01/2\"]\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_bcl-alltoall"))
+        .env("BCL_RANK", "0")
+        .env("BCL_SIZE", "1")
+        .env("BCL_STATIC", &file)
+        .env_remove("BCL_CLUSTER")
+        .env_remove("BCL_METHODS")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("only udp descriptors"));
+}

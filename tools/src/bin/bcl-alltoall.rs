@@ -293,7 +293,16 @@ fn run(args: &Args) -> Result<(), String> {
         progress.received, progress.bytes
     );
     // Stay until everybody is done: a rank leaving early would leave its
-    // peers' last acknowledgements unanswered.
+    // peers' last acknowledgements unanswered. Without a rendezvous (static
+    // job file) there is no barrier: keep answering for a second.
+    if joined.session.is_none() {
+        let ep = &mut joined.endpoint;
+        let until = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < until {
+            ep.progress_or_wait(Some(ep.now() + Duration::from_millis(10)))
+                .map_err(|e| e.to_string())?;
+        }
+    }
     if let Some(s) = joined.session.as_mut() {
         let left = deadline
             .saturating_duration_since(Instant::now())
