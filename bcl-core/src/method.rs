@@ -217,6 +217,15 @@ pub trait Method: Send {
         None
     }
 
+    /// Whether polling for received frames costs a system call (kernel
+    /// sockets), rather than a look at memory the kernel or the NIC writes
+    /// (packet rings, AF_XDP, VFIO, shared memory). A busy-polling engine
+    /// polls such a method less often while it is idle, so that a port with
+    /// shared-memory and network peers is not slowed by the slower method.
+    fn rx_poll_is_syscall(&self) -> bool {
+        false
+    }
+
     /// Called by a blocking progress engine before it sleeps on
     /// [`readiness_fd`](Method::readiness_fd): arm whatever makes peers wake
     /// us, then re-check for work. Return false if there is work (then the

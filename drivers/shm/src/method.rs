@@ -30,7 +30,8 @@ use crate::{PeerId, PullProgress, ShmConfig, ShmError, ShmEvent, ShmPort};
 use bcl_core::method::{Descriptor, LinkId, Method, MethodCaps, MethodError, TxFrame};
 use bcl_core::port::{BulkKind, BulkToken, OutboundBulk};
 use bcl_core::{Availability, JobKey, ProcessAddr};
-use std::collections::{HashMap, VecDeque};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::VecDeque;
 use std::os::fd::RawFd;
 
 /// The method's name.
@@ -199,10 +200,10 @@ impl ShmMethod {
             port,
             node: node_identity(),
             links: Vec::new(),
-            by_addr: HashMap::new(),
+            by_addr: HashMap::default(),
             staging: vec![0; MTU + 1],
-            expected: HashMap::new(),
-            held: HashMap::new(),
+            expected: HashMap::default(),
+            held: HashMap::default(),
             scratch: Vec::new(),
             written_dirty: Vec::new(),
             stats: ShmMethodStats::default(),
@@ -559,7 +560,12 @@ impl ShmMethod {
             let Some(m) = self.port.recv() else { break };
             let from = m.from();
             let tag = m.bytes().first().copied();
-            let known = self.by_addr.get(&from).copied();
+            // Only frames need the link (a lookup per item would cost more
+            // than the rest of a direct message's handling).
+            let known = match tag {
+                Some(TAG_FRAME) => self.by_addr.get(&from).copied(),
+                _ => None,
+            };
             match (tag, known) {
                 (Some(TAG_FRAME), Some(link)) => {
                     if !h.frame(link, &m.bytes()[1..]) {

@@ -367,6 +367,10 @@ impl Method for UdpMethod {
         }
     }
 
+    fn rx_poll_is_syscall(&self) -> bool {
+        true
+    }
+
     fn readiness_fd(&self) -> Option<RawFd> {
         (!self.closed).then(|| self.socket.as_raw_fd())
     }

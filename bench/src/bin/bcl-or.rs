@@ -1,0 +1,253 @@
+//! `bcl-or`: the receive overhead o_r (LogGP's receiver CPU time per
+//! message) of BCL over shared memory and over UDP, next to the bare
+//! mechanism underneath each, measured in one thread so that no scheduling
+//! between processes enters the figure.
+//!
+//! For each size a sender puts a batch of messages in flight and waits until
+//! they are in the receiver's hands (shared memory: in its ring; UDP: in its
+//! socket buffer). Only then is the receiver timed: its progress engine,
+//! delivery and release, until the whole batch is taken. o_r = that time /
+//! batch, from the median round (a round in which the thread was preempted
+//! does not count). Baselines, timed the same way: shm - the bare ring (`ShmPort`
+//! receive, copy out, release); udp - kernel `recv` of the same datagrams.
+//! "shm, udp polled too" is the shm receiver in an endpoint that also polls
+//! an idle UDP method in every round: the cost of one poll for all methods.
+
+use bcl::shm::{ShmConfig, ShmMethod, ShmPort};
+use bcl::udp::{UdpConfig, UdpMethod};
+use bcl::{Endpoint, JobKey, Method, ProcessAddr, ProgressMode};
+use clap::Parser;
+use std::net::UdpSocket;
+use std::time::{Duration, Instant};
+
+/// Measure the receive overhead o_r of BCL (shm, udp) against the bare ring
+/// and kernel UDP receives.
+#[derive(Parser, Debug)]
+#[command(name = "bcl-or", version)]
+struct Cli {
+    /// Message sizes in bytes, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "8,1024")]
+    sizes: Vec<usize>,
+    /// Messages in flight per timed batch (1 = a message per progress round).
+    #[arg(long, value_delimiter = ',', default_value = "1,32")]
+    batches: Vec<usize>,
+    /// Messages timed per size and batch.
+    #[arg(long, default_value_t = 20_000)]
+    messages: usize,
+}
+
+const T: Duration = Duration::from_secs(10);
+
+fn job() -> JobKey {
+    JobKey(std::process::id() ^ 0x0b0b_0000)
+}
+
+fn udp() -> Box<dyn Method> {
+    Box::new(
+        UdpMethod::open(UdpConfig::new("127.0.0.1:0".parse().expect("address")))
+            .expect("udp method"),
+    )
+}
+
+fn shm(addr: ProcessAddr) -> Box<dyn Method> {
+    Box::new(ShmMethod::open(job(), addr).expect("shm method"))
+}
+
+/// A sending and a receiving endpoint, busy-polling.
+fn pair(tx: Box<dyn Method>, rx: Vec<Box<dyn Method>>) -> (Endpoint, Endpoint) {
+    let (a, b) = (ProcessAddr::new(1, 1), ProcessAddr::new(1, 2));
+    let mut ea = Endpoint::builder(a, job())
+        .method(tx)
+        .mode(ProgressMode::BusyPoll)
+        .build()
+        .expect("sender");
+    let mut builder = Endpoint::builder(b, job()).mode(ProgressMode::BusyPoll);
+    for m in rx {
+        builder = builder.method(m);
+    }
+    let eb = builder.build().expect("receiver");
+    let name = ea.methods().next().map(|m| m.name()).unwrap_or_default();
+    let d = eb
+        .descriptors()
+        .into_iter()
+        .find(|d| d.method == name)
+        .expect("a common method");
+    ea.add_peer(b, d);
+    (ea, eb)
+}
+
+/// Nanoseconds of receiver time per message.
+fn bcl_or(
+    ea: &mut Endpoint,
+    eb: &mut Endpoint,
+    size: usize,
+    batch: usize,
+    messages: usize,
+    settle: Duration,
+) -> f64 {
+    let to = eb.local();
+    let msg = vec![0x5a; size];
+    let mut rounds = Vec::new();
+    let mut done = 0;
+    // One untimed batch first: links, rings and caches warm.
+    for round in 0.. {
+        if done >= messages {
+            break;
+        }
+        for _ in 0..batch {
+            ea.send(to, &msg).expect("send");
+        }
+        // Out of the sender's hands (shm: written into the ring; udp: handed
+        // to the kernel).
+        let deadline = Instant::now() + T;
+        while ea.port().has_transmit_work()
+            || (ea.port().outstanding_sends() > 0 && settle.is_zero())
+        {
+            ea.progress().expect("sender progress");
+            assert!(Instant::now() < deadline, "the sender is stuck");
+        }
+        std::thread::sleep(settle);
+        let t0 = Instant::now();
+        let mut got = 0;
+        while got < batch {
+            eb.progress().expect("receiver progress");
+            while let Some(d) = eb.poll_delivery() {
+                eb.release(d).expect("release");
+                got += 1;
+            }
+            assert!(t0.elapsed() < T, "the receiver is stuck");
+        }
+        let dt = t0.elapsed();
+        if round > 0 {
+            rounds.push(dt);
+            done += batch;
+        }
+        // Let the sender's sends complete (acknowledgements over udp).
+        let deadline = Instant::now() + T;
+        while ea.port().outstanding_sends() > 0 {
+            ea.progress().expect("sender progress");
+            eb.progress().expect("receiver progress");
+            while ea.poll_send_event().is_some() {}
+            assert!(Instant::now() < deadline, "sends never completed");
+        }
+        while ea.poll_send_event().is_some() {}
+    }
+    per_message(rounds, batch)
+}
+
+/// The bare ring: a producer writes the batch, the consumer is timed
+/// receiving, copying out and releasing.
+fn ring_or(size: usize, batch: usize, messages: usize) -> f64 {
+    let (a, b) = (ProcessAddr::new(3, 1), ProcessAddr::new(3, 2));
+    let mut tx = ShmPort::open(ShmConfig::new(job(), a)).expect("ring");
+    let mut rx = ShmPort::open(ShmConfig::new(job(), b)).expect("ring");
+    let peer = tx.connect(b).expect("connect");
+    let msg = vec![0x5a; size];
+    let mut out = vec![0u8; size];
+    let mut rounds = Vec::new();
+    let mut done = 0;
+    for round in 0.. {
+        if done >= messages {
+            break;
+        }
+        for _ in 0..batch {
+            while tx.try_send(peer, &msg).is_err() {}
+        }
+        let t0 = Instant::now();
+        let mut got = 0;
+        while got < batch {
+            if let Some(m) = rx.recv() {
+                m.copy_to(&mut out);
+                m.release();
+                got += 1;
+            }
+        }
+        if round > 0 {
+            rounds.push(t0.elapsed());
+            done += batch;
+        }
+    }
+    per_message(rounds, batch)
+}
+
+/// Kernel UDP: the batch is sent, lands in the socket buffer, and the
+/// receiver's `recv` calls are timed.
+fn kernel_udp_or(size: usize, batch: usize, messages: usize, settle: Duration) -> f64 {
+    let rx = UdpSocket::bind("127.0.0.1:0").expect("socket");
+    let tx = UdpSocket::bind("127.0.0.1:0").expect("socket");
+    tx.connect(rx.local_addr().expect("address"))
+        .expect("connect");
+    rx.set_nonblocking(true).expect("nonblocking");
+    let msg = vec![0x5a; size];
+    let mut buf = vec![0u8; 65_536];
+    let mut rounds = Vec::new();
+    let mut done = 0;
+    for round in 0.. {
+        if done >= messages {
+            break;
+        }
+        for _ in 0..batch {
+            tx.send(&msg).expect("send");
+        }
+        std::thread::sleep(settle);
+        let t0 = Instant::now();
+        let mut got = 0;
+        while got < batch {
+            if rx.recv(&mut buf).is_ok() {
+                got += 1;
+            }
+        }
+        if round > 0 {
+            rounds.push(t0.elapsed());
+            done += batch;
+        }
+    }
+    per_message(rounds, batch)
+}
+
+/// Nanoseconds per message of the median round: the median, not the mean,
+/// so that a round in which the thread was preempted does not count.
+fn per_message(mut rounds: Vec<Duration>, batch: usize) -> f64 {
+    rounds.sort_unstable();
+    rounds[rounds.len() / 2].as_nanos() as f64 / batch as f64
+}
+
+fn main() {
+    let cli = Cli::parse();
+    // A UDP datagram sent on loopback is in the receiver's buffer at once;
+    // a short pause makes sure before the receiver is timed.
+    let settle = Duration::from_micros(200);
+    println!("# bcl-or: receive overhead o_r, ns per message (one thread; receiver timed with the messages already there)");
+    println!(
+        "{:>8} {:>6}  {:>26} {:>10} {:>12} {:>7}",
+        "size", "batch", "BCL method", "BCL o_r", "baseline", "ratio"
+    );
+    for &size in &cli.sizes {
+        for &batch in &cli.batches {
+            let n = cli.messages.max(batch);
+            let (a, b) = (ProcessAddr::new(1, 1), ProcessAddr::new(1, 2));
+            let (mut ea, mut eb) = pair(shm(a), vec![shm(b)]);
+            let shm_alone = bcl_or(&mut ea, &mut eb, size, batch, n, Duration::ZERO);
+            drop((ea, eb));
+            let (mut ea, mut eb) = pair(shm(a), vec![shm(b), udp()]);
+            let shm_with_udp = bcl_or(&mut ea, &mut eb, size, batch, n, Duration::ZERO);
+            drop((ea, eb));
+            let ring = ring_or(size, batch, n);
+            // UDP rounds sleep to settle: fewer of them.
+            let un = (n / 10).max(batch);
+            let (mut ea, mut eb) = pair(udp(), vec![udp()]);
+            let bcl_udp = bcl_or(&mut ea, &mut eb, size, batch, un, settle);
+            let kernel = kernel_udp_or(size, batch, un, settle);
+            for (name, ours, base, base_name) in [
+                ("shm", shm_alone, ring, "ring"),
+                ("shm, udp polled too", shm_with_udp, ring, "ring"),
+                ("udp", bcl_udp, kernel, "kernel recv"),
+            ] {
+                println!(
+                    "{size:>8} {batch:>6}  {name:>26} {ours:>10.0} {base:>8.0} ({base_name}) {:>6.2}x",
+                    ours / base
+                );
+            }
+        }
+    }
+}
