@@ -9,8 +9,8 @@
 #    65507-byte frames, --udp-mtu), server pinned to CPU 1 and client to
 #    CPU 0. Ratios BCL / kernel TCP per size, same lab, same repetition.
 # 2. Crossover: the system channel (eager) against normal channels
-#    (rendezvous) by size, 1 KiB up to the system channel's largest message,
-#    over packet in both labs.
+#    (rendezvous) by size, 1 KiB up to the system channel's largest message
+#    (128 KiB at MTU 1500, 1 MiB at MTU 65535), over packet in both labs.
 # 3. shm: normal channels, 64 KiB–64 MiB, against memcpy of the same sizes
 #    timed by bcl-bw --memcpy in the same run (skipped with --no-shm).
 #
@@ -19,6 +19,7 @@
 # give medians (ratios: the median of the per-repetition ratios).
 #
 #   bench/channels-compare.sh [--reps N] [--volume BYTES] [--modes "busy-poll blocking"]
+#                             [--labs "pair pair-jumbo"] [--sizes LIST] [--no-cross]
 #                             [--no-shm] [--no-append]
 #
 # Needs root (namespaces, AF_PACKET). Appends the tables with the command,
@@ -30,16 +31,22 @@ REPS=3
 VOLUME=256M
 MODES="busy-poll blocking"
 SHM=1
+CROSS=1
 APPEND=1
+LABS="pair pair-jumbo"
+SWEEP=64K,256K,1M,4M,16M,64M
 ARGS="$*"
 while [ $# -gt 0 ]; do
   case "$1" in
     --reps) REPS=$2; shift 2 ;;
     --volume) VOLUME=$2; shift 2 ;;
     --modes) MODES=$2; shift 2 ;;
+    --labs) LABS=$2; shift 2 ;;
+    --sizes) SWEEP=$2; shift 2 ;;
+    --no-cross) CROSS=0; shift ;;
     --no-shm) SHM=0; shift ;;
     --no-append) APPEND=0; shift ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "channels-compare: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -48,9 +55,10 @@ done
 cargo build --release -q -p bcl-tools -p bcl-lab
 BIN=${CARGO_TARGET_DIR:-target}/release
 OUT=$(mktemp -d /tmp/channels-compare.XXXXXX)
-SWEEP=64K,256K,1M,4M,16M,64M
-CROSS=1K,2K,4K,8K,16K,32K,64K,128K
-LABS="pair pair-jumbo"
+# Up to the system channel's largest message: 179 KiB at MTU 1500, 1 MiB
+# at MTU 65535.
+CROSS_pair=1K,2K,4K,8K,16K,32K,64K,128K
+CROSS_jumbo=$CROSS_pair,256K,512K,1M
 
 # One namespace prefix per lab (both labs are up at once).
 down_all() {
@@ -80,8 +88,9 @@ for rep in $(seq 1 "$REPS"); do
       # shellcheck disable=SC2086
       bw "sweep-$lab-$mode-udp-$rep" "$lab" --method udp $udp_mtu --channel normal $flag --sizes $SWEEP --volume "$VOLUME"
       bw "sweep-$lab-$mode-kernel-tcp-$rep" "$lab" --method kernel-tcp $flag --sizes $SWEEP --volume "$VOLUME"
-      for ch in system normal; do
-        bw "cross-$lab-$mode-$ch-$rep" "$lab" --method packet --channel $ch $flag --sizes $CROSS --volume 32M
+      cross=$CROSS_pair; [ "$lab" = pair-jumbo ] && cross=$CROSS_jumbo
+      [ "$CROSS" = 1 ] && for ch in system normal; do
+        bw "cross-$lab-$mode-$ch-$rep" "$lab" --method packet --channel $ch $flag --sizes $cross --volume 32M
       done
     done
     if [ "$SHM" = 1 ]; then
@@ -95,11 +104,11 @@ done
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 ELAPSED=$(( $(date +%s) - T0 ))
 
-TABLE=$(python3 - "$OUT" "$REPS" "$MODES" "$SHM" "$LOAD_BEFORE" "$LOAD_AFTER" "$ELAPSED" <<'PY'
+TABLE=$(python3 - "$OUT" "$REPS" "$MODES" "$SHM" "$LOAD_BEFORE" "$LOAD_AFTER" "$ELAPSED" "$LABS" "$CROSS" <<'PY'
 import json, os, statistics, sys
-out, reps, modes, shm, load_before, load_after, elapsed = sys.argv[1:8]
+out, reps, modes, shm, load_before, load_after, elapsed, run_labs, cross = sys.argv[1:10]
 reps, modes = int(reps), modes.split()
-labs = {"pair": "MTU 1500", "pair-jumbo": "MTU 65535"}
+labs = {l: m for l, m in (("pair", "MTU 1500"), ("pair-jumbo", "MTU 65535")) if l in run_labs.split()}
 med = statistics.median
 
 def rates(name):
@@ -139,23 +148,26 @@ lines.append("| lab | mode | method | lowest ratio 64 KiB–4 MiB | at | target 
 lines.append("|---|---|---|---|---|---|")
 for (lab, mode, m), by in sorted(best.items()):
     inr = {s: r for s, r in by.items() if 64 << 10 <= s <= 4 << 20}
+    if not inr:
+        continue
     s = min(inr, key=inr.get)
     ok = "met" if inr[s] >= 1.0 else "**missed**"
     lines.append(f"| {lab} | {mode} | {m} | {inr[s]:.2f} | {size_name(s)} | {ok} |")
-lines.append("")
-lines.append(f"Eager (system channel) against rendezvous (normal channels) over packet, MB/s, median of {reps}; ratio = normal / system:")
-lines.append("")
-lines.append("| lab | mode | size | system | normal | normal / system |")
-lines.append("|---|---|---|---|---|---|")
-for lab, mtu in labs.items():
-    for mode in modes:
-        sysr = [rates(f"cross-{lab}-{mode}-system-{r}") for r in range(1, reps + 1)]
-        nor = [rates(f"cross-{lab}-{mode}-normal-{r}") for r in range(1, reps + 1)]
-        for size in sorted(sysr[0]):
-            a = med(x[size]["mbytes_per_s"] for x in sysr)
-            b = med(x[size]["mbytes_per_s"] for x in nor)
-            q = med(nor[i][size]["mbytes_per_s"] / sysr[i][size]["mbytes_per_s"] for i in range(reps))
-            lines.append(f"| {lab} ({mtu}) | {mode} | {size_name(size)} | {a:.0f} | {b:.0f} | {q:.2f} |")
+if cross == "1":
+  lines.append("")
+  lines.append(f"Eager (system channel) against rendezvous (normal channels) over packet, MB/s, median of {reps}; ratio = normal / system:")
+  lines.append("")
+  lines.append("| lab | mode | size | system | normal | normal / system |")
+  lines.append("|---|---|---|---|---|---|")
+  for lab, mtu in labs.items():
+      for mode in modes:
+          sysr = [rates(f"cross-{lab}-{mode}-system-{r}") for r in range(1, reps + 1)]
+          nor = [rates(f"cross-{lab}-{mode}-normal-{r}") for r in range(1, reps + 1)]
+          for size in sorted(sysr[0]):
+              a = med(x[size]["mbytes_per_s"] for x in sysr)
+              b = med(x[size]["mbytes_per_s"] for x in nor)
+              q = med(nor[i][size]["mbytes_per_s"] / sysr[i][size]["mbytes_per_s"] for i in range(reps))
+              lines.append(f"| {lab} ({mtu}) | {mode} | {size_name(size)} | {a:.0f} | {b:.0f} | {q:.2f} |")
 if shm == "1":
     lines.append("")
     lines.append(f"shm normal channels against memcpy of the same size (same run, same pinned thread), MB/s, median of {reps}:")

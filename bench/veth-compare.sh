@@ -163,3 +163,4 @@ MD
   echo "appended to $DOC"
 fi
 echo "raw JSON and .hgrm files: $OUT"
+[ "$ISSUE3" = 0 ] || bench/channels-compare.sh --reps 1 --no-shm $([ "$APPEND" = 1 ] || echo --no-append)  # issue 6: normal channels 64 KiB-64 MiB against kernel TCP, eager/rendezvous crossover (see its header)

@@ -70,7 +70,7 @@ struct Cli {
 
     /// Normal and open channels: messages in flight (normal: channels, each
     /// with one posted buffer; open: slots of the region). Default: per
-    /// size, as many as fit 128 MiB, 1 to 16.
+    /// size, about 4 MiB in flight, 2 to 16.
     #[arg(long, value_name = "N")]
     channels: Option<usize>,
 

@@ -22,8 +22,8 @@
 //!   If the sender's next message arrives before the re-post, its request
 //!   waits at the receiver and is granted by the post (either order works).
 //!
-//! `D` is `--channels`, else [`auto_depth`](super::auto_depth): 16 for
-//! messages up to 8 MiB, fewer above so that `D` × size stays near 128 MiB.
+//! `D` is `--channels`, else [`auto_depth`](super::auto_depth): about
+//! 4 MiB in flight, 2 to 16 messages.
 //!
 //! # Open channel: a ring of `D` slots in a registered region
 //!

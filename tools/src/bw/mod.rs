@@ -182,11 +182,14 @@ pub fn plan(opts: &BwOptions, size: usize) -> Plan {
     }
 }
 
-/// Messages in flight on normal and open channels when not given: as many
-/// as fit 128 MiB, 1 to 16 (16 × 64 KiB keeps a veth pipe full; a single
-/// 128 MiB message hides its hand-shake on its own).
+/// Messages in flight on normal and open channels when not given: about
+/// 4 MiB, 2 to 16. Measured on veth (docs/PERFORMANCE.md, issue 6): 16 ×
+/// 64 KiB keeps the pipe full, while many large transfers at once lose
+/// frames at the receiver's ring and retransmit (at 1 MiB over 64 KiB
+/// frames, 16 in flight moved about 0.6 × what 1 or 2 did); two in flight
+/// hide each message's hand-shake behind the other's data.
 pub fn auto_depth(size: usize) -> usize {
-    ((128usize << 20) / size.max(1)).clamp(1, 16)
+    ((4usize << 20) / size.max(1)).clamp(2, 16)
 }
 
 /// One size's figures.
