@@ -388,10 +388,17 @@ impl RendezvousServer {
                 }),
             };
             match accepted {
-                Some(stream) => {
+                Some(mut stream) => {
                     let (st, sh) = (state.clone(), shared.clone());
                     {
                         let mut s = state.0.lock().unwrap_or_else(|e| e.into_inner());
+                        // One thread per connection: bounded, so a flood of
+                        // connections cannot exhaust the launcher.
+                        if s.connected - s.finished >= 2 * self.size + 16 {
+                            drop(s);
+                            refuse(stream.as_mut(), "too many open connections".into());
+                            continue;
+                        }
                         s.connected += 1;
                     }
                     std::thread::spawn(move || {
