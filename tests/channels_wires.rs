@@ -789,6 +789,27 @@ fn buffer_too_small_fails_on_both_sides_with_both_sizes_over_udp_loopback() {
     too_small_checks(&mut net);
 }
 
+/// A plain (system-channel) send above the eager limit is refused with an
+/// error that points to normal channels; one at the limit goes.
+#[test]
+fn a_plain_send_above_the_eager_limit_points_to_normal_channels() {
+    let mut net = Net::udp(2, None, |_| {});
+    let limit = net.ep(0).port().config().eager_limit;
+    let err = net.ep(0).send(addr(1), &vec![1; limit + 1]).unwrap_err();
+    assert!(err.to_string().contains("normal channel"), "{err}");
+    net.ep(0).send(addr(1), &vec![1; limit]).unwrap();
+    let deadline = Instant::now() + LIMIT;
+    let d = loop {
+        if let Some(d) = net.ep(1).poll_delivery() {
+            break d;
+        }
+        assert!(Instant::now() < deadline, "no delivery{}", net.dump());
+        net.step();
+    };
+    assert_eq!(net.ep(1).message(&d).map(<[u8]>::len), Some(limit));
+    net.ep(1).release(d).unwrap();
+}
+
 /// Short timeouts, so that a vanished peer is noticed in about a second.
 fn quick_failure(c: &mut PortConfig) {
     c.transfer_timeout = Duration::from_millis(500);
