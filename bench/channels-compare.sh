@@ -10,7 +10,7 @@
 #    CPU 0. Ratios BCL / kernel TCP per size, same lab, same repetition.
 # 2. Crossover: the system channel (eager) against normal channels
 #    (rendezvous) by size, 1 KiB up to the system channel's largest message
-#    (128 KiB at MTU 1500, 1 MiB at MTU 65535), over packet in both labs.
+#    (256 KiB at MTU 1500, 1 MiB at MTU 65535), over packet in both labs.
 # 3. shm: normal channels, 64 KiB–64 MiB, against memcpy of the same sizes
 #    timed by bcl-bw --memcpy in the same run (skipped with --no-shm).
 #
@@ -55,9 +55,9 @@ done
 cargo build --release -q -p bcl-tools -p bcl-lab
 BIN=${CARGO_TARGET_DIR:-target}/release
 OUT=$(mktemp -d /tmp/channels-compare.XXXXXX)
-# Up to the system channel's largest message: 179 KiB at MTU 1500, 1 MiB
-# at MTU 65535.
-CROSS_pair=1K,2K,4K,8K,16K,32K,64K,128K
+# Up to the system channel's largest message (256 frames): 359 KiB at MTU
+# 1500, 1 MiB at MTU 65535.
+CROSS_pair=1K,2K,4K,8K,16K,32K,64K,128K,256K
 CROSS_jumbo=$CROSS_pair,256K,512K,1M
 
 # One namespace prefix per lab (both labs are up at once).
