@@ -183,7 +183,11 @@ pub fn plan_on(
                     });
                 }
                 if !any {
-                    notes.push(format!("{m}: no NIC of this node allows it"));
+                    notes.push(if loopback_udp && m == "afxdp" {
+                        "afxdp: only where a cluster configuration allows it (it attaches an XDP program to the NIC)".to_string()
+                    } else {
+                        format!("{m}: no NIC of this node allows it")
+                    });
                 }
             }
         }
