@@ -315,3 +315,23 @@ fn a_static_job_file_needs_no_rendezvous() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("only udp descriptors"));
 }
+
+#[test]
+fn bcl_info_job_prints_a_running_jobs_links() {
+    let out = bcl_run()
+        .args(["-n", "3", "--", env!("CARGO_BIN_EXE_bcl-info"), "--job"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let links: Vec<&str> = stdout.lines().filter(|l| l.contains("] link ")).collect();
+    assert_eq!(links.len(), 6, "{stdout}");
+    assert!(
+        links.iter().all(|l| l.contains("\"method\":\"shm\"")),
+        "{stdout}"
+    );
+}

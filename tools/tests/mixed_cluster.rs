@@ -24,23 +24,35 @@ struct Job {
 }
 
 fn run_job(prefix: &str, methods: Option<&str>) -> Job {
+    run_program(
+        prefix,
+        methods,
+        &[
+            env!("CARGO_BIN_EXE_bcl-alltoall"),
+            "--sizes",
+            "8,64,1024,8192,65536,1048576",
+            "--timeout",
+            "60",
+        ],
+    )
+}
+
+fn run_program(prefix: &str, methods: Option<&str>, program: &[&str]) -> Job {
     let mut c = Command::new(env!("CARGO_BIN_EXE_bcl-run"));
-    c.current_dir(root()).env("BCL_LAB_PREFIX", prefix).args([
-        "--lab",
-        "configs/lab/mixed.toml",
-        "--cluster",
-        "configs/mixed.toml",
-        "--per-node",
-        "2",
-        "--timeout",
-        "30",
-        "--",
-        env!("CARGO_BIN_EXE_bcl-alltoall"),
-        "--sizes",
-        "8,64,1024,8192,65536,1048576",
-        "--timeout",
-        "60",
-    ]);
+    c.current_dir(root())
+        .env("BCL_LAB_PREFIX", prefix)
+        .args([
+            "--lab",
+            "configs/lab/mixed.toml",
+            "--cluster",
+            "configs/mixed.toml",
+            "--per-node",
+            "2",
+            "--timeout",
+            "30",
+            "--",
+        ])
+        .args(program);
     match methods {
         Some(m) => c.env("BCL_METHODS", m),
         None => c.env_remove("BCL_METHODS"),
@@ -173,6 +185,12 @@ fn mixed_cluster_all_to_all_with_the_method_matrix_then_all_udp() {
     check(&job, false);
     let job = run_job(&prefix, Some("udp"));
     check(&job, true);
+    // bcl-info --job: a running job's links, the same matrix.
+    let info = run_program(&prefix, None, &[env!("CARGO_BIN_EXE_bcl-info"), "--job"]);
+    assert_eq!(info.links.len(), 56);
+    for ((r, p), (m, why)) in &info.links {
+        assert_eq!(m, expected(*r, *p), "bcl-info --job: {r} -> {p}: {why}");
+    }
     // The measuring tools under bcl-run: rank 0 on a1 against rank 1 on a2
     // pick AF_XDP; a2 against u picks UDP.
     for (nodes, method) in [("a1,a2", "afxdp"), ("a2,u", "udp")] {

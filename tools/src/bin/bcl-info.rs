@@ -6,6 +6,7 @@
 //! bcl-info --cluster configs/mixed.toml --per-node 2   # + the method matrix of that cluster
 //! bcl-info --cluster configs/mixed.toml --node a1      # NICs of this host as node a1 sees them
 //! bcl-info --json                            # the same as one JSON object
+//! bcl-run --lab L --cluster C --per-node 2 -- bcl-info --job   # a running job's actual links
 //! ```
 //!
 //! The matrix comes from the configuration alone, with the same policy
@@ -40,6 +41,11 @@ struct Args {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
+    /// Run as a rank of a job started by bcl-run (`bcl-run ... -- bcl-info
+    /// --job`): open a link to every other rank by policy, as applications
+    /// do, and print this rank's row of the job's method matrix.
+    #[arg(long)]
+    job: bool,
 }
 
 fn availability(a: Availability) -> (bool, String) {
@@ -111,6 +117,73 @@ fn probe_methods(ifs: &[NicInfo]) -> Vec<(String, bool, String)> {
     out
 }
 
+/// `--job`: one message to and from every other rank opens every link;
+/// prints `link {"rank":R,"peer":P,"method":M,"reason":...}` per peer.
+fn job_row() -> Result<(), String> {
+    use std::time::Duration;
+    let mut j = bcl::cluster::join::join(bcl::cluster::join::JoinOptions::default())
+        .map_err(|e| e.to_string())?;
+    let me = j.info.rank;
+    let wait = Duration::from_secs(30);
+    let peers: Vec<usize> = (0..j.addrs.len()).filter(|p| *p as u32 != me).collect();
+    let ep = &mut j.endpoint;
+    for p in &peers {
+        ep.send(j.addrs[*p], b"bcl-info")
+            .map_err(|e| e.to_string())?;
+    }
+    let (mut sent, mut received) = (0, 0);
+    let deadline = std::time::Instant::now() + wait;
+    while sent < peers.len() || received < peers.len() {
+        if std::time::Instant::now() > deadline {
+            return Err(format!(
+                "rank {me}: {sent} of {} sends done, {received} messages received within {wait:?}",
+                peers.len()
+            ));
+        }
+        ep.progress_or_wait(Some(ep.now() + Duration::from_millis(5)))
+            .map_err(|e| e.to_string())?;
+        while let Some(ev) = ep.poll_send_event() {
+            match ev {
+                bcl::SendEvent::Complete(_) => sent += 1,
+                bcl::SendEvent::Failed(_, f) => return Err(format!("a send failed: {f}")),
+            }
+        }
+        while let Some(d) = ep.poll_delivery() {
+            ep.release(d).map_err(|e| e.to_string())?;
+            received += 1;
+        }
+    }
+    for p in peers {
+        let (method, reason) = match ep.link(j.addrs[p]) {
+            Some(r) => (r.method.unwrap_or_else(|| "none".into()), r.reason),
+            None => ("none".into(), "no link".into()),
+        };
+        println!(
+            "link {}",
+            json!({"rank": me, "peer": p, "method": method, "reason": reason})
+        );
+    }
+    // Stay until every rank has its row (peers still need our acks).
+    if let Some(s) = j.session.as_mut() {
+        let ep = &mut j.endpoint;
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let r = std::thread::scope(|scope| {
+            let h = scope.spawn(|| {
+                let r = s.barrier(wait);
+                done.store(true, std::sync::atomic::Ordering::Release);
+                r
+            });
+            while !done.load(std::sync::atomic::Ordering::Acquire) {
+                let _ = ep.progress_or_wait(Some(ep.now() + Duration::from_millis(5)));
+            }
+            h.join()
+        });
+        r.map_err(|_| "barrier thread panicked".to_string())?
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     match run(&args) {
@@ -123,6 +196,9 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &Args) -> Result<(), String> {
+    if args.job {
+        return job_row();
+    }
     let cfg = match &args.cluster {
         Some(p) => Some(ClusterConfig::load(p).map_err(|e| e.to_string())?),
         None => None,
