@@ -206,6 +206,22 @@ impl Transport for KernelUdp {
     }
 }
 
+/// Puts a stream socket in the tools' mode: non-blocking for busy-poll,
+/// else blocking calls that return every [`BLOCKING_SLICE`] so deadlines
+/// are checked.
+fn stream_mode(
+    busy: bool,
+    set_nonblocking: impl Fn(bool) -> std::io::Result<()>,
+    set_timeouts: impl Fn(Option<Duration>) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    set_nonblocking(busy)?;
+    if busy {
+        Ok(())
+    } else {
+        set_timeouts(Some(BLOCKING_SLICE))
+    }
+}
+
 /// A byte stream a [`KernelTcp`] runs over.
 trait ByteStream: Read + Write + Send {}
 impl<T: Read + Write + Send> ByteStream for T {}
@@ -282,17 +298,19 @@ impl KernelTcp {
     }
 
     fn new(stream: TcpStream, busy: bool) -> Result<Self, TransportError> {
-        let setup = || -> std::io::Result<()> {
-            stream.set_nodelay(true)?;
-            if busy {
-                stream.set_nonblocking(true)
-            } else {
-                stream.set_nonblocking(false)?;
-                stream.set_read_timeout(Some(BLOCKING_SLICE))?;
-                stream.set_write_timeout(Some(BLOCKING_SLICE))
-            }
-        };
-        setup().map_err(|e| TransportError::new("TCP socket options", e))?;
+        stream
+            .set_nodelay(true)
+            .and_then(|()| {
+                stream_mode(
+                    busy,
+                    |nb| stream.set_nonblocking(nb),
+                    |t| {
+                        stream.set_read_timeout(t)?;
+                        stream.set_write_timeout(t)
+                    },
+                )
+            })
+            .map_err(|e| TransportError::new("TCP socket options", e))?;
         Ok(Self::framed(Box::new(stream), busy))
     }
 
@@ -302,16 +320,15 @@ impl KernelTcp {
         stream: std::os::unix::net::UnixStream,
         busy: bool,
     ) -> Result<Self, TransportError> {
-        let setup = || -> std::io::Result<()> {
-            if busy {
-                stream.set_nonblocking(true)
-            } else {
-                stream.set_nonblocking(false)?;
-                stream.set_read_timeout(Some(BLOCKING_SLICE))?;
-                stream.set_write_timeout(Some(BLOCKING_SLICE))
-            }
-        };
-        setup().map_err(|e| TransportError::new("Unix socket options", e))?;
+        stream_mode(
+            busy,
+            |nb| stream.set_nonblocking(nb),
+            |t| {
+                stream.set_read_timeout(t)?;
+                stream.set_write_timeout(t)
+            },
+        )
+        .map_err(|e| TransportError::new("Unix socket options", e))?;
         Ok(Self::framed(Box::new(stream), busy))
     }
 

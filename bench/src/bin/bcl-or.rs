@@ -79,6 +79,25 @@ fn pair(tx: Box<dyn Method>, rx: Vec<Box<dyn Method>>) -> (Endpoint, Endpoint) {
     (ea, eb)
 }
 
+/// Runs rounds of `batch` messages until `messages` are timed, after one
+/// untimed round (links, rings and caches warm), and returns nanoseconds per
+/// message of the median round. `round` puts a batch in the receiver's
+/// hands, then times the receiver taking it.
+fn timed_rounds(batch: usize, messages: usize, mut round: impl FnMut() -> Duration) -> f64 {
+    round();
+    let rounds: Vec<Duration> = (0..messages.div_ceil(batch)).map(|_| round()).collect();
+    per_message(rounds, batch)
+}
+
+/// Times `receive` (called until it returns true) from now.
+fn time_until(mut receive: impl FnMut() -> bool, what: &str) -> Duration {
+    let t0 = Instant::now();
+    while !receive() {
+        assert!(t0.elapsed() < T, "{what} is stuck");
+    }
+    t0.elapsed()
+}
+
 /// Nanoseconds of receiver time per message.
 fn bcl_or(
     ea: &mut Endpoint,
@@ -90,13 +109,7 @@ fn bcl_or(
 ) -> f64 {
     let to = eb.local();
     let msg = vec![0x5a; size];
-    let mut rounds = Vec::new();
-    let mut done = 0;
-    // One untimed batch first: links, rings and caches warm.
-    for round in 0.. {
-        if done >= messages {
-            break;
-        }
+    timed_rounds(batch, messages, || {
         for _ in 0..batch {
             ea.send(to, &msg).expect("send");
         }
@@ -110,21 +123,18 @@ fn bcl_or(
             assert!(Instant::now() < deadline, "the sender is stuck");
         }
         std::thread::sleep(settle);
-        let t0 = Instant::now();
         let mut got = 0;
-        while got < batch {
-            eb.progress().expect("receiver progress");
-            while let Some(d) = eb.poll_delivery() {
-                eb.release(d).expect("release");
-                got += 1;
-            }
-            assert!(t0.elapsed() < T, "the receiver is stuck");
-        }
-        let dt = t0.elapsed();
-        if round > 0 {
-            rounds.push(dt);
-            done += batch;
-        }
+        let dt = time_until(
+            || {
+                eb.progress().expect("receiver progress");
+                while let Some(d) = eb.poll_delivery() {
+                    eb.release(d).expect("release");
+                    got += 1;
+                }
+                got >= batch
+            },
+            "the receiver",
+        );
         // Let the sender's sends complete (acknowledgements over udp).
         let deadline = Instant::now() + T;
         while ea.port().outstanding_sends() > 0 {
@@ -134,8 +144,8 @@ fn bcl_or(
             assert!(Instant::now() < deadline, "sends never completed");
         }
         while ea.poll_send_event().is_some() {}
-    }
-    per_message(rounds, batch)
+        dt
+    })
 }
 
 /// The bare mechanism under BCL's shm method: a producer writes the batch,
@@ -150,50 +160,38 @@ fn ring_or(size: usize, batch: usize, messages: usize) -> (f64, &'static str) {
     let msg = vec![0x5a; size];
     let mut out = vec![0u8; size];
     let inline = size < rx.max_inline();
-    let mut rounds = Vec::new();
-    let mut done = 0;
-    for round in 0.. {
-        if done >= messages {
-            break;
-        }
+    let or = timed_rounds(batch, messages, || {
         let deadline = Instant::now() + T;
         for _ in 0..batch {
-            if inline {
-                while tx.try_send(peer, &msg).is_err() {
-                    assert!(Instant::now() < deadline, "the ring is stuck");
-                }
+            while !(if inline {
+                tx.try_send(peer, &msg).is_ok()
             } else {
-                while !tx.push_message(peer, &msg).expect("push").done {
-                    assert!(Instant::now() < deadline, "the exchange queue is stuck");
-                }
+                tx.push_message(peer, &msg).expect("push").done
+            }) {
+                assert!(Instant::now() < deadline, "the producer is stuck");
             }
         }
-        let t0 = Instant::now();
         let mut got = 0;
-        while got < batch {
-            if inline {
-                if let Some(m) = rx.recv() {
-                    m.copy_to(&mut out);
-                    m.release();
+        time_until(
+            || {
+                if inline {
+                    if let Some(m) = rx.recv() {
+                        m.copy_to(&mut out);
+                        m.release();
+                        got += 1;
+                    }
+                } else if matches!(
+                    rx.pull_into(a, &mut out),
+                    Ok(bcl::shm::PullProgress::Done { .. })
+                ) {
                     got += 1;
                 }
-            } else if matches!(
-                rx.pull_into(a, &mut out),
-                Ok(bcl::shm::PullProgress::Done { .. })
-            ) {
-                got += 1;
-            }
-            assert!(t0.elapsed() < T, "the consumer is stuck");
-        }
-        if round > 0 {
-            rounds.push(t0.elapsed());
-            done += batch;
-        }
-    }
-    (
-        per_message(rounds, batch),
-        if inline { "ring" } else { "exchange q" },
-    )
+                got >= batch
+            },
+            "the consumer",
+        )
+    });
+    (or, if inline { "ring" } else { "exchange q" })
 }
 
 /// Kernel UDP: the batch is sent, lands in the socket buffer, and the
@@ -206,30 +204,22 @@ fn kernel_udp_or(size: usize, batch: usize, messages: usize, settle: Duration) -
     rx.set_nonblocking(true).expect("nonblocking");
     let msg = vec![0x5a; size];
     let mut buf = vec![0u8; 65_536];
-    let mut rounds = Vec::new();
-    let mut done = 0;
-    for round in 0.. {
-        if done >= messages {
-            break;
-        }
+    timed_rounds(batch, messages, || {
         for _ in 0..batch {
             tx.send(&msg).expect("send");
         }
         std::thread::sleep(settle);
-        let t0 = Instant::now();
         let mut got = 0;
-        while got < batch {
-            if rx.recv(&mut buf).is_ok() {
-                got += 1;
-            }
-            assert!(t0.elapsed() < T, "datagrams lost on loopback");
-        }
-        if round > 0 {
-            rounds.push(t0.elapsed());
-            done += batch;
-        }
-    }
-    per_message(rounds, batch)
+        time_until(
+            || {
+                if rx.recv(&mut buf).is_ok() {
+                    got += 1;
+                }
+                got >= batch
+            },
+            "loopback UDP (datagrams lost?)",
+        )
+    })
 }
 
 /// Nanoseconds per message of the median round: the median, not the mean,
