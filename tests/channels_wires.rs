@@ -1,8 +1,9 @@
-//! Normal and open channels over real sockets: the udp method on loopback
-//! (unprivileged), and the packet and udp methods between two `bcl-lab`
-//! namespaces joined through an impairment bridge (configs/lab/lossy-pair.toml:
-//! 10 % loss, 25 % reordering, 5 % duplication, 1 % corruption; needs root,
-//! fails loudly without it unless BCL_SKIP_PRIVILEGED=1).
+//! Normal and open channels over real methods: the udp method on loopback
+//! (unprivileged), shared memory (busy-poll), and the packet and udp methods
+//! between two `bcl-lab` namespaces joined through an impairment bridge
+//! (configs/lab/lossy-pair.toml: 10 % loss, 25 % reordering, 5 %
+//! duplication, 1 % corruption; needs root, fails loudly without it unless
+//! BCL_SKIP_PRIVILEGED=1).
 //!
 //! Each test drives all its endpoints from one thread (busy-poll progress on
 //! each in turn; an endpoint opened inside a lab namespace keeps its sockets
@@ -134,6 +135,19 @@ impl Net {
                 .method(Box::new(UdpMethod::open(c).unwrap()))
                 .mode(ProgressMode::BusyPoll)
                 .configure(&configure)
+                .build()
+                .unwrap()
+        })
+    }
+
+    /// `n` shared-memory endpoints on this node (a job of this test's own).
+    fn shm(n: usize, tag: u32) -> Net {
+        let job = bcl::JobKey(std::process::id() << 8 ^ tag);
+        Net::new(n, |i| {
+            let m = bcl::shm::ShmMethod::open(job, addr(i)).unwrap();
+            Endpoint::builder(addr(i), job)
+                .method(Box::new(m))
+                .mode(ProgressMode::BusyPoll)
                 .build()
                 .unwrap()
         })
@@ -1037,4 +1051,69 @@ fn channels_through_an_impaired_link_over_packet() {
 #[test]
 fn channels_through_an_impaired_link_over_udp() {
     impaired(Wire::Udp, "chan-udp");
+}
+
+// ------------------------------------------------------- shared memory
+
+/// Over shared memory (busy-poll, one thread): a 64 MiB message
+/// byte-identical, both rendezvous orders, several channels and peers at
+/// once, buffers too small, RMA violations.
+#[test]
+fn channels_over_shm() {
+    let mut net = Net::shm(2, 0x51);
+    let ch = net.ep(1).open_normal_channel().unwrap();
+    net.ep(1)
+        .post(ch, Some(addr(0)), vec![0; 64 << 20])
+        .unwrap();
+    transfer_posted(&mut net, ch, 64 << 20, 70, "64 MiB over shm");
+    // Sender first, then receiver first, on the same channel.
+    let data = pattern(71, (3 << 20) + 9);
+    let h = net
+        .ep(0)
+        .send_on_channel(addr(1), ch, data.clone())
+        .unwrap();
+    net.steps(100);
+    assert!(
+        net.events[0].is_empty() && net.events[1].is_empty(),
+        "{}",
+        net.dump()
+    );
+    net.ep(1).post(ch, None, vec![0; 4 << 20]).unwrap();
+    let (buf, len) = expect_received(
+        net.wait_receive(1, ch, "sender first"),
+        addr(0),
+        "sender first",
+    );
+    assert_same(&buf[..len], &data, "sender first over shm");
+    expect_send_done(net.wait_handle(0, h, "sender first"), "sender first");
+    too_small_checks(&mut net);
+    rma_checks(&mut net);
+}
+
+/// Over shared memory, several peers: endpoints 0 and 2 send to endpoint 1
+/// on two channels each at once.
+#[test]
+fn several_peers_over_shm() {
+    let mut net = Net::shm(3, 0x52);
+    let chans: Vec<ChannelId> = (0..4)
+        .map(|_| net.ep(1).open_normal_channel().unwrap())
+        .collect();
+    let mut sends = Vec::new();
+    for (k, ch) in chans.iter().enumerate() {
+        let src = if k < 2 { 0 } else { 2 };
+        let len = (1 << 20) + k * 4099;
+        net.ep(1).post(*ch, Some(addr(src)), vec![0; len]).unwrap();
+        let data = pattern(80 + k as u64, len);
+        let h = net
+            .ep(src)
+            .send_on_channel(addr(1), *ch, data.clone())
+            .unwrap();
+        sends.push((src, *ch, h, data));
+    }
+    for (k, (src, ch, h, data)) in sends.into_iter().enumerate() {
+        let what = format!("transfer {k} from {src}");
+        let (buf, len) = expect_received(net.wait_receive(1, ch, &what), addr(src), &what);
+        assert_same(&buf[..len], &data, &what);
+        expect_send_done(net.wait_handle(src, h, &what), &what);
+    }
 }
