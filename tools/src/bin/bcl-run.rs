@@ -77,6 +77,16 @@ struct Args {
     command: Vec<String>,
 }
 
+/// A directory removed when dropped (the lab rendezvous socket's), also
+/// when `bcl-run` returns early with an error.
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// Where the ranks run.
 enum Place {
     Local,
@@ -239,13 +249,15 @@ fn run(args: Args, forwarded: SigSet) -> Result<ExitCode, String> {
     );
     let secret = new_secret().map_err(|e| format!("job secret: {e}"))?;
     let timeout = Duration::from_secs(args.timeout);
-    let sock_dir;
+    let _sock_dir: Option<TempDir>;
     let listen = match &place {
         Place::Local => RendezvousAddr::Tcp("127.0.0.1:0".into()),
         Place::Lab(..) => {
-            sock_dir = std::env::temp_dir().join(format!("bcl-run-{job_id}"));
-            std::fs::create_dir_all(&sock_dir).map_err(|e| e.to_string())?;
-            RendezvousAddr::Unix(sock_dir.join("rendezvous.sock"))
+            let dir = std::env::temp_dir().join(format!("bcl-run-{job_id}"));
+            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+            let sock = RendezvousAddr::Unix(dir.join("rendezvous.sock"));
+            _sock_dir = Some(TempDir(dir));
+            sock
         }
         Place::Ssh(_) => RendezvousAddr::Tcp("0.0.0.0:0".into()),
     };
@@ -425,9 +437,6 @@ fn run(args: Args, forwarded: SigSet) -> Result<ExitCode, String> {
     }
     for o in outputs {
         let _ = o.join();
-    }
-    if let Place::Lab(..) = place {
-        let _ = std::fs::remove_dir_all(std::env::temp_dir().join(format!("bcl-run-{job_id}")));
     }
     Ok(match first_failure {
         Some((_, code)) => ExitCode::from(code.max(1)),
