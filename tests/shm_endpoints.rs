@@ -402,3 +402,48 @@ fn one_blocking_poll_serves_shared_memory_and_network_peers_alike() {
         "UDP frames were acknowledged"
     );
 }
+
+/// Normal-channel messages larger than the exchange queue (16 x 64 KiB),
+/// both ends sleeping between rounds: the sender must be woken when the
+/// receiver frees chunks, not by its timer. (A partial push used to leave
+/// the sender asleep without asking to be woken: each 4 MiB message then
+/// waited for the timeout.)
+#[test]
+fn large_normal_channel_messages_flow_in_blocking_mode() {
+    let job = job(13);
+    let (a, b) = (ProcessAddr::new(1, 1), ProcessAddr::new(1, 2));
+    let mut ea = endpoint(job, a, ProgressMode::Blocking);
+    let mut eb = endpoint(job, b, ProgressMode::Blocking);
+    ea.add_peer(b, eb.descriptors()[0].clone());
+    let ch = eb.open_normal_channel().unwrap();
+    let len = 4 << 20;
+    const ROUNDS: u32 = 8;
+    let receiver = std::thread::spawn(move || {
+        let mut buf = vec![0; len];
+        for k in 0..ROUNDS {
+            let (_, back, n) = eb
+                .recv_on_channel(ch, Some(a), buf, Duration::from_secs(5))
+                .unwrap_or_else(|e| panic!("message {k}: {e}"));
+            assert_eq!(n, len);
+            assert!(back == pattern(len, k), "message {k} intact");
+            buf = back;
+        }
+        eb.engine_stats()
+    });
+    let started = std::time::Instant::now();
+    for k in 0..ROUNDS {
+        ea.send_on_channel_blocking(b, ch, pattern(len, k), Duration::from_secs(5))
+            .unwrap_or_else(|e| panic!("send {k}: {e}"));
+    }
+    let rx = receiver.join().unwrap();
+    let tx = ea.engine_stats();
+    eprintln!(
+        "{ROUNDS} x 4 MiB in {:?}; sender {tx:?}, receiver {rx:?}",
+        started.elapsed()
+    );
+    assert!(tx.waits > 0 || rx.waits > 0, "the ends did sleep");
+    assert_eq!(
+        tx.woken_by_timer, 0,
+        "the sender was never left to its timer: {tx:?}"
+    );
+}

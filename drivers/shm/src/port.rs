@@ -532,13 +532,16 @@ impl ShmPort {
             return Err(self.link_gone(peer));
         }
         let p = link.ex.push(msg)?;
+        // Unfinished means the queue is full now, whether or not this call
+        // moved chunks: a sleeping engine must ask the receiver to wake it
+        // when it frees one (clearing this after a partial push left the
+        // sender asleep until its timer).
+        link.ex_blocked = !p.done;
         if p.chunks > 0 {
-            link.ex_blocked = false;
             if bell::should_wake(link.seg.bell_flag()) {
                 self.ring_link(peer);
             }
         } else if !p.done {
-            link.ex_blocked = true;
             self.check_link(peer)?;
         }
         Ok(p)
