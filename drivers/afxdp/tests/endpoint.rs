@@ -50,6 +50,11 @@ fn run_side(
     // peer's descriptor of the other method is offered under our name.
     let d = from_peer.recv().unwrap();
     ep.add_peer(peer_addr, Descriptor::new(name, d.address));
+    if mode == ProgressMode::BusyPoll {
+        // Start late, so that a blocking peer has sent its first window and
+        // must sleep until our frames wake it (the test checks it was).
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let deadline = Instant::now() + timeout;
     let (mut sent, mut completed, mut received) = (0u32, 0u32, 0u32);
     let mut marked = false;
