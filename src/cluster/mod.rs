@@ -37,22 +37,10 @@ pub const KNOWN_METHODS: [&str; 6] = ["shm", "vfio", "afxdp", "packet", "udp", "
 /// kernel raw Ethernet, then routed UDP.
 pub const DEFAULT_PREFERENCE: [&str; 5] = ["shm", "vfio", "afxdp", "packet", "udp"];
 
-/// This node's identity: processes with equal identities can share memory.
-/// The boot id (one boot of one machine) plus the network namespace, so
-/// that lab nodes (one namespace each) are different nodes.
-pub fn node_identity() -> String {
-    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-    let boot: String = boot
-        .trim()
-        .chars()
-        .filter(char::is_ascii_hexdigit)
-        .take(8)
-        .collect();
-    let netns = std::fs::metadata("/proc/self/ns/net")
-        .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
-        .unwrap_or(0);
-    format!("{boot}-{netns:x}")
-}
+/// This node's identity: processes with equal identities can share memory
+/// (the shared-memory method's definition: boot id plus network namespace,
+/// so that lab nodes, one namespace each, are different nodes).
+pub use bcl_shm::node_identity;
 
 /// What an endpoint needs to choose methods by policy: its own table (its
 /// methods' descriptors with their fabrics and its node) and the policy.
