@@ -71,9 +71,9 @@ const SIZES: [usize; 12] = [
     0, 1, 13, 46, 100, 1000, 1400, 1500, 3000, 9000, 12_345, 16_384,
 ];
 
-/// Sends `count` messages each way, at most `window` unacknowledged per
-/// direction, driving both endpoints from this thread; checks every
-/// delivery in order, byte for byte.
+/// Sends `count` messages each way, keeping `window` unacknowledged per
+/// direction (refilled in bursts), driving both endpoints from this
+/// thread; checks every delivery in order, byte for byte.
 fn exchange(a: &mut Node, b: &mut Node, count: u32, window: usize) {
     let (la, lb) = (a.ep.local(), b.ep.local());
     let mut sent = [0u32; 2];
@@ -99,7 +99,9 @@ fn exchange(a: &mut Node, b: &mut Node, count: u32, window: usize) {
                     bcl::SendEvent::Failed(h, f) => panic!("send {h:?} failed: {f}"),
                 }
             }
-            if sent[dir] < count && handles[dir].len() < window {
+            // Fill the window at once: bursts of frames, more than a small
+            // receive ring holds.
+            while sent[dir] < count && handles[dir].len() < window {
                 let i = sent[dir];
                 let m = message(i + 1_000_000 * dir as u32, SIZES[i as usize % SIZES.len()]);
                 match tx.ep.send(dst, &m) {
@@ -107,7 +109,7 @@ fn exchange(a: &mut Node, b: &mut Node, count: u32, window: usize) {
                         handles[dir].push(h);
                         sent[dir] += 1;
                     }
-                    Err(bcl::Error::Send(_)) => {}
+                    Err(bcl::Error::Send(_)) => break,
                     Err(e) => panic!("send: {e}"),
                 }
             }
