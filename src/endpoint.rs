@@ -236,10 +236,16 @@ const IDLE_AFTER_EMPTY_POLLS: u32 = 8;
 /// An idle system-call method is polled every this many rounds.
 const IDLE_POLL_EVERY: u64 = 8;
 
-/// Rounds of a busy-polling engine with no timer armed that reuse one clock
-/// reading: reading the clock is a large part of an idle round, and without
-/// timers nothing depends on the time to within a few microseconds.
+/// Rounds of a busy-polling engine with no timer due soon that reuse one
+/// clock reading: reading the clock is a large part of an idle round (and a
+/// fifth of a shared-memory transfer's rounds), and nothing depends on the
+/// time to within a few microseconds unless a timer is near.
 const CLOCK_REUSE_ROUNDS: u32 = 32;
+/// A timer further away than this from the last reading does not need a
+/// fresh one every round (a transfer's stall check is seconds away; a
+/// retransmission timeout, 200 µs or more, is not, so active network peers
+/// read the clock every round and their RTT samples stay exact).
+const CLOCK_REUSE_HORIZON: Duration = Duration::from_millis(1);
 
 /// A random epoch, so a restarted process is told apart from its earlier
 /// incarnation.
@@ -407,7 +413,8 @@ impl Endpoint {
 
     /// The time of a progress round (see [`CLOCK_REUSE_ROUNDS`]).
     fn round_time(&mut self) -> Time {
-        if self.clock_reuse_left > 0 && self.port.poll_timeout().is_none() {
+        let horizon = self.last_now + CLOCK_REUSE_HORIZON;
+        if self.clock_reuse_left > 0 && self.port.poll_timeout().is_none_or(|t| t > horizon) {
             self.clock_reuse_left -= 1;
             return self.last_now;
         }

@@ -686,48 +686,41 @@ impl ShmMethod {
             return 0;
         }
         let mut done = 0;
-        let senders: Vec<ProcessAddr> = self
-            .expected
-            .iter()
-            .filter(|(_, q)| !q.is_empty())
-            .map(|(a, _)| *a)
-            .collect();
-        for from in senders {
-            while let Some(&Expected::Bulk { token, len }) =
-                self.expected.get(&from).and_then(|q| q.front())
-            {
+        let ShmMethod {
+            expected,
+            port,
+            scratch,
+            stats,
+            ..
+        } = self;
+        // Per sender, in order; a sender whose queue empties (or who is
+        // gone: what it owed never comes, the engine fails the transfers on
+        // the death event) leaves the map, so an empty map means nothing
+        // to pull.
+        expected.retain(|&from, queue| {
+            while let Some(&Expected::Bulk { token, len }) = queue.front() {
                 let progress = match token.and_then(|t| h.bulk_dest(t)) {
-                    Some(dst) => self.port.pull_into(from, dst),
+                    Some(dst) => port.pull_into(from, dst),
                     None => {
-                        self.scratch.resize(usize::try_from(len).unwrap_or(0), 0);
-                        self.port.pull_into(from, &mut self.scratch)
+                        scratch.resize(usize::try_from(len).unwrap_or(0), 0);
+                        port.pull_into(from, scratch)
                     }
                 };
                 match progress {
                     Ok(PullProgress::Done { .. }) => {
-                        if let Some(q) = self.expected.get_mut(&from) {
-                            q.pop_front();
-                            if q.is_empty() {
-                                // Empty means none: the fast path checks.
-                                self.expected.remove(&from);
-                            }
-                        }
+                        queue.pop_front();
                         if let Some(t) = token {
                             h.bulk_done(t);
-                            self.stats.bulk_received += 1;
+                            stats.bulk_received += 1;
                         }
                         done += 1;
                     }
                     Ok(_) => break,
-                    Err(_) => {
-                        // The sender is gone: what it owed never comes. The
-                        // engine fails the transfers on the death event.
-                        self.expected.remove(&from);
-                        break;
-                    }
+                    Err(_) => return false,
                 }
             }
-        }
+            !queue.is_empty()
+        });
         done
     }
 
