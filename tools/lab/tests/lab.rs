@@ -456,6 +456,19 @@ fn down_cleans_up_after_killed_bridges_and_lost_state() {
         std::thread::sleep(Duration::from_millis(10));
     }
     let mut stray = l.command("a", "sleep").unwrap().arg("600").spawn().unwrap();
+    // `ip netns exec` enters the namespace and then runs sleep: wait until it
+    // has, or down() may scan the namespace before the stray is in it (the
+    // stray then outlived the lab and this test waited for it to end).
+    let t = Instant::now();
+    while std::fs::read_to_string(format!("/proc/{}/comm", stray.id()))
+        .map_or(true, |c| c.trim() != "sleep")
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the stray never started"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
     assert!(!netns_with_prefix(&p).is_empty());
     l.down().unwrap();
     assert!(
