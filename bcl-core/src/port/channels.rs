@@ -861,6 +861,25 @@ impl Port {
 
     /// Checks an RMA request against the open channel: the region it exposes
     /// if key and range are right, else the status to answer.
+    /// The region an RMA request may access, or `None` after answering the
+    /// initiator with `answer` and the reason (nothing touched).
+    fn accept_rma(
+        &mut self,
+        idx: PeerIdx,
+        req: &RmaRequest,
+        answer: ControlCode,
+        now: Time,
+    ) -> Option<RegionId> {
+        match self.check_rma(req) {
+            Ok(region) => Some(region),
+            Err((status, detail)) => {
+                let (ch, transfer) = (req.channel.get(), req.transfer.get());
+                self.send_control(idx, answer, status, ch, transfer, detail, now);
+                None
+            }
+        }
+    }
+
     fn check_rma(&self, req: &RmaRequest) -> Result<RegionId, (Status, u64)> {
         let ch = ChannelId(req.channel.get());
         let Some(Channel::Open { region, key }) = self.channel(ch) else {
@@ -887,20 +906,8 @@ impl Port {
         now: Time,
     ) {
         let (ch, transfer) = (req.channel.get(), req.transfer.get());
-        let region = match self.check_rma(req) {
-            Ok(r) => r,
-            Err((status, detail)) => {
-                self.send_control(
-                    idx,
-                    ControlCode::PutResult,
-                    status,
-                    ch,
-                    transfer,
-                    detail,
-                    now,
-                );
-                return;
-            }
+        let Some(region) = self.accept_rma(idx, req, ControlCode::PutResult, now) else {
+            return;
         };
         let (offset, len) = (req.offset.get(), req.len.get());
         if req.inline != 0 {
@@ -949,20 +956,8 @@ impl Port {
 
     fn on_get_request(&mut self, idx: PeerIdx, req: &RmaRequest, now: Time) {
         let (ch, transfer) = (req.channel.get(), req.transfer.get());
-        let region = match self.check_rma(req) {
-            Ok(r) => r,
-            Err((status, detail)) => {
-                self.send_control(
-                    idx,
-                    ControlCode::GetResult,
-                    status,
-                    ch,
-                    transfer,
-                    detail,
-                    now,
-                );
-                return;
-            }
+        let Some(region) = self.accept_rma(idx, req, ControlCode::GetResult, now) else {
+            return;
         };
         // The reply streams from the region; it is this port's own work, not
         // the application's, so it may exceed the send limit.

@@ -100,6 +100,22 @@ impl Port {
         true
     }
 
+    /// Forgets peer `idx`'s half-assembled messages (their ring space goes
+    /// back) and returns its receive window to the pool: the sender started
+    /// a new sequence space.
+    fn discard_rx_window(&mut self, idx: PeerIdx) {
+        if let Some(mut w) = self.peers[idx as usize].rx.take() {
+            for e in w.msgs.iter_mut() {
+                if let Some(m) = e.take() {
+                    self.ring.free(m.slot);
+                }
+            }
+            w.active_msgs = 0;
+            w.bitmap = Default::default();
+            self.rx_windows.push(w);
+        }
+    }
+
     /// A frame from a method that never loses, duplicates or reorders: no
     /// sequence number, no acknowledgement. Ordered messages are delivered
     /// in message-id order (from 0 in each sender epoch); transfer data goes
@@ -109,16 +125,7 @@ impl Port {
         let p = &self.peers[idx as usize];
         if !p.rx_known || p.rx_epoch != frame.epoch() {
             // A new sender epoch: forget what was half-assembled.
-            if let Some(mut w) = self.peers[idx as usize].rx.take() {
-                for e in w.msgs.iter_mut() {
-                    if let Some(m) = e.take() {
-                        self.ring.free(m.slot);
-                    }
-                }
-                w.active_msgs = 0;
-                w.bitmap = Default::default();
-                self.rx_windows.push(w);
-            }
+            self.discard_rx_window(idx);
             let p = &mut self.peers[idx as usize];
             p.rx_known = true;
             p.rx_unsequenced = true;
@@ -185,16 +192,7 @@ impl Port {
             self.stats.bad_frames.out_of_window += 1;
         }
         // Drop any half-assembled messages of the old sequence space.
-        if let Some(mut w) = self.peers[idx as usize].rx.take() {
-            for e in w.msgs.iter_mut() {
-                if let Some(m) = e.take() {
-                    self.ring.free(m.slot);
-                }
-            }
-            w.active_msgs = 0;
-            w.bitmap = Default::default();
-            self.rx_windows.push(w);
-        }
+        self.discard_rx_window(idx);
         let p = &mut self.peers[idx as usize];
         p.rx_known = true;
         p.rx_unsequenced = false;

@@ -138,13 +138,7 @@ impl Port {
             self.bulk_ready.push_back(m);
             return;
         }
-        let p = &mut self.peers[idx as usize];
-        if p.xfer_tail == NO_MSG {
-            p.xfer_head = m;
-        } else if let Some(prev) = self.messages[p.xfer_tail as usize].as_mut() {
-            prev.next = m;
-        }
-        p.xfer_tail = m;
+        self.append_transfer(m);
         self.ensure_tx_window(idx);
         self.schedule(idx, now);
     }
@@ -379,13 +373,14 @@ impl Port {
             p.chunk_left = p.chunk_left.saturating_sub(1);
             if p.chunk_left == 0 {
                 p.framing = NO_MSG;
-                self.requeue_transfer(m);
+                self.append_transfer(m);
             }
         }
     }
 
-    /// Puts a transfer whose chunk is done at the back of its peer's queue.
-    fn requeue_transfer(&mut self, m: u32) {
+    /// Puts a transfer at the back of its peer's queue (a new one, or one
+    /// whose chunk is done).
+    fn append_transfer(&mut self, m: u32) {
         let Some(idx) = self.messages[m as usize].as_ref().map(|x| x.peer) else {
             return;
         };
