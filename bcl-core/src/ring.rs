@@ -92,7 +92,12 @@ impl SystemRing {
     /// Blocks needed for a message of `len` bytes (at least one, so even an
     /// empty message occupies a place in the ring).
     pub fn blocks_for(&self, len: usize) -> u32 {
-        len.div_ceil(self.block_size).max(1) as u32
+        // Most messages fit one block: no division for them.
+        if len <= self.block_size {
+            1
+        } else {
+            len.div_ceil(self.block_size) as u32
+        }
     }
 
     /// Takes the first free run of blocks for `len` bytes, or `None` if no
@@ -101,6 +106,11 @@ impl SystemRing {
         let need = self.blocks_for(len);
         if need > self.free_blocks {
             return None;
+        }
+        // The common case: a one-block message and the block at the cursor
+        // is free (allocation walks the ring in order).
+        if need == 1 && !self.is_used(self.cursor) {
+            return Some(self.take(self.cursor, 1));
         }
         // Scan at most once around the ring, from the cursor.
         let mut start = self.cursor;
@@ -113,18 +123,7 @@ impl SystemRing {
                 continue;
             }
             match (start..start + need).find(|&b| self.is_used(b)) {
-                None => {
-                    self.mark(start, need, true);
-                    self.free_blocks -= need;
-                    self.cursor = (start + need) % self.nblocks;
-                    let generation = self.generation[start as usize].wrapping_add(1);
-                    self.generation[start as usize] = generation;
-                    return Some(RingSlot {
-                        first: start,
-                        blocks: need,
-                        generation,
-                    });
-                }
+                None => return Some(self.take(start, need)),
                 Some(busy) => {
                     scanned += busy + 1 - start;
                     start = busy + 1;
@@ -135,6 +134,32 @@ impl SystemRing {
             }
         }
         None
+    }
+
+    /// Allocates the free run of `need` blocks at `start`.
+    fn take(&mut self, start: u32, need: u32) -> RingSlot {
+        self.mark(start, need, true);
+        self.free_blocks -= need;
+        self.cursor = start + need;
+        if self.cursor == self.nblocks {
+            self.cursor = 0;
+        }
+        let generation = self.generation[start as usize].wrapping_add(1);
+        self.generation[start as usize] = generation;
+        RingSlot {
+            first: start,
+            blocks: need,
+            generation,
+        }
+    }
+
+    /// Allocates a slot for `bytes` and copies them in (the start of its
+    /// block run), or `None` as [`SystemRing::alloc`].
+    pub fn alloc_with(&mut self, bytes: &[u8]) -> Option<RingSlot> {
+        let slot = self.alloc(bytes.len())?;
+        let start = slot.first as usize * self.block_size;
+        self.data[start..start + bytes.len()].copy_from_slice(bytes);
+        Some(slot)
     }
 
     /// Whether `slot` is a live allocation of this ring.
@@ -224,6 +249,22 @@ mod tests {
         assert_eq!(a.first_block(), b.first_block());
         assert!(r.bytes(a).is_none());
         assert!(r.bytes(b).is_some());
+    }
+
+    #[test]
+    fn alloc_with_copies_the_bytes_and_refuses_when_full() {
+        let mut r = SystemRing::new(3, 4);
+        let a = r.alloc_with(b"abc").unwrap();
+        let b = r.alloc_with(b"defgh").unwrap(); // two blocks
+        assert_eq!(&r.bytes(a).unwrap()[..3], b"abc");
+        assert_eq!(&r.bytes(b).unwrap()[..5], b"defgh");
+        assert_eq!((b.first_block(), b.blocks()), (1, 2));
+        assert!(r.alloc_with(b"x").is_none(), "ring is full");
+        assert!(r.free(a));
+        // The cursor wrapped to block 0, which is free again.
+        let c = r.alloc_with(b"z").unwrap();
+        assert_eq!(c.first_block(), 0);
+        assert_eq!(&r.bytes(c).unwrap()[..1], b"z");
     }
 
     #[test]

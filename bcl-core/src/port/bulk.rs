@@ -278,13 +278,10 @@ impl Port {
             self.stats.bad_frames.bad_length += 1;
             return true;
         }
-        let Some(slot) = self.ring.alloc(bytes.len()) else {
+        let Some(slot) = self.ring.alloc_with(bytes) else {
             self.stats.rx_backpressure += 1;
             return false;
         };
-        if let Some(dst) = self.ring.bytes_mut(slot) {
-            dst[..bytes.len()].copy_from_slice(bytes);
-        }
         self.stats.frames_received += 1;
         self.stats.messages_delivered += 1;
         self.deliveries.push_back(Delivery {

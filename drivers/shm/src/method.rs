@@ -180,6 +180,9 @@ pub struct ShmMethod {
     scratch: Vec<u8>,
     /// Links whose `written` count changed since the last `drain_written`.
     written_dirty: Vec<LinkId>,
+    /// False only when no link has anything queued: lets `flush` and
+    /// `bulk_to_push`, called every progress round, skip the link scan.
+    maybe_queued: bool,
     stats: ShmMethodStats,
 }
 
@@ -206,6 +209,7 @@ impl ShmMethod {
             held: HashMap::default(),
             scratch: Vec::new(),
             written_dirty: Vec::new(),
+            maybe_queued: false,
             stats: ShmMethodStats::default(),
         })
     }
@@ -281,9 +285,7 @@ impl ShmMethod {
             return Err(DirectError::Busy);
         }
         let (peer, addr) = (l.peer, l.addr);
-        self.staging[0] = TAG_DIRECT;
-        self.staging[1..1 + data.len()].copy_from_slice(data);
-        match self.port.try_send(peer, &self.staging[..1 + data.len()]) {
+        match self.port.try_send_tagged(peer, TAG_DIRECT, data) {
             Ok(()) => {
                 self.stats.direct_sent += 1;
                 Ok(())
@@ -310,6 +312,7 @@ impl ShmMethod {
         notice[4..8].copy_from_slice(&b.transfer.to_le_bytes());
         notice[8..16].copy_from_slice(&b.len.to_le_bytes());
         if let Some(l) = self.links.get_mut(b.route.link.0 as usize) {
+            self.maybe_queued = true;
             l.pending.push_back(Out::Bulk {
                 notice,
                 announced: false,
@@ -324,6 +327,9 @@ impl ShmMethod {
     /// of their link's queue): fills `out` with (link, token).
     pub fn bulk_to_push(&self, out: &mut Vec<(LinkId, BulkToken)>) {
         out.clear();
+        if !self.maybe_queued {
+            return;
+        }
         for (i, l) in self.links.iter().enumerate() {
             if let Some(Out::Bulk {
                 announced: true,
@@ -375,11 +381,17 @@ impl ShmMethod {
 
     /// Tries to move what waits on every link.
     pub fn flush(&mut self) {
+        if !self.maybe_queued {
+            return;
+        }
+        let mut queued = false;
         for i in 0..self.links.len() {
             if !self.links[i].pending.is_empty() {
                 self.flush_link(i);
+                queued |= !self.links[i].pending.is_empty();
             }
         }
+        self.maybe_queued = queued;
     }
 
     /// Sends as much of link `i`'s queue as the ring and exchange queue take.
@@ -546,6 +558,7 @@ impl ShmMethod {
             self.stats.frames_big += 1;
             Out::BigFrame(self.staging[1..1 + len].to_vec())
         };
+        self.maybe_queued = true;
         self.links[i].pending.push_back(out);
         self.flush_link(i);
         Ok(())

@@ -477,13 +477,33 @@ impl ShmPort {
     /// periodically and after every sleep.
     #[inline]
     pub fn try_send(&mut self, peer: PeerId, msg: &[u8]) -> Result<(), SendError> {
+        self.try_send_parts(peer, None, msg)
+    }
+
+    /// As [`ShmPort::try_send`] with the message `tag` followed by `msg`,
+    /// written straight into the ring slot.
+    pub fn try_send_tagged(&mut self, peer: PeerId, tag: u8, msg: &[u8]) -> Result<(), SendError> {
+        self.try_send_parts(peer, Some(tag), msg)
+    }
+
+    #[inline]
+    fn try_send_parts(
+        &mut self,
+        peer: PeerId,
+        tag: Option<u8>,
+        msg: &[u8],
+    ) -> Result<(), SendError> {
         let Some(link) = self.links.get_mut(peer.0 as usize) else {
             return Err(SendError::UnknownPeer(peer));
         };
         if link.dead {
             return Err(SendError::PeerGone(link.addr));
         }
-        match link.producer.try_send(msg) {
+        let sent = match tag {
+            Some(tag) => link.producer.try_send_tagged(tag, msg),
+            None => link.producer.try_send(msg),
+        };
+        match sent {
             Ok(wake) => {
                 if link.ring_blocked {
                     link.ring_blocked = false;
@@ -494,7 +514,7 @@ impl ShmPort {
                 Ok(())
             }
             Err(RingSendError::TooLarge) => Err(SendError::TooLarge {
-                len: msg.len(),
+                len: msg.len() + usize::from(tag.is_some()),
                 max: link.producer.payload_max(),
             }),
             Err(RingSendError::Full) => {

@@ -425,6 +425,30 @@ impl RingProducer {
         Ok(wake)
     }
 
+    /// As [`try_send`](Self::try_send) with the payload `tag` followed by
+    /// `bytes`, written straight into the slot (no staging copy): the
+    /// shape of a method message (tag byte, then the data).
+    #[inline]
+    pub(crate) fn try_send_tagged(&self, tag: u8, bytes: &[u8]) -> Result<bool, RingSendError> {
+        let len = 1 + bytes.len();
+        if len > self.view.payload_max {
+            return Err(RingSendError::TooLarge);
+        }
+        let (pos, slot, wake) = self.claim_raw().ok_or(RingSendError::Full)?;
+        self.view.cell(pos).write(|| {
+            // SAFETY: 1 + bytes.len() <= payload_max, so both writes lie in
+            // the claimed slot's payload area, which by the ring protocol
+            // nobody else touches until we publish; the source is the
+            // caller's separate buffer.
+            unsafe {
+                slot.add(SLOT_HDR).write(tag);
+                crate::copy::copy_bytes(slot.add(SLOT_HDR + 1), bytes.as_ptr(), bytes.len())
+            }
+        });
+        self.publish(pos, slot, len as u32, 0);
+        Ok(wake)
+    }
+
     /// Publishes the claimed position `pos` in `slot` with a payload of
     /// `len` bytes (at most the slot's capacity) and `flags`.
     #[inline]
