@@ -9,9 +9,9 @@
 //!    `afxdp` attaches an XDP program to the NIC, so it needs a
 //!    configuration that allows it);
 //! 3. the policy: the file's preference, `$BCL_METHODS` or the file's pin;
-//! 4. which methods on which NIC ([`plan`]), opened in policy order; a
-//!    method that cannot open is noted with the reason, and a pin none of
-//!    whose methods opens is an error;
+//! 4. which methods on which NIC ([`plan`], [`plan_on`]), opened in policy
+//!    order; a method that cannot open is noted with the reason, and a pin
+//!    none of whose methods opens is an error;
 //! 5. the exchange: `$BCL_RENDEZVOUS` + `$BCL_JOB_SECRET`, or the static
 //!    file `$BCL_STATIC`;
 //! 6. every peer's table goes to the endpoint; methods are chosen on first
@@ -19,9 +19,17 @@
 //!
 //! Two methods can share a NIC: the cluster layer gives `packet` its own
 //! EtherType ([`PACKET_ETHERTYPE`]) because an AF_XDP program takes every
-//! frame of its own (0x88B5) before the kernel's packet sockets see it.
-//! AF_XDP allows one endpoint per interface, so only the node's local rank
-//! 0 opens `afxdp` on a NIC; its other processes use the other methods.
+//! frame of its own (0x88B5) before the kernel's packet sockets see it;
+//! every other frame it passes to the kernel, so a process's `packet` works
+//! on an interface where another process of the node holds `afxdp`.
+//!
+//! NICs per process (multi-rail): AF_XDP allows one endpoint per interface,
+//! so a node whose processes should all use `afxdp` on a fabric needs one
+//! NIC per process there. The resource database lists them (several
+//! `[[node.nic]]` on one fabric, found by subnet in interface order:
+//! [`nics::resolve`]) and local rank *i* opens `afxdp` on the *i*-th;
+//! processes beyond the number of NICs do not, and their notes say why
+//! (they reach the fabric by `packet`). See [`plan_on`].
 
 use super::bootstrap::{self, BootstrapError, JobInfo, Member, RendezvousAddr, Session, StaticJob};
 use super::descriptor::DescriptorTable;
@@ -65,8 +73,8 @@ pub fn plan(
     let mut nics_here: Vec<NicSlot> = Vec::new();
     match (cfg, node) {
         (Some(cfg), Some(node)) => {
-            for nic in &node.nics {
-                let i = nics::find(cfg, node, nic, ifs)?;
+            let found = nics::resolve(cfg, node, ifs)?;
+            for (nic, i) in node.nics.iter().zip(found) {
                 nics_here.push((
                     i.name.clone(),
                     i.ipv4.first().map(|a| a.0),
@@ -105,9 +113,29 @@ pub fn plan(
 /// allowed on it.
 pub type NicSlot = (String, Option<Ipv4Addr>, String, Vec<String>);
 
+/// Whether a method's endpoint owns its interface, so that only one
+/// process of a node can open it there: `afxdp` (its XDP program and
+/// socket map belong to the process that attached them) and `vfio` (the
+/// device is bound to one process).
+pub fn one_process_per_nic(method: &str) -> bool {
+    matches!(method, "afxdp" | "vfio")
+}
+
 /// [`plan`] on resolved NICs: `shm` if allowed, the NICs' methods in
-/// policy order (udp once, on the first NIC allowing it; afxdp only for
-/// local rank 0); `loopback_udp` puts udp on 127.0.0.1 when no NIC has it.
+/// policy order; `loopback_udp` puts udp on 127.0.0.1 when no NIC has it.
+///
+/// Each method is opened at most once per fabric, on one of the fabric's
+/// NICs that allow it, chosen by local rank (as NCCL and UCX assign NICs
+/// by locality):
+///
+/// * a method that owns its NIC ([`one_process_per_nic`]: `afxdp`): local
+///   rank *i* takes the *i*-th such NIC of the fabric; local ranks beyond
+///   the number of NICs do not open it there, and the note says why (not
+///   *i* modulo the count: two processes would then ask for one NIC);
+/// * other fabric methods (`packet`): local rank *i* takes NIC *i* modulo
+///   the count (processes share a NIC; with as many NICs as processes this
+///   is the NIC of the process's `afxdp`);
+/// * `udp`: once, on the first NIC that allows it and has an address.
 pub fn plan_on(
     nics_here: &[NicSlot],
     shm: bool,
@@ -163,30 +191,50 @@ pub fn plan_on(
                 }
             }
             m => {
-                let mut any = false;
+                // The fabrics in NIC order, each with its NICs allowing m.
+                let mut fabrics: Vec<(&str, Vec<&str>)> = Vec::new();
                 for (ifname, _, fabric, allowed) in nics_here {
                     if !allowed.iter().any(|x| x == m) {
                         continue;
                     }
-                    any = true;
-                    if m == "afxdp" && local_rank != 0 {
-                        notes.push(format!(
-                            "afxdp on {ifname}: held by local rank 0 (one AF_XDP endpoint per interface)"
-                        ));
-                        continue;
+                    match fabrics.iter_mut().find(|(f, _)| f == fabric) {
+                        Some((_, list)) => list.push(ifname),
+                        None => fabrics.push((fabric, vec![ifname])),
                     }
-                    out.push(Planned {
-                        method: m.to_string(),
-                        ifname: Some(ifname.clone()),
-                        ip: None,
-                        fabric: Some(fabric.clone()),
-                    });
                 }
-                if !any {
+                if fabrics.is_empty() {
                     notes.push(if loopback_udp && m == "afxdp" {
                         "afxdp: only where a cluster configuration allows it (it attaches an XDP program to the NIC)".to_string()
                     } else {
                         format!("{m}: no NIC of this node allows it")
+                    });
+                }
+                let i = local_rank as usize;
+                for (fabric, list) in fabrics {
+                    let pick = if one_process_per_nic(m) {
+                        list.get(i)
+                    } else {
+                        list.get(i % list.len())
+                    };
+                    let Some(ifname) = pick else {
+                        let held = match list.len() {
+                            1 => format!("its NIC ({}) is held by local rank 0", list[0]),
+                            n => format!(
+                                "its {n} NICs ({}) are held by local ranks 0-{}",
+                                list.join(", "),
+                                n - 1
+                            ),
+                        };
+                        notes.push(format!(
+                            "{m} on fabric {fabric}: not opened by local rank {i}: {held} (one {m} endpoint per interface; local rank i takes the i-th NIC of the fabric)"
+                        ));
+                        continue;
+                    };
+                    out.push(Planned {
+                        method: m.to_string(),
+                        ifname: Some(ifname.to_string()),
+                        ip: None,
+                        fabric: Some(fabric.to_string()),
                     });
                 }
             }
@@ -203,14 +251,22 @@ pub fn config_table(
     local_rank: u32,
     policy: &Policy,
 ) -> (DescriptorTable, Vec<String>) {
+    // Placeholder names: nic-A, nic-A.2 for a second NIC on A, ...
     let slots: Vec<NicSlot> = node
         .nics
         .iter()
-        .map(|n| {
+        .enumerate()
+        .map(|(k, n)| {
+            let nth = node.nics[..k]
+                .iter()
+                .filter(|x| x.fabric == n.fabric && x.ifname.is_none())
+                .count();
+            let placeholder = match nth {
+                0 => format!("nic-{}", n.fabric),
+                _ => format!("nic-{}.{}", n.fabric, nth + 1),
+            };
             (
-                n.ifname
-                    .clone()
-                    .unwrap_or_else(|| format!("nic-{}", n.fabric)),
+                n.ifname.clone().unwrap_or(placeholder),
                 Some(Ipv4Addr::UNSPECIFIED),
                 n.fabric.clone(),
                 n.methods.clone(),
@@ -573,10 +629,13 @@ mod tests {
         assert_eq!(names(&p), vec!["shm", "afxdp", "packet", "udp"]);
         assert_eq!(p[3].ip, Some("10.1.0.5".parse().unwrap()));
         assert_eq!(p[1].fabric.as_deref(), Some("A"));
+        // One AF_XDP NIC, two processes: local rank 1 does not open it
+        // and says why.
         let (p, notes) = plan(Some(&cfg), cfg.node("a"), &ifs, 1, &pol).unwrap();
         assert_eq!(names(&p), vec!["shm", "packet", "udp"]);
         assert!(
-            notes.iter().any(|n| n.contains("held by local rank 0")),
+            notes.iter().any(|n| n
+                == "afxdp on fabric A: not opened by local rank 1: its NIC (eth0) is held by local rank 0 (one afxdp endpoint per interface; local rank i takes the i-th NIC of the fabric)"),
             "{notes:?}"
         );
         let (p, notes) = plan(Some(&cfg), cfg.node("p"), &ifs, 0, &pol).unwrap();
@@ -592,6 +651,165 @@ mod tests {
         assert!(plan(Some(&cfg), cfg.node("a"), &[], 0, &pol)
             .unwrap_err()
             .contains("no interface"));
+    }
+
+    /// NICs as `plan_on` sees them: (ifname, fabric, methods).
+    fn slots(list: &[(&str, &str, &[&str])]) -> Vec<NicSlot> {
+        list.iter()
+            .map(|(i, f, m)| {
+                (
+                    i.to_string(),
+                    Some(Ipv4Addr::new(10, 0, 0, 1)),
+                    f.to_string(),
+                    m.iter().map(|x| x.to_string()).collect(),
+                )
+            })
+            .collect()
+    }
+
+    /// (method, ifname) of each planned method.
+    fn on(p: &[Planned]) -> Vec<(String, String)> {
+        p.iter()
+            .map(|x| (x.method.clone(), x.ifname.clone().unwrap_or_default()))
+            .collect()
+    }
+
+    fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
+        v.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn each_process_of_a_node_takes_its_own_afxdp_nic_of_a_fabric() {
+        let pol = Policy::default();
+        let all: &[&str] = &["afxdp", "packet", "udp"];
+        let rail: &[&str] = &["afxdp", "packet"];
+        // Two NICs on fabric A, two processes: both open afxdp, each on
+        // its own NIC; packet on the same NIC; udp on the first.
+        let two = slots(&[("to-fa", "A", all), ("to-fa-2", "A", rail)]);
+        let (p, notes) = plan_on(&two, true, false, 0, &pol);
+        assert_eq!(
+            on(&p),
+            pairs(&[
+                ("shm", ""),
+                ("afxdp", "to-fa"),
+                ("packet", "to-fa"),
+                ("udp", "to-fa")
+            ])
+        );
+        assert!(notes.is_empty(), "{notes:?}");
+        let (p, notes) = plan_on(&two, true, false, 1, &pol);
+        assert_eq!(
+            on(&p),
+            pairs(&[
+                ("shm", ""),
+                ("afxdp", "to-fa-2"),
+                ("packet", "to-fa-2"),
+                ("udp", "to-fa")
+            ])
+        );
+        assert!(notes.is_empty(), "{notes:?}");
+        // A third process: no AF_XDP NIC left (not rank modulo count,
+        // which would ask for to-fa again); packet shares NIC 0.
+        let (p, notes) = plan_on(&two, true, false, 2, &pol);
+        assert_eq!(
+            on(&p),
+            pairs(&[("shm", ""), ("packet", "to-fa"), ("udp", "to-fa")])
+        );
+        assert_eq!(
+            notes,
+            ["afxdp on fabric A: not opened by local rank 2: its 2 NICs (to-fa, to-fa-2) are held by local ranks 0-1 (one afxdp endpoint per interface; local rank i takes the i-th NIC of the fabric)"]
+        );
+        // One NIC, two processes: rank 1 gets the recorded reason.
+        let one = slots(&[("eth0", "A", all)]);
+        let (p, notes) = plan_on(&one, true, false, 1, &pol);
+        assert_eq!(
+            on(&p),
+            pairs(&[("shm", ""), ("packet", "eth0"), ("udp", "eth0")])
+        );
+        assert!(
+            notes[0].starts_with("afxdp on fabric A: not opened by local rank 1: its NIC (eth0) is held by local rank 0"),
+            "{notes:?}"
+        );
+        // NICs are counted per fabric: one on A and one on C give every
+        // rank-0 process both, and rank 1 neither afxdp.
+        let ac = slots(&[("x", "A", rail), ("y", "C", rail)]);
+        let (p, _) = plan_on(&ac, false, false, 0, &pol);
+        assert_eq!(
+            on(&p),
+            pairs(&[
+                ("afxdp", "x"),
+                ("afxdp", "y"),
+                ("packet", "x"),
+                ("packet", "y")
+            ])
+        );
+        let (p, notes) = plan_on(&ac, false, false, 1, &pol);
+        assert_eq!(on(&p), pairs(&[("packet", "x"), ("packet", "y")]));
+        assert_eq!(
+            notes
+                .iter()
+                .filter(|n| n.contains("not opened by local rank 1"))
+                .count(),
+            2,
+            "{notes:?}"
+        );
+        // Only NICs that allow afxdp count: a second NIC with packet only
+        // does not give rank 1 afxdp.
+        let mixed = slots(&[("x", "A", rail), ("z", "A", &["packet"])]);
+        let (p, _) = plan_on(&mixed, false, false, 1, &pol);
+        assert_eq!(on(&p), pairs(&[("packet", "z")]));
+    }
+
+    #[test]
+    fn the_configuration_matrix_gives_every_rail_its_process() {
+        let cfg = ClusterConfig::parse(
+            Path::new("m.toml"),
+            "[[fabric]]\nname = \"A\"\nsubnet = \"10.1.0.0/24\"\n\
+             [[node]]\nname = \"a\"\n[[node.nic]]\nfabric = \"A\"\n[[node.nic]]\nfabric = \"A\"\n",
+        )
+        .unwrap();
+        let a = cfg.node("a").unwrap();
+        let pol = Policy::default();
+        let entries = |l: u32| {
+            let (t, _) = config_table(a, l, &pol);
+            t.entries
+                .iter()
+                .map(|e| format!("{} {}", e.method, e.address))
+                .collect::<Vec<_>>()
+        };
+        assert!(entries(0).contains(&"afxdp a/nic-A.0".to_string()));
+        assert!(entries(1).contains(&"afxdp a/nic-A.2.1".to_string()));
+        assert!(!entries(2).iter().any(|e| e.starts_with("afxdp")));
+        // And on this host's interfaces, found by subnet in index order.
+        let ifs = vec![
+            NicInfo {
+                name: "r1".into(),
+                index: 9,
+                up: true,
+                ipv4: vec![("10.1.0.6".parse().unwrap(), 24)],
+                excluded: None,
+            },
+            NicInfo {
+                name: "r0".into(),
+                index: 4,
+                up: true,
+                ipv4: vec![("10.1.0.5".parse().unwrap(), 24)],
+                excluded: None,
+            },
+        ];
+        let (p, _) = plan(Some(&cfg), Some(a), &ifs, 1, &pol).unwrap();
+        assert_eq!(
+            on(&p),
+            pairs(&[
+                ("shm", ""),
+                ("afxdp", "r1"),
+                ("packet", "r1"),
+                ("udp", "r0")
+            ])
+        );
+        assert_eq!(p[3].ip, Some("10.1.0.5".parse().unwrap()));
     }
 
     #[test]

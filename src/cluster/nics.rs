@@ -6,7 +6,7 @@
 //! unless the configuration names them (`ifname`): they are the wrong
 //! answer every time a library guesses (see UCX picking `docker0`).
 
-use super::resources::{ClusterConfig, Nic, Node, Subnet};
+use super::resources::{ClusterConfig, Node, Subnet};
 use std::net::Ipv4Addr;
 use std::path::Path;
 
@@ -104,61 +104,102 @@ pub fn interfaces() -> std::io::Result<Vec<NicInfo>> {
     Ok(out)
 }
 
-/// Finds the interface of `node`'s `nic` among `ifs`: the named one, or
-/// the one (never loopback, bridge or container plumbing) with an address
-/// in the fabric's subnet.
-pub fn find<'a>(
+/// The interfaces of all of `node`'s NICs among `ifs`, index for index
+/// with `node.nics`: the named one, or one (never loopback, bridge or
+/// container plumbing) with an address in the fabric's subnet.
+///
+/// A node may have several NICs on one fabric (rails): the k-th NIC of a
+/// fabric that names no interface is the k-th unnamed interface in the
+/// subnet, in interface-index order (the order they were created in). The
+/// count must match: an interface in the subnet that no NIC accounts for
+/// is an error (which one did the file mean?), as is a NIC with no
+/// interface left.
+pub fn resolve<'a>(
     cfg: &ClusterConfig,
     node: &Node,
-    nic: &Nic,
     ifs: &'a [NicInfo],
-) -> Result<&'a NicInfo, String> {
-    if let Some(name) = &nic.ifname {
-        return ifs.iter().find(|i| &i.name == name).ok_or_else(|| {
-            format!(
-                "node {}: interface {name:?} of fabric {} does not exist here (have: {})",
-                node.name,
-                nic.fabric,
-                names(ifs)
-            )
-        });
+) -> Result<Vec<&'a NicInfo>, String> {
+    let mut out: Vec<Option<&NicInfo>> = vec![None; node.nics.len()];
+    for (k, nic) in node.nics.iter().enumerate() {
+        if let Some(name) = &nic.ifname {
+            out[k] = Some(ifs.iter().find(|i| &i.name == name).ok_or_else(|| {
+                format!(
+                    "node {}: interface {name:?} of fabric {} does not exist here (have: {})",
+                    node.name,
+                    nic.fabric,
+                    names(ifs)
+                )
+            })?);
+        }
     }
-    let subnet = cfg
-        .fabric(&nic.fabric)
-        .and_then(|f| f.subnet)
-        .ok_or_else(|| {
-            format!(
-                "node {}: fabric {} has no subnet and the NIC names no ifname: cannot tell which interface is on it",
-                node.name, nic.fabric
-            )
-        })?;
-    let on: Vec<&NicInfo> = ifs
+    let named: Vec<&str> = node
+        .nics
         .iter()
-        .filter(|i| {
-            i.excluded.is_none()
-                && i.subnets()
-                    .iter()
-                    .any(|s| *s == subnet || subnet.contains(s.addr))
-        })
+        .filter_map(|n| n.ifname.as_deref())
         .collect();
-    match on.as_slice() {
-        [one] => Ok(one),
-        [] => Err(format!(
-            "node {}: no interface with an address in {subnet} (fabric {}); have: {}",
-            node.name,
-            nic.fabric,
-            names(ifs)
-        )),
-        many => Err(format!(
-            "node {}: several interfaces in {subnet} (fabric {}): {}; name one with ifname",
-            node.name,
-            nic.fabric,
-            many.iter()
+    let mut fabrics: Vec<&str> = Vec::new();
+    for nic in node.nics.iter().filter(|n| n.ifname.is_none()) {
+        if !fabrics.contains(&nic.fabric.as_str()) {
+            fabrics.push(&nic.fabric);
+        }
+    }
+    for fabric in fabrics {
+        let slots: Vec<usize> = (0..node.nics.len())
+            .filter(|k| node.nics[*k].ifname.is_none() && node.nics[*k].fabric == fabric)
+            .collect();
+        let subnet = cfg
+            .fabric(fabric)
+            .and_then(|f| f.subnet)
+            .ok_or_else(|| {
+                format!(
+                    "node {}: fabric {fabric} has no subnet and the NIC names no ifname: cannot tell which interface is on it",
+                    node.name
+                )
+            })?;
+        let mut on: Vec<&NicInfo> = ifs
+            .iter()
+            .filter(|i| {
+                i.excluded.is_none()
+                    && !named.contains(&i.name.as_str())
+                    && i.subnets()
+                        .iter()
+                        .any(|s| *s == subnet || subnet.contains(s.addr))
+            })
+            .collect();
+        on.sort_by_key(|i| i.index);
+        let list = |v: &[&NicInfo]| {
+            v.iter()
                 .map(|i| i.name.as_str())
                 .collect::<Vec<_>>()
                 .join(", ")
-        )),
+        };
+        if on.is_empty() {
+            return Err(format!(
+                "node {}: no interface with an address in {subnet} (fabric {fabric}); have: {}",
+                node.name,
+                names(ifs)
+            ));
+        }
+        if on.len() != slots.len() {
+            let listed = match slots.len() {
+                1 => "1 NIC".to_string(),
+                n => format!("{n} NICs"),
+            };
+            return Err(format!(
+                "node {}: {} interfaces in {subnet} (fabric {fabric}): {}, but the node lists {listed} on it without ifname; list one [[node.nic]] per interface, or name them with ifname",
+                node.name,
+                if on.len() > slots.len() { "several" } else { "too few" },
+                list(&on),
+            ));
+        }
+        for (k, i) in slots.into_iter().zip(on) {
+            out[k] = Some(i);
+        }
     }
+    Ok(out
+        .into_iter()
+        .map(|i| i.expect("every NIC resolved"))
+        .collect())
 }
 
 fn names(ifs: &[NicInfo]) -> String {
@@ -195,7 +236,8 @@ mod tests {
         let cfg = ClusterConfig::parse(
             Path::new("t.toml"),
             "[[fabric]]\nname = \"A\"\nsubnet = \"10.1.0.0/24\"\n[[fabric]]\nname = \"B\"\n\
-             [[node]]\nname = \"n\"\n[[node.nic]]\nfabric = \"A\"\n[[node.nic]]\nfabric = \"B\"\n\
+             [[node]]\nname = \"n\"\n[[node.nic]]\nfabric = \"A\"\n\
+             [[node]]\nname = \"nb\"\n[[node.nic]]\nfabric = \"B\"\n\
              [[node]]\nname = \"m\"\n[[node.nic]]\nfabric = \"A\"\nifname = \"docker0\"\n",
         )
         .unwrap();
@@ -205,21 +247,58 @@ mod tests {
             nic("enp3s0", "10.1.0.7", None),
             nic("eth9", "192.168.1.2", None),
         ];
+        let names = |v: Vec<&NicInfo>| v.iter().map(|i| i.name.clone()).collect::<Vec<_>>();
         let n = cfg.node("n").unwrap();
-        assert_eq!(find(&cfg, n, &n.nics[0], &ifs).unwrap().name, "enp3s0");
-        let e = find(&cfg, n, &n.nics[1], &ifs).unwrap_err();
+        assert_eq!(names(resolve(&cfg, n, &ifs).unwrap()), ["enp3s0"]);
+        let e = resolve(&cfg, cfg.node("nb").unwrap(), &ifs).unwrap_err();
         assert!(e.contains("fabric B has no subnet"), "{e}");
         // Named explicitly: the bridge is what the user asked for.
         let m = cfg.node("m").unwrap();
-        assert_eq!(find(&cfg, m, &m.nics[0], &ifs).unwrap().name, "docker0");
+        assert_eq!(names(resolve(&cfg, m, &ifs).unwrap()), ["docker0"]);
         let two = vec![nic("a", "10.1.0.7", None), nic("b", "10.1.0.8", None)];
-        assert!(find(&cfg, n, &n.nics[0], &two)
-            .unwrap_err()
-            .contains("several"));
+        let e = resolve(&cfg, n, &two).unwrap_err();
+        assert!(
+            e.contains("several interfaces") && e.contains("a, b") && e.contains("lists 1 NIC"),
+            "{e}"
+        );
         let none = vec![nic("docker0", "10.1.0.1", Some("container bridge"))];
-        let e = find(&cfg, n, &n.nics[0], &none).unwrap_err();
+        let e = resolve(&cfg, n, &none).unwrap_err();
         assert!(
             e.contains("no interface") && e.contains("docker0 (container bridge)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn several_nics_on_one_fabric_take_its_interfaces_in_index_order() {
+        let cfg = ClusterConfig::parse(
+            Path::new("t.toml"),
+            "[[fabric]]\nname = \"A\"\nsubnet = \"10.1.0.0/24\"\n\
+             [[fabric]]\nname = \"C\"\nsubnet = \"10.3.0.0/24\"\n\
+             [[node]]\nname = \"r\"\n\
+             [[node.nic]]\nfabric = \"A\"\n[[node.nic]]\nfabric = \"C\"\n[[node.nic]]\nfabric = \"A\"\n\
+             [[node]]\nname = \"s\"\n\
+             [[node.nic]]\nfabric = \"A\"\n[[node.nic]]\nfabric = \"A\"\nifname = \"x1\"\n",
+        )
+        .unwrap();
+        let mut rail1 = nic("x1", "10.1.0.9", None);
+        rail1.index = 7;
+        let mut rail0 = nic("y0", "10.1.0.5", None);
+        rail0.index = 3;
+        let c = nic("c0", "10.3.0.5", None);
+        // Name order says x1 first; index order (creation) says y0.
+        let ifs = vec![rail1, c, rail0];
+        let names = |v: Vec<&NicInfo>| v.iter().map(|i| i.name.clone()).collect::<Vec<_>>();
+        let r = cfg.node("r").unwrap();
+        assert_eq!(names(resolve(&cfg, r, &ifs).unwrap()), ["y0", "c0", "x1"]);
+        // A named NIC is taken out of the subnet's pool.
+        let s = cfg.node("s").unwrap();
+        assert_eq!(names(resolve(&cfg, s, &ifs).unwrap()), ["y0", "x1"]);
+        // Two NICs on A, one interface there: too few.
+        let one = vec![nic("y0", "10.1.0.5", None), nic("c0", "10.3.0.5", None)];
+        let e = resolve(&cfg, r, &one).unwrap_err();
+        assert!(
+            e.contains("too few interfaces") && e.contains("lists 2 NICs"),
             "{e}"
         );
     }

@@ -14,7 +14,7 @@
 //! name = "a1"                                # [A-Za-z0-9_-]
 //! host = "10.77.8.1"                         # where bcl-run reaches it (ssh); default: name
 //! shm = true                                 # default true
-//! [[node.nic]]                               # one per fabric the node is on
+//! [[node.nic]]                               # one per interface the node has on a fabric
 //! fabric = "A"
 //! ifname = "eth0"                            # optional: else the interface in the fabric's subnet
 //! pci = "0000:00:04.0"                       # optional: the device for vfio
@@ -24,8 +24,12 @@
 //! NICs are chosen by fabric, never by device name across nodes: each node
 //! says which of its interfaces is on fabric `A` (or the fabric's subnet
 //! finds it), so `eth0` on one node and `enp3s0` on another are the same
-//! fabric. Unknown fields are errors; every error names the file, the line
-//! and the field.
+//! fabric. A node may list several NICs on one fabric (rails): without
+//! `ifname`, the k-th of them is the k-th interface in the subnet by
+//! interface index ([`super::nics::resolve`]), and the cluster layer gives
+//! each process of the node its own NIC for methods that allow one
+//! process per interface (`afxdp`: [`super::join::plan_on`]). Unknown
+//! fields are errors; every error names the file, the line and the field.
 
 use super::KNOWN_METHODS;
 use serde::Deserialize;
@@ -128,7 +132,7 @@ pub struct Node {
     pub host: String,
     /// Whether processes on it may use shared memory.
     pub shm: bool,
-    /// Its NICs, one per fabric.
+    /// Its NICs, in file order (several may be on one fabric).
     pub nics: Vec<Nic>,
 }
 
@@ -397,13 +401,8 @@ fn validate(ctx: &Ctx<'_>, raw: RawConfig) -> Result<ClusterConfig, ResourceErro
                     format!("node {name:?}: fabric {fname:?} is not defined"),
                 ));
             };
-            if nics.iter().any(|x| &x.fabric == fname) {
-                return Err(ctx.err(
-                    Some(c.fabric.span()),
-                    "node.nic.fabric",
-                    format!("node {name:?} has two NICs on fabric {fname:?}"),
-                ));
-            }
+            // Several NICs on one fabric are rails (see `nics::resolve`);
+            // one interface listed twice is a mistake.
             if let Some(i) = &c.ifname {
                 let s = i.get_ref();
                 if s.is_empty() || s.len() > 15 || s.contains(['/', ' ']) {
@@ -411,6 +410,13 @@ fn validate(ctx: &Ctx<'_>, raw: RawConfig) -> Result<ClusterConfig, ResourceErro
                         Some(i.span()),
                         "node.nic.ifname",
                         format!("{s:?} is not an interface name (1..=15 characters, no '/')"),
+                    ));
+                }
+                if nics.iter().any(|x| x.ifname.as_ref() == Some(s)) {
+                    return Err(ctx.err(
+                        Some(i.span()),
+                        "node.nic.ifname",
+                        format!("node {name:?}: interface {s:?} is listed twice"),
                     ));
                 }
             }
@@ -517,6 +523,15 @@ fabric = "B"
         assert_eq!((p.host.as_str(), p.shm), ("10.1.0.3", false));
         assert_eq!(p.nics[0].ifname.as_deref(), Some("eth1"));
         assert_eq!(p.nics[0].methods, vec!["packet", "udp"]);
+        // Two NICs on one fabric: rails, in file order.
+        let c = parse(&GOOD.replace(
+            "name = \"a1\"\n[[node.nic]]\nfabric = \"A\"\n",
+            "name = \"a1\"\n[[node.nic]]\nfabric = \"A\"\n[[node.nic]]\nfabric = \"A\"\nmethods = [\"afxdp\"]\n",
+        ))
+        .unwrap();
+        let a1 = c.node("a1").unwrap();
+        assert_eq!(a1.nics.len(), 2);
+        assert_eq!(a1.nics[1].methods, vec!["afxdp"]);
     }
 
     fn err(text: &str) -> String {
@@ -548,6 +563,16 @@ fabric = "B"
         assert!(e.starts_with("c.toml:5: fabric.subnet:"), "{e}");
         let e = err(&GOOD.replace("shm = false", "shm = \"no\""));
         assert!(e.starts_with("c.toml:17: shm:"), "{e}");
+        let e = err(&GOOD.replace(
+            "[[node.nic]]\nfabric = \"B\"",
+            "[[node.nic]]\nfabric = \"A\"\nifname = \"eth1\"",
+        ));
+        assert!(
+            e.starts_with(
+                "c.toml:24: node.nic.ifname: node \"p\": interface \"eth1\" is listed twice"
+            ),
+            "{e}"
+        );
         let e = err(&format!("{GOOD}\n[[node]]\nname = \"a1\"\n"));
         assert!(e.contains("node.name: node \"a1\" is defined twice"), "{e}");
         let e = err(&GOOD.replace("methods = [\"packet\", \"udp\"]", "methods = [\"shm\"]"));

@@ -59,8 +59,8 @@ fn the_mixed_clusters_matrix_follows_the_policy() {
     for a in &names {
         for b in names.iter().filter(|b| *b != a) {
             let (na, nb) = (a.split('/').next().unwrap(), b.split('/').next().unwrap());
-            let holds_xdp =
-                |r: &str| (r.starts_with("a1/") || r.starts_with("a2/")) && r.ends_with("/0");
+            // a1 and a2 have one AF_XDP NIC per process.
+            let holds_xdp = |r: &str| r.starts_with("a1/") || r.starts_with("a2/");
             let want = if na == nb {
                 "shm"
             } else if na == "u" || nb == "u" {
@@ -74,6 +74,22 @@ fn the_mixed_clusters_matrix_follows_the_policy() {
             assert_eq!(m, want, "{a} -> {b}: {why}");
         }
     }
+    // A third process per node finds both AF_XDP NICs of a1 taken.
+    let (ok, v3, err) = info(
+        &[
+            "--cluster",
+            "configs/mixed.toml",
+            "--per-node",
+            "3",
+            "--json",
+        ],
+        None,
+    );
+    assert!(ok, "{err}");
+    assert_eq!(method(&v3, "a1/1", "a2/1").0, "afxdp");
+    let (m, why) = method(&v3, "a1/2", "a2/0");
+    assert_eq!(m, "packet", "{why}");
+    assert!(why.contains("afxdp: not open here"), "{why}");
     let (_, why) = method(&v, "a1/0", "u/0");
     assert!(why.contains("routed (IP) from A to B"), "{why}");
     assert!(why.contains("packet: the peer does not offer it"), "{why}");

@@ -1,6 +1,7 @@
 //! The mixed-hardware cluster from one binary: `configs/lab/mixed.toml`
-//! (two AF_XDP nodes and an AF_PACKET-only node on fabric A, a UDP-only
-//! node behind a router) with the resource database `configs/mixed.toml`,
+//! (two AF_XDP nodes with one NIC per process and an AF_PACKET-only node
+//! on fabric A, a UDP-only node behind a router) with the resource
+//! database `configs/mixed.toml`,
 //! two processes per node, all started by `bcl-run` from one build of
 //! `bcl-alltoall`. Every pair exchanges verified messages of 8 B to 1 MiB;
 //! the test checks that every rank ran the same file (by hash) and asserts
@@ -116,9 +117,9 @@ fn expected(a: u32, b: u32) -> &'static str {
     if na == "u" || nb == "u" {
         return "udp";
     }
-    // One AF_XDP endpoint per interface: the local rank 0 of a1 and a2
-    // holds it; every other pair on fabric A uses AF_PACKET.
-    let afxdp = |r: u32| (node(r) == "a1" || node(r) == "a2") && r.is_multiple_of(2);
+    // a1 and a2 have one AF_XDP NIC per process on fabric A: every pair
+    // between them uses AF_XDP; every other pair on fabric A AF_PACKET.
+    let afxdp = |r: u32| node(r) == "a1" || node(r) == "a2";
     if afxdp(a) && afxdp(b) {
         "afxdp"
     } else {

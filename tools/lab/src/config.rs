@@ -71,7 +71,13 @@ struct SwitchCfg {
     subnet: Option<Spanned<String>>,
     mtu: Option<Spanned<u32>>,
     queues: Option<Spanned<u32>>,
+    /// Ports (interfaces) per member where more than one: `{ a1 = 2 }`.
+    #[serde(default)]
+    ports: BTreeMap<String, Spanned<u32>>,
 }
+
+/// Most ports one node may have on one switch.
+pub const PORTS_MAX: u32 = 8;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -234,6 +240,15 @@ pub(crate) struct Node {
     pub router: bool,
     pub ifaces: Vec<Iface>,
     pub routes: Vec<Route>,
+}
+
+impl Node {
+    /// Whether two of its interfaces are on one segment (several ports on a
+    /// switch): the node then needs per-interface ARP (see `Lab::up`).
+    pub fn multihomed(&self) -> bool {
+        let mut seen = HashSet::new();
+        self.ifaces.iter().any(|f| !seen.insert(f.segment))
+    }
 }
 
 /// An interface of a node.
@@ -535,6 +550,10 @@ struct RawLink {
     subnet: Option<Spanned<String>>,
     impair: Option<ImpairCfg>,
     what: String,
+    /// The port number of a switch member's further port (2, 3, ...); such
+    /// a link may attach its node to the switch's segment again, and its
+    /// interface is `to-SWITCH-N`.
+    port: Option<u32>,
 }
 
 fn validate(ctx: &Ctx<'_>, cfg: FileCfg) -> Result<Topology, LabError> {
@@ -665,6 +684,7 @@ fn validate(ctx: &Ctx<'_>, cfg: FileCfg) -> Result<Topology, LabError> {
             subnet: l.subnet.clone(),
             impair: l.impair.clone(),
             what,
+            port: None,
         });
     }
     for (si, s) in cfg.switch.iter().enumerate() {
@@ -687,7 +707,49 @@ fn validate(ctx: &Ctx<'_>, cfg: FileCfg) -> Result<Topology, LabError> {
                 subnet: None,
                 impair: None,
                 what: format!("{what}: member \"{}\"", m.get_ref()),
+                port: None,
             });
+        }
+        // Further ports of a member: after every member's first port, so
+        // adding ports never renumbers the others (addresses follow link
+        // order).
+        let mut extra: Vec<(&Spanned<String>, u32)> = Vec::new();
+        for (node, count) in &s.ports {
+            let Some(m) = s.members.iter().find(|m| m.get_ref() == node) else {
+                return Err(ctx.err(
+                    Some(count.span()),
+                    format!("{what}: ports: \"{node}\" is not a member of the switch"),
+                ));
+            };
+            if !(1..=PORTS_MAX).contains(count.get_ref()) {
+                return Err(ctx.err(
+                    Some(count.span()),
+                    format!(
+                        "{what}: ports.{node} = {} is out of range (1..={PORTS_MAX})",
+                        count.get_ref()
+                    ),
+                ));
+            }
+            extra.push((m, *count.get_ref()));
+        }
+        // Member order, then port order: a1-2, a2-2, a1-3, ...
+        extra.sort_by_key(|(m, _)| s.members.iter().position(|x| x == *m));
+        for k in 2..=PORTS_MAX {
+            for (m, _) in extra.iter().filter(|(_, c)| *c >= k) {
+                raw.push(RawLink {
+                    name: Spanned::new(
+                        m.span(),
+                        format!("{}-{}-{k}", switches[si].name, m.get_ref()),
+                    ),
+                    ends: vec![(*m).clone(), s.name.clone()],
+                    queues: squeues,
+                    mtu: smtu,
+                    subnet: None,
+                    impair: None,
+                    what: format!("{what}: port {k} of member \"{}\"", m.get_ref()),
+                    port: Some(k),
+                });
+            }
         }
     }
 
@@ -767,11 +829,11 @@ fn validate(ctx: &Ctx<'_>, cfg: FileCfg) -> Result<Topology, LabError> {
         for (k, (is_node, idx)) in resolved.iter().enumerate() {
             let peer = r.ends[1 - k].get_ref().clone();
             ends[k] = if *is_node {
-                if !attached.insert((*idx, segment)) {
+                if !attached.insert((*idx, segment)) && r.port.is_none() {
                     return Err(ctx.err(
                         Some(r.ends[k].span()),
                         format!(
-                            "{}: node \"{}\" is already attached to segment \"{}\"",
+                            "{}: node \"{}\" is already attached to segment \"{}\" (for several ports on a switch, set the switch's `ports`)",
                             r.what,
                             r.ends[k].get_ref(),
                             segments[segment].name
@@ -780,7 +842,10 @@ fn validate(ctx: &Ctx<'_>, cfg: FileCfg) -> Result<Topology, LabError> {
                 }
                 let node = &mut nodes[*idx];
                 node.ifaces.push(Iface {
-                    ifname: format!("to-{peer}"),
+                    ifname: match r.port {
+                        Some(n) => format!("to-{peer}-{n}"),
+                        None => format!("to-{peer}"),
+                    },
                     mac: [0; 6],
                     ipv4: Ipv4Cidr {
                         addr: Ipv4Addr::UNSPECIFIED,
@@ -1428,6 +1493,66 @@ subnet = "10.2.0.0/24"
         assert_eq!(b.routes[0].dest, "10.1.0.0/24");
         assert_eq!(b.routes[0].via, "10.2.0.1".parse::<Ipv4Addr>().unwrap());
         assert!(t.nodes[1].routes.is_empty());
+    }
+
+    #[test]
+    fn switch_ports_give_a_member_several_interfaces_on_one_segment() {
+        let src = |ports: &str| {
+            format!(
+                "[[node]]\nname = \"a\"\n[[node]]\nname = \"b\"\n[[node]]\nname = \"c\"\n\
+                 [[switch]]\nname = \"sw\"\nsubnet = \"10.3.0.0/24\"\nmembers = [\"a\", \"b\", \"c\"]\n{ports}\n"
+            )
+        };
+        let t = p(&src("ports = { c = 3, a = 2 }")).unwrap();
+        let show = |n: usize| {
+            t.nodes[n]
+                .ifaces
+                .iter()
+                .map(|f| format!("{} {} {}", f.ifname, f.ipv4, t.links[f.link].name))
+                .collect::<Vec<_>>()
+        };
+        // First ports keep the addresses they have without `ports`; the
+        // further ones follow in member order, then port order.
+        assert_eq!(
+            show(0),
+            ["to-sw 10.3.0.1/24 sw-a", "to-sw-2 10.3.0.4/24 sw-a-2"]
+        );
+        assert_eq!(show(1), ["to-sw 10.3.0.2/24 sw-b"]);
+        assert_eq!(
+            show(2),
+            [
+                "to-sw 10.3.0.3/24 sw-c",
+                "to-sw-2 10.3.0.5/24 sw-c-2",
+                "to-sw-3 10.3.0.6/24 sw-c-3"
+            ]
+        );
+        assert!(t.nodes[0].multihomed() && t.nodes[2].multihomed());
+        assert!(!t.nodes[1].multihomed());
+        assert_eq!(t.switches[0].ports.len(), 6);
+        // Every port has its own MAC.
+        let macs: HashSet<[u8; 6]> = t
+            .nodes
+            .iter()
+            .flat_map(|n| n.ifaces.iter().map(|f| f.mac))
+            .collect();
+        assert_eq!(macs.len(), 6);
+        let e = err(&src("ports = { d = 2 }"));
+        assert!(
+            e.starts_with("x.toml:11:") && e.contains("\"d\" is not a member"),
+            "{e}"
+        );
+        let e = err(&src("ports = { a = 0 }"));
+        assert!(e.contains("ports.a = 0 is out of range (1..=8)"), "{e}");
+        // A second link of a node to the same switch is still refused, and
+        // the error says how to get several ports.
+        let e = err(&format!(
+            "{}[[link]]\nendpoints = [\"a\", \"sw\"]\n",
+            src("")
+        ));
+        assert!(
+            e.contains("already attached to segment \"sw\"") && e.contains("`ports`"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -499,19 +499,23 @@ impl Lab {
         // Namespaces. IPv6 is off so that no router solicitation or MLD
         // chatter appears on the lab's links; routers forward IPv4.
         let t = &self.topo;
-        let mut all: Vec<(String, bool)> = t
+        let mut all: Vec<(String, bool, bool)> = t
             .nodes
             .iter()
-            .map(|n| (self.ns_name(&n.name), n.router))
+            .map(|n| (self.ns_name(&n.name), n.router, n.multihomed()))
             .collect();
-        all.extend(t.switches.iter().map(|s| (self.ns_name(&s.name), false)));
+        all.extend(
+            t.switches
+                .iter()
+                .map(|s| (self.ns_name(&s.name), false, false)),
+        );
         all.extend(
             t.links
                 .iter()
                 .filter(|l| l.impair.is_some())
-                .map(|l| (self.imp_ns(&l.name), false)),
+                .map(|l| (self.imp_ns(&l.name), false, false)),
         );
-        for (ns, router) in &all {
+        for (ns, router, multihomed) in &all {
             sys::ip(&["netns", "add", ns])?;
             let mut sysctl = vec![
                 "netns".to_string(),
@@ -525,6 +529,19 @@ impl Lab {
             ];
             if *router {
                 sysctl.push("net.ipv4.ip_forward=1".into());
+            }
+            if *multihomed {
+                // Several ports on one segment: each answers ARP only for
+                // its own address and announces that one (else every port
+                // answers for every address and frames for one port land
+                // on another), and no reverse-path filter drops what
+                // arrives on a port that is not the route back.
+                sysctl.extend([
+                    "net.ipv4.conf.all.arp_ignore=1".into(),
+                    "net.ipv4.conf.all.arp_announce=2".into(),
+                    "net.ipv4.conf.all.rp_filter=0".into(),
+                    "net.ipv4.conf.default.rp_filter=0".into(),
+                ]);
             }
             sys::ip(&sysctl)?;
             sys::ip(&["-n", ns, "link", "set", "lo", "up"])?;

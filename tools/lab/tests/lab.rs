@@ -304,6 +304,58 @@ fn switched4_all_pairs_reachable() {
 }
 
 #[test]
+fn a_node_with_two_ports_on_a_switch_answers_on_each_for_its_own_address() {
+    if !require_privileges("a_node_with_two_ports_on_a_switch_answers_on_each_for_its_own_address")
+    {
+        return;
+    }
+    // configs/lab/mixed.toml: a1 has two ports on switch fa.
+    let lab = guard("mixed.toml", "mp");
+    let ifs = lab.interfaces("a1").unwrap();
+    let on_fa: Vec<_> = ifs.iter().filter(|f| f.segment == "fa").collect();
+    assert_eq!(on_fa.len(), 2, "{ifs:?}");
+    assert_eq!(
+        (on_fa[0].ifname.as_str(), on_fa[1].ifname.as_str()),
+        ("to-fa", "to-fa-2")
+    );
+    assert_ne!(on_fa[0].mac, on_fa[1].mac);
+    let sw = format!("{}.fa", lab.prefix());
+    let ports = ip_json(&["-n", &sw, "link", "show", "master", "br0"]);
+    assert_eq!(
+        ports.as_array().unwrap().len(),
+        6,
+        "a1, a2 twice; p, r once"
+    );
+    let rx_packets = |ifname: &str| {
+        let v = ip_json(&[
+            "-n",
+            &lab.netns("a1").unwrap(),
+            "-s",
+            "link",
+            "show",
+            ifname,
+        ]);
+        v[0]["stats64"]["rx"]["packets"].as_u64().unwrap()
+    };
+    for f in &on_fa {
+        let ip = f.ipv4.unwrap().addr.to_string();
+        let before = rx_packets(&f.ifname);
+        let r = udp(&lab, "p", "a1", &format!("{ip}:9000"), 100);
+        assert_eq!(r["unique"], 100, "p -> a1 {ip}: {r}");
+        // The frames came in on the port that has the address: p learnt
+        // that port's MAC for it (each port answers ARP for its own
+        // address only).
+        assert!(rx_packets(&f.ifname) >= before + 100, "{}", f.ifname);
+        let neigh = ip_json(&["-n", &lab.netns("p").unwrap(), "neigh", "show", &ip]);
+        assert_eq!(
+            neigh[0]["lladdr"].as_str(),
+            Some(f.mac.as_str()),
+            "p's neighbour entry for {ip}: {neigh}"
+        );
+    }
+}
+
+#[test]
 fn routed_sides_reach_each_other_through_the_router() {
     if !require_privileges("routed_sides_reach_each_other_through_the_router") {
         return;

@@ -219,12 +219,10 @@ fn run(args: &Args) -> Result<(), String> {
     let mut fabric_of: std::collections::HashMap<String, String> = Default::default();
     let mut plan_notes = Vec::new();
     if let (Some(c), Some(n)) = (&cfg, node) {
-        for nic in &n.nics {
-            match nics::find(c, n, nic, &ifs) {
-                Ok(i) => {
-                    fabric_of.insert(i.name.clone(), nic.fabric.clone());
-                }
-                Err(e) => plan_notes.push(e),
+        // The plan below reports a resolution error; here only the fabrics.
+        if let Ok(found) = nics::resolve(c, n, &ifs) {
+            for (nic, i) in n.nics.iter().zip(found) {
+                fabric_of.insert(i.name.clone(), nic.fabric.clone());
             }
         }
     }
