@@ -101,10 +101,20 @@ fn scenario() -> impl Strategy<Value = Scenario> {
 struct Outcome {
     end_time_ns: u64,
     receiver_stats: bcl::PortStats,
+    /// Messages the senders sent in bundles (several in one frame).
+    messages_bundled: u64,
+    /// DATA frames the senders sent (first sendings).
+    data_frames_sent: u64,
 }
 
 /// Runs a scenario to the end and checks every property on the way.
 fn run(sc: &Scenario) -> Result<Outcome, TestCaseError> {
+    run_with(sc, 64)
+}
+
+/// [`run`] with up to `max_outstanding` sends outstanding per sender (many
+/// queued small messages form bundles).
+fn run_with(sc: &Scenario, max_outstanding: usize) -> Result<Outcome, TestCaseError> {
     let senders = sc.sizes.len();
     let receiver = senders;
     let mut c = SimCluster::new(senders + 1, sc.faults.clone(), sc.seed, sc.mtu, |i, cfg| {
@@ -114,7 +124,7 @@ fn run(sc: &Scenario) -> Result<Outcome, TestCaseError> {
         // Small MTUs need many frames for the largest message; keep the
         // eager limit within the window.
         cfg.eager_limit = 16 * 1024;
-        cfg.max_outstanding_sends = 64;
+        cfg.max_outstanding_sends = max_outstanding;
     })
     .map_err(|e| TestCaseError::fail(e.to_string()))?;
     let rx_addr = SimCluster::addr(receiver);
@@ -148,7 +158,7 @@ fn run(sc: &Scenario) -> Result<Outcome, TestCaseError> {
                 }
             }
             // Bounded memory: never more outstanding than configured.
-            prop_assert!(c.endpoints[s].port().outstanding_sends() <= 64);
+            prop_assert!(c.endpoints[s].port().outstanding_sends() <= max_outstanding);
         }
         // The receiving application takes messages, checks them, and gives
         // each back after holding it a while.
@@ -265,10 +275,22 @@ fn run(sc: &Scenario) -> Result<Outcome, TestCaseError> {
         );
     }
     prop_assert_eq!(c.fabric.in_flight(), 0);
+    let senders_stats = || c.endpoints[..senders].iter().map(|e| *e.port().stats());
     Ok(Outcome {
         end_time_ns: c.now().as_nanos(),
         receiver_stats: *rx.stats(),
+        messages_bundled: senders_stats().map(|s| s.messages_bundled).sum(),
+        data_frames_sent: senders_stats().map(|s| s.data_frames_sent).sum(),
     })
+}
+
+/// Many small messages per sender, with room to queue them: bundles form.
+fn small_scenario() -> impl Strategy<Value = Scenario> {
+    (
+        scenario(),
+        proptest::collection::vec(proptest::collection::vec(0usize..64, 40..300), 1..4),
+    )
+        .prop_map(|(sc, sizes)| Scenario { sizes, ..sc })
 }
 
 proptest! {
@@ -285,6 +307,67 @@ proptest! {
     fn every_message_arrives_exactly_once_in_order_and_intact(sc in scenario()) {
         run(&sc)?;
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(48),
+        max_shrink_iters: 200,
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
+            concat!(env!("CARGO_MANIFEST_DIR"), "/tests/sim_properties.proptest-regressions"),
+        ))),
+        ..ProptestConfig::default()
+    })]
+
+    /// Many small messages queued at once travel in bundles, and under every
+    /// fault profile each still arrives exactly once, in order and intact.
+    #[test]
+    fn bundled_small_messages_arrive_exactly_once_in_order_and_intact(sc in small_scenario()) {
+        let out = run_with(&sc, 512)?;
+        prop_assert!(out.messages_bundled > 0, "bundles formed: {:?}", out);
+        let total: usize = sc.sizes.iter().map(Vec::len).sum();
+        prop_assert!(
+            out.data_frames_sent < total as u64,
+            "fewer frames than messages: {} frames for {} messages",
+            out.data_frames_sent,
+            total
+        );
+    }
+}
+
+/// Bundles under harsh faults and a small ring: they form, and every message
+/// is delivered exactly once, in order.
+#[test]
+fn harsh_faults_with_bundles_are_all_repaired() {
+    let sc = Scenario {
+        faults: FaultProfile {
+            loss: 0.3,
+            duplicate: 0.1,
+            reorder: 0.3,
+            corrupt: 0.05,
+            delay: Duration::from_micros(10),
+            jitter: Duration::from_micros(5),
+            rate_bytes_per_sec: None,
+        },
+        seed: 43,
+        sizes: (0..3)
+            .map(|s| (0..400).map(|k| (k * 7 + s * 13) % 48).collect())
+            .collect(),
+        ring_blocks: 80,
+        hold: Duration::from_micros(50),
+        mtu: 1500,
+    };
+    let out = run_with(&sc, 512).unwrap();
+    let st = out.receiver_stats;
+    assert_eq!(st.messages_delivered, 1200);
+    assert!(st.bundles_received > 0, "{st:?}");
+    assert!(
+        out.data_frames_sent * 4 < 1200,
+        "bundles carry several messages each: {} frames",
+        out.data_frames_sent
+    );
+    assert!(st.duplicates > 0, "duplicates were dropped: {st:?}");
+    assert!(st.ring_full_drops > 0, "the small ring pushed back: {st:?}");
 }
 
 /// A fixed, harsh scenario: 30 % loss plus every other fault, four senders,

@@ -51,6 +51,13 @@ pub struct PortConfig {
     /// An arriving transfer (or a remote read) that sees nothing from its
     /// peer for this long fails with an error event (default 10 s).
     pub transfer_timeout: Duration,
+    /// Bundle small system-channel messages (default true): when a DATA
+    /// frame is built for a peer and further small messages to it are
+    /// already queued, they travel in the same frame (one sequence number,
+    /// one header, up to the method's MTU). Never waits for messages to
+    /// come: a lone message goes alone. Only on methods that sequence
+    /// frames (not shared memory). Turn off to get one frame per message.
+    pub bundle: bool,
     /// First sequence number this port sends to each peer (default 0; tests
     /// start near `u32::MAX` to exercise wrap-around).
     pub initial_seq: u32,
@@ -86,6 +93,7 @@ impl PortConfig {
             ring_full_backoff: Duration::from_micros(20),
             crc: true,
             transfer_timeout: Duration::from_secs(10),
+            bundle: true,
             initial_seq: 0,
         }
     }

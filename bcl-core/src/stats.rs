@@ -29,6 +29,9 @@ pub struct BadFrames {
     pub bad_ack: u64,
     /// From a new peer beyond the peer limit.
     pub too_many_peers: u64,
+    /// A bundle with inconsistent header fields or records, or a record
+    /// longer than the eager limit.
+    pub bad_bundle: u64,
 }
 
 impl BadFrames {
@@ -46,6 +49,7 @@ impl BadFrames {
             + self.out_of_window
             + self.bad_ack
             + self.too_many_peers
+            + self.bad_bundle
     }
 
     /// Counts one frame rejected by the parser.
@@ -60,6 +64,7 @@ impl BadFrames {
             FrameError::MissingChecksum => &mut self.missing_checksum,
             FrameError::WrongJob(_) => &mut self.wrong_job,
             FrameError::WrongDestination => &mut self.wrong_destination,
+            FrameError::BadBundle => &mut self.bad_bundle,
         };
         *c += 1;
     }
@@ -95,6 +100,13 @@ pub struct PortStats {
     /// Times this port dropped a peer's out-of-order messages to make room
     /// for the one it needed next.
     pub reneged: u64,
+    /// DATA frames sent carrying a bundle of messages (first sending only).
+    pub bundles_sent: u64,
+    /// Messages that travelled in those bundles (so `messages_sent` minus
+    /// this went one per frame).
+    pub messages_bundled: u64,
+    /// Bundle frames received and taken (each once).
+    pub bundles_received: u64,
     /// Messages accepted by `send`.
     pub messages_sent: u64,
     /// Messages acknowledged end to end.

@@ -226,6 +226,9 @@ pub struct Port {
     deliveries: VecDeque<Delivery>,
     next_handle: u64,
     outstanding: usize,
+    /// Message ids placed by the bundle being taken in (reused, so taking a
+    /// bundle allocates nothing once warm).
+    bundle_scratch: Vec<u32>,
     stats: PortStats,
 }
 
@@ -268,6 +271,7 @@ impl Port {
             deliveries: VecDeque::with_capacity(cfg.ring_blocks as usize),
             next_handle: 0,
             outstanding: 0,
+            bundle_scratch: Vec::new(),
             stats: PortStats::default(),
             cfg,
         })
@@ -591,6 +595,8 @@ impl Port {
 
 #[cfg(test)]
 mod bulk_tests;
+#[cfg(test)]
+mod bundle_tests;
 #[cfg(test)]
 mod channel_tests;
 #[cfg(test)]

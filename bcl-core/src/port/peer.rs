@@ -46,6 +46,9 @@ pub(crate) struct TxSlot {
     pub last_of_msg: bool,
     /// Selectively acknowledged: do not resend.
     pub sacked: bool,
+    /// The frame is a bundle: `msg` is its first message, and the others
+    /// follow it through their `next` links (ended by [`NO_MSG`]).
+    pub bundle: bool,
     /// First sequence number of the message or chunk the frame belongs to.
     pub msg_seq: Seq,
     /// When it was last sent.

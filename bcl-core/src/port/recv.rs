@@ -9,7 +9,7 @@ use crate::ring::RingSlot;
 use crate::sack::RX_WINDOW;
 use crate::seq::Seq;
 use crate::time::Time;
-use crate::wire::{self, AckBody, Frame, FrameType, NakReason};
+use crate::wire::{self, bundle, AckBody, Frame, FrameType, NakReason};
 
 /// The system channel's number.
 const SYSTEM_CHANNEL: u16 = 0;
@@ -224,7 +224,7 @@ impl Port {
         }
         let msg_len = h.msg_len.get();
         let ordered = is_ordered(frame.kind(), h.channel.get());
-        if ordered && msg_len as usize > self.cfg.eager_limit {
+        if ordered && !frame.is_bundle() && msg_len as usize > self.cfg.eager_limit {
             self.stats.bad_frames.bad_length += 1;
             return;
         }
@@ -273,16 +273,31 @@ impl Port {
             }
             let p = &mut self.peers[idx as usize];
             let delivered_already = p.deliver_id.is_some_and(|d| Seq(msg_id).before(Seq(d)));
-            if !delivered_already {
+            if frame.is_bundle() {
+                match self.place_bundle(idx, frame, now) {
+                    BundleOutcome::Placed => {}
+                    BundleOutcome::Malformed => {
+                        self.stats.bad_frames.bad_bundle += 1;
+                        return;
+                    }
+                    BundleOutcome::Collision => {
+                        self.stats.bad_frames.out_of_window += 1;
+                        return;
+                    }
+                    BundleOutcome::RingFull => {
+                        self.refuse_ring_full(idx, seq);
+                        return;
+                    }
+                    BundleOutcome::PrefixTaken => {
+                        self.refuse_ring_full(idx, seq);
+                        self.deliver(idx, now);
+                        return;
+                    }
+                }
+            } else if !delivered_already {
                 let start = h.frag_offset.get();
                 if !self.place_fragment(idx, frame, msg_id, msg_len, first_seq, start, now) {
-                    let p = &mut self.peers[idx as usize];
-                    p.stats.ring_full_drops += 1;
-                    self.stats.ring_full_drops += 1;
-                    if p.nak == NakReason::None || p.nak == NakReason::Gap {
-                        p.nak = NakReason::RingFull;
-                        p.nak_dropped = seq;
-                    }
+                    self.refuse_ring_full(idx, seq);
                     return;
                 }
             } else {
@@ -313,6 +328,189 @@ impl Port {
             p.nak = NakReason::Gap;
         }
         self.deliver(idx, now);
+    }
+
+    /// Frame `seq` of peer `idx` did not fit the ring: it is dropped (not
+    /// marked received) and the sender is told to back off (NAK, ring full).
+    fn refuse_ring_full(&mut self, idx: PeerIdx, seq: Seq) {
+        let p = &mut self.peers[idx as usize];
+        p.stats.ring_full_drops += 1;
+        self.stats.ring_full_drops += 1;
+        if p.nak == NakReason::None || p.nak == NakReason::Gap {
+            p.nak = NakReason::RingFull;
+            p.nak_dropped = seq;
+        }
+    }
+
+    /// Places the records of a bundle frame (validated by the parser) in
+    /// the ring, each as a complete message with id `msg_id + i`, skipping
+    /// those delivered or held already. Record lengths are checked against
+    /// the eager limit before anything is placed.
+    ///
+    /// A bundle is taken whole or not at all, with one exception that keeps
+    /// a small ring from deadlocking on a bundle larger than the space it
+    /// can ever offer: when the bundle's first new message is the next one
+    /// to deliver and the ring cannot take them all, the records that fit
+    /// are taken, in order from that one, and delivered, and the frame is
+    /// still refused (not acknowledged, NAK ring full). Its resent copies
+    /// then skip the delivered records by id, so delivery stays exactly
+    /// once and in order.
+    fn place_bundle(&mut self, idx: PeerIdx, frame: &Frame<'_>, now: Time) -> BundleOutcome {
+        let h = frame.header();
+        let first_id = h.msg_id.get();
+        let seq = Seq(h.seq.get());
+        let records = bundle::records(frame.payload());
+        if records.clone().any(|r| r.len() > self.cfg.eager_limit) {
+            return BundleOutcome::Malformed;
+        }
+        // What the ring must take: the records neither delivered nor held.
+        let mut need = 0;
+        let mut first_needed = None;
+        for (i, r) in records.clone().enumerate() {
+            let id = first_id.wrapping_add(i as u32);
+            match self.bundle_record_state(idx, id) {
+                RecordState::Done => {}
+                RecordState::Collision => return BundleOutcome::Collision,
+                RecordState::Needed => {
+                    need += self.ring.blocks_for(r.len());
+                    first_needed.get_or_insert(id);
+                }
+            }
+        }
+        let Some(first_needed) = first_needed else {
+            // Everything in it arrived before (a resent bundle whose first
+            // copy our window trimmed, or refused after taking a prefix):
+            // only its sequence number matters.
+            self.peers[idx as usize].stats.duplicates += 1;
+            self.stats.duplicates += 1;
+            return BundleOutcome::Placed;
+        };
+        let admission = self.admit_bundle(idx, first_needed, need, now);
+        if admission == Admission::No {
+            return BundleOutcome::RingFull;
+        }
+        let mut placed = std::mem::take(&mut self.bundle_scratch);
+        placed.clear();
+        let mut outcome = BundleOutcome::Placed;
+        let mut first_unplaced = None;
+        for (i, r) in records.enumerate() {
+            let id = first_id.wrapping_add(i as u32);
+            match self.bundle_record_state(idx, id) {
+                RecordState::Done => continue,
+                RecordState::Collision => {
+                    outcome = BundleOutcome::Collision;
+                    break;
+                }
+                RecordState::Needed => {}
+            }
+            let slot = self.ring.alloc(r.len());
+            let Some((slot, w)) = slot.zip(self.peers[idx as usize].rx.as_mut()) else {
+                if let Some(slot) = slot {
+                    self.ring.free(slot);
+                }
+                outcome = BundleOutcome::RingFull;
+                first_unplaced = Some(id);
+                break;
+            };
+            if let Some(dst) = self.ring.bytes_mut(slot).and_then(|b| b.get_mut(..r.len())) {
+                dst.copy_from_slice(r);
+            }
+            *w.entry_mut(id) = Some(RxMsg {
+                kind: FrameType::Data,
+                msg_id: id,
+                slot,
+                len: r.len() as u32,
+                received: r.len() as u32,
+                first_seq: seq,
+                last_seq: seq,
+            });
+            w.active_msgs += 1;
+            placed.push(id);
+        }
+        let ours = |r: &RingReservation| r.peer == idx;
+        match outcome {
+            BundleOutcome::Placed => {
+                if self.ring_reservation.as_ref().is_some_and(ours) {
+                    self.ring_reservation = None;
+                }
+                self.stats.bundles_received += 1;
+            }
+            BundleOutcome::RingFull if admission == Admission::Prefix => {
+                // Keep the in-order prefix (delivered by the caller's
+                // `deliver`), and hold the ring for the first record left.
+                if let Some(id) = first_unplaced {
+                    if self.ring_reservation.is_none_or(|r| ours(&r)) {
+                        self.ring_reservation = Some(RingReservation {
+                            peer: idx,
+                            msg_id: id,
+                            until: now + self.cfg.rto.max * 2,
+                        });
+                    }
+                }
+                if !placed.is_empty() {
+                    outcome = BundleOutcome::PrefixTaken;
+                }
+            }
+            _ => {
+                // Refused as a whole: give back what this frame took.
+                if let Some(w) = self.peers[idx as usize].rx.as_mut() {
+                    for &id in &placed {
+                        if let Some(m) = w.entry_mut(id).take() {
+                            w.active_msgs -= 1;
+                            self.ring.free(m.slot);
+                        }
+                    }
+                }
+            }
+        }
+        self.bundle_scratch = placed;
+        outcome
+    }
+
+    /// Whether message `id` of a bundle from peer `idx` still needs a place
+    /// in the ring.
+    fn bundle_record_state(&self, idx: PeerIdx, id: u32) -> RecordState {
+        let p = &self.peers[idx as usize];
+        if p.deliver_id.is_some_and(|d| Seq(id).before(Seq(d))) {
+            return RecordState::Done;
+        }
+        match p.rx.as_ref().and_then(|w| *w.entry(id)) {
+            None => RecordState::Needed,
+            Some(e) if e.msg_id == id => RecordState::Done,
+            // Another message holds the entry: not possible from an honest
+            // sender, which keeps its bundles within the entries.
+            Some(_) => RecordState::Collision,
+        }
+    }
+
+    /// Whether the ring may take `need` blocks for a bundle from peer `idx`
+    /// whose first new message is `first_needed`: the same rules as for one
+    /// message ([`Port::alloc_rx_slot`]), applied to the bundle as a whole;
+    /// a bundle next in order that does not fit may place a prefix.
+    fn admit_bundle(&mut self, idx: PeerIdx, first_needed: u32, need: u32, now: Time) -> Admission {
+        if let Some(r) = self.ring_reservation {
+            if r.until <= now {
+                self.ring_reservation = None;
+            } else if (r.peer, r.msg_id) != (idx, first_needed) {
+                return Admission::No;
+            }
+        }
+        let head_of_line = self.peers[idx as usize].deliver_id == Some(first_needed);
+        if !head_of_line {
+            let headroom = self.ring.blocks_for(self.cfg.eager_limit);
+            return if self.ring.free_blocks() >= need + headroom {
+                Admission::Whole
+            } else {
+                Admission::No
+            };
+        }
+        if self.ring.free_blocks() < need {
+            self.renege_all(now);
+        }
+        if self.ring.free_blocks() < need {
+            return Admission::Prefix;
+        }
+        Admission::Whole
     }
 
     /// Copies one fragment into its message's ring space, taking space for a
@@ -543,6 +741,44 @@ impl Port {
             }
         }
     }
+}
+
+/// What became of a bundle frame's records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BundleOutcome {
+    /// All of them are delivered or held now.
+    Placed,
+    /// A record is longer than the eager limit: the frame is dropped.
+    Malformed,
+    /// A record's message id meets another message's entry: the frame is
+    /// dropped (an honest sender never does this).
+    Collision,
+    /// The ring cannot take them all: none was taken.
+    RingFull,
+    /// The ring could take only the first of them (in order from the next
+    /// message to deliver): those were taken, the frame is refused.
+    PrefixTaken,
+}
+
+/// What the ring may take of a bundle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Admission {
+    /// All its new records.
+    Whole,
+    /// As many as fit, in order (it is next in order and does not fit).
+    Prefix,
+    /// Nothing now.
+    No,
+}
+
+/// Whether one record of a bundle still needs ring space.
+enum RecordState {
+    /// Delivered or held already.
+    Done,
+    /// Needs a place.
+    Needed,
+    /// Its entry is taken by another message.
+    Collision,
 }
 
 /// Whether frames of this type carry a sequence number (and so are

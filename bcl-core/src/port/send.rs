@@ -1,14 +1,16 @@
 //! The sending side: accepting messages, framing them into the window,
 //! retransmission, and what acknowledgements do to the window.
 
-use super::peer::{PeerIdx, TxSlot, TxWindow, NO_MSG};
+use super::peer::{PeerIdx, TxSlot, TxWindow, NO_MSG, RX_MSGS};
 use super::{OnDone, OutBody, OutMessage, Port, SendError};
 use crate::addr::ProcessAddr;
 use crate::event::{ChannelEvent, SendEvent, SendFailure, SendHandle, TransferError};
 use crate::method::TxFrame;
 use crate::seq::Seq;
 use crate::time::Time;
-use crate::wire::{self, flags, AckBody, FrameType, HeaderFields, NakReason, SACK_BITS};
+use crate::wire::{
+    self, bundle, flags, AckBody, FrameType, HeaderFields, NakReason, HEADER_LEN, SACK_BITS,
+};
 use zerocopy::network_endian::{U16, U32};
 use zerocopy::IntoBytes;
 
@@ -291,6 +293,9 @@ impl Port {
 
     fn emit_new_data(&mut self, idx: PeerIdx, now: Time, buf: &mut [u8]) -> Option<usize> {
         let m = self.next_unit(idx)?;
+        if self.bundle_forms(idx, m) {
+            return self.emit_bundle(idx, m, now, buf);
+        }
         let p = &self.peers[idx as usize];
         let seq = p.next_seq;
         let frag_payload = u32::from(p.frag_payload);
@@ -342,6 +347,7 @@ impl Port {
             sent_count: 1,
             last_of_msg: last,
             sacked: false,
+            bundle: false,
             msg_seq: first_seq,
             last_sent: now,
         };
@@ -376,6 +382,194 @@ impl Port {
                 self.append_transfer(m);
             }
         }
+    }
+
+    /// Length and id of message `m` if it may travel in a bundle: a
+    /// system-channel message (not a control message or a transfer) not
+    /// framed yet.
+    fn bundleable(&self, m: u32) -> Option<(usize, u32)> {
+        let msg = self.messages.get(m as usize)?.as_ref()?;
+        match (&msg.body, msg.on_done, msg.kind) {
+            (OutBody::Pooled(v), OnDone::System, FrameType::Data) if msg.next_offset == 0 => {
+                Some((v.len(), msg.msg_id))
+            }
+            _ => None,
+        }
+    }
+
+    /// The id of the oldest ordered message to peer `idx` not yet
+    /// acknowledged (`None` if it cannot be told), given that `m` is the
+    /// ordered message about to be framed.
+    fn oldest_unacked_msg_id(&self, idx: PeerIdx, m: u32) -> Option<u32> {
+        let p = &self.peers[idx as usize];
+        if p.una == p.next_seq {
+            return Some(self.messages.get(m as usize)?.as_ref()?.msg_id);
+        }
+        let slot = p.tx.as_ref()?.slot(p.una);
+        let msg = self.messages.get(slot.msg as usize)?.as_ref()?;
+        // A transfer frame records the id of the next ordered message.
+        Some(if msg.is_transfer() {
+            slot.msg_seq.0
+        } else {
+            msg.msg_id
+        })
+    }
+
+    /// Most ordered messages to a peer a bundle may reach past the oldest
+    /// unacknowledged one. The receiver keeps undelivered messages in
+    /// [`RX_MSGS`] entries by id; every frame in flight that is not a bundle
+    /// adds at most one id, so this keeps the ids it can hold at once within
+    /// those entries.
+    fn bundle_id_span(&self) -> u32 {
+        (RX_MSGS as u32).saturating_sub(self.cfg.tx_window)
+    }
+
+    /// Whether the frame about to carry ordered message `m` (its first
+    /// frame) should be a bundle: bundling is on, the peer's method
+    /// sequences frames, and `m` and the next queued message are both
+    /// bundleable and fit one frame together.
+    fn bundle_forms(&self, idx: PeerIdx, m: u32) -> bool {
+        let p = &self.peers[idx as usize];
+        if !self.cfg.bundle || p.reliable || p.queue_head == NO_MSG {
+            return false;
+        }
+        let (Some((len1, _)), Some((len2, id2))) =
+            (self.bundleable(m), self.bundleable(p.queue_head))
+        else {
+            return false;
+        };
+        if bundle::payload_len([len1, len2]) > usize::from(p.frag_payload) {
+            return false;
+        }
+        self.oldest_unacked_msg_id(idx, m)
+            .is_some_and(|oldest| id2.wrapping_sub(oldest) < self.bundle_id_span())
+    }
+
+    /// Frames message `m` and the bundleable messages queued behind it, as
+    /// many as fit, into one bundle frame (see [`wire::bundle`]).
+    fn emit_bundle(&mut self, idx: PeerIdx, m: u32, now: Time, buf: &mut [u8]) -> Option<usize> {
+        let p = &self.peers[idx as usize];
+        let seq = p.next_seq;
+        let end = (HEADER_LEN + usize::from(p.frag_payload)).min(buf.len());
+        let oldest = self.oldest_unacked_msg_id(idx, m)?;
+        let span = self.bundle_id_span();
+        let (_, first_id) = self.bundleable(m)?;
+        let mut w = bundle::Writer::new(buf.get_mut(HEADER_LEN..end)?)?;
+        if !w.push(self.pooled_bytes(m)) {
+            return None;
+        }
+        let mut last = m;
+        loop {
+            let head = self.peers[idx as usize].queue_head;
+            let Some((len, id)) = self.bundleable(head) else {
+                break;
+            };
+            if !w.fits(len) || id.wrapping_sub(oldest) >= span {
+                break;
+            }
+            w.push(self.pooled_bytes(head));
+            let next = self.messages[head as usize]
+                .as_ref()
+                .map_or(NO_MSG, |x| x.next);
+            let p = &mut self.peers[idx as usize];
+            p.queue_head = next;
+            if next == NO_MSG {
+                p.queue_tail = NO_MSG;
+            }
+            if let Some(x) = self.messages[head as usize].as_mut() {
+                x.next = NO_MSG;
+                x.first_seq = seq;
+            }
+            if let Some(x) = self.messages[last as usize].as_mut() {
+                x.next = head;
+            }
+            last = head;
+        }
+        let count = u64::from(w.count());
+        let payload_len = w.finish();
+        // Every member is framed whole and has one frame in flight.
+        let mut member = m;
+        while let Some(x) = self
+            .messages
+            .get_mut(member as usize)
+            .and_then(Option::as_mut)
+        {
+            x.next_offset = match &x.body {
+                OutBody::Pooled(v) => v.len() as u32,
+                _ => 0,
+            };
+            x.in_flight += 1;
+            member = x.next;
+        }
+        let mut fields = self.fields_to(idx, FrameType::Data);
+        fields.flags |= flags::BUNDLE;
+        fields.seq = seq.0;
+        fields.msg_id = first_id;
+        fields.msg_seq = seq.0;
+        fields.msg_len = payload_len as u32;
+        let frame_len =
+            wire::encode_header_for_payload_in_place(buf, &fields, payload_len, self.peer_crc(idx))
+                .ok()?;
+        let rto = self.peers[idx as usize].rtt.rto(&self.cfg.rto);
+        let p = &mut self.peers[idx as usize];
+        let w = p.tx.as_mut()?;
+        *w.slot_mut(seq) = TxSlot {
+            msg: m,
+            offset: 0,
+            len: payload_len as u16,
+            sent_count: 1,
+            last_of_msg: true,
+            sacked: false,
+            bundle: true,
+            msg_seq: seq,
+            last_sent: now,
+        };
+        p.next_seq = seq.next();
+        p.framing = NO_MSG;
+        if p.rto_deadline == Time::NEVER {
+            p.rto_deadline = now + rto;
+        }
+        self.ack_carried(idx);
+        self.stats.data_frames_sent += 1;
+        self.stats.bundles_sent += 1;
+        self.stats.messages_bundled += count;
+        Some(frame_len)
+    }
+
+    /// The bytes of pooled message `m` (empty for any other body).
+    fn pooled_bytes(&self, m: u32) -> &[u8] {
+        match self.messages.get(m as usize).and_then(Option::as_ref) {
+            Some(OutMessage {
+                body: OutBody::Pooled(v),
+                ..
+            }) => v,
+            _ => &[],
+        }
+    }
+
+    /// Writes again the bundle whose first message is `m` (the members
+    /// linked behind it) into `payload`; returns the payload length.
+    fn rewrite_bundle(&self, m: u32, payload: &mut [u8]) -> Option<usize> {
+        let mut w = bundle::Writer::new(payload)?;
+        let mut member = m;
+        while member != NO_MSG {
+            if !w.push(self.pooled_bytes(member)) {
+                return None;
+            }
+            member = self.messages.get(member as usize)?.as_ref()?.next;
+        }
+        Some(w.finish())
+    }
+
+    /// The messages of a bundle whose first message is `m`, in order.
+    fn bundle_members(&self, m: u32) -> impl Iterator<Item = u32> + '_ {
+        std::iter::successors(Some(m), move |&x| {
+            self.messages
+                .get(x as usize)
+                .and_then(Option::as_ref)
+                .map(|msg| msg.next)
+                .filter(|&n| n != NO_MSG)
+        })
     }
 
     /// Puts a transfer at the back of its peer's queue (a new one, or one
@@ -472,9 +666,18 @@ impl Port {
             fields.msg_id = msg.msg_id;
             fields.msg_seq = slot.msg_seq.0;
             fields.frag_offset = u64::from(slot.offset);
-            fields.msg_len = self.body_len(&msg.body);
-            let payload = self.body_bytes(&msg.body, slot.offset, u32::from(slot.len))?;
-            let frame_len = wire::encode(buf, &fields, payload, self.peer_crc(idx)).ok()?;
+            let frame_len = if slot.bundle {
+                let end = (HEADER_LEN + usize::from(slot.len)).min(buf.len());
+                let len = self.rewrite_bundle(slot.msg, buf.get_mut(HEADER_LEN..end)?)?;
+                fields.flags |= flags::BUNDLE;
+                fields.msg_len = len as u32;
+                wire::encode_header_for_payload_in_place(buf, &fields, len, self.peer_crc(idx))
+                    .ok()?
+            } else {
+                fields.msg_len = self.body_len(&msg.body);
+                let payload = self.body_bytes(&msg.body, slot.offset, u32::from(slot.len))?;
+                wire::encode(buf, &fields, payload, self.peer_crc(idx)).ok()?
+            };
             let p = &mut self.peers[idx as usize];
             if let Some(w) = p.tx.as_mut() {
                 let s = w.slot_mut(seq);
@@ -585,8 +788,10 @@ impl Port {
         let mut s = old_una;
         while s != ack {
             let slot = self.peers[idx as usize].tx.as_ref().map(|w| *w.slot(s));
-            if let Some(slot) = slot {
-                self.frame_acknowledged(slot.msg, slot.last_of_msg);
+            match slot {
+                Some(slot) if slot.bundle => self.bundle_acknowledged(slot.msg),
+                Some(slot) => self.frame_acknowledged(slot.msg, slot.last_of_msg),
+                None => {}
             }
             s = s.next();
         }
@@ -606,6 +811,20 @@ impl Port {
             }
         } else if last_of_msg {
             self.complete_message(m, None);
+        }
+    }
+
+    /// A bundle frame is cumulatively acknowledged: each of its messages,
+    /// first `m` and then those linked behind it, completes.
+    fn bundle_acknowledged(&mut self, m: u32) {
+        let mut member = m;
+        while let Some(msg) = self.messages.get(member as usize).and_then(Option::as_ref) {
+            let next = msg.next;
+            self.complete_message(member, None);
+            if next == NO_MSG {
+                break;
+            }
+            member = next;
         }
     }
 
@@ -731,7 +950,12 @@ impl Port {
             if let Some(w) = p.tx.as_ref() {
                 let mut s = p.una;
                 while s != p.next_seq {
-                    victims.push(w.slot(s).msg);
+                    let slot = w.slot(s);
+                    if slot.bundle {
+                        victims.extend(self.bundle_members(slot.msg));
+                    } else {
+                        victims.push(slot.msg);
+                    }
                     s = s.next();
                 }
             }

@@ -28,6 +28,14 @@ pub(super) fn config(i: usize) -> PortConfig {
     c
 }
 
+/// A configuration that sends one frame per message (no bundles), for
+/// tests that count frames to check per-frame mechanics.
+pub(super) fn unbundled(i: usize) -> PortConfig {
+    let mut c = config(i);
+    c.bundle = false;
+    c
+}
+
 /// A frame on the wire.
 #[derive(Clone, Debug)]
 pub(super) struct Wired {
@@ -216,7 +224,7 @@ fn a_reply_carries_the_acknowledgement() {
 fn acknowledgement_is_immediate_after_ack_every_frames() {
     let mut c = config(1);
     c.ack_every = 4;
-    let mut net = Net::new(vec![config(0), c]);
+    let mut net = Net::new(vec![unbundled(0), c]);
     for i in 0..4u8 {
         net.ports[0].send(net.now, addr(1), &[i]).unwrap();
     }
@@ -318,7 +326,7 @@ fn a_lost_lone_frame_is_recovered_by_timeout_with_backoff() {
 
 #[test]
 fn a_timeout_probes_with_the_oldest_and_newest_frames_and_the_nak_names_the_losses() {
-    let mut net = Net::new(vec![config(0), config(1)]);
+    let mut net = Net::new(vec![unbundled(0), config(1)]);
     for i in 0..10u8 {
         net.ports[0].send(net.now, addr(1), &[i]).unwrap();
     }
@@ -523,7 +531,7 @@ fn a_full_ring_drops_nakks_and_the_sender_backs_off_until_it_drains() {
     c1.ring_blocks = 4;
     c1.ring_block_size = 256;
     c1.eager_limit = 1024;
-    let mut net = Net::new(vec![config(0), c1]);
+    let mut net = Net::new(vec![unbundled(0), c1]);
     for i in 0..8u8 {
         net.ports[0]
             .send(net.now, addr(1), &pattern(200, i))
@@ -916,7 +924,7 @@ fn config_errors_name_the_field() {
 
 #[test]
 fn the_window_bounds_frames_in_flight() {
-    let mut c0 = config(0);
+    let mut c0 = unbundled(0);
     c0.tx_window = 8;
     let mut net = Net::new(vec![c0, config(1)]);
     for i in 0..20u8 {

@@ -33,12 +33,19 @@
 //! a message it has to drop. (Transfer frames, which never need dropping,
 //! carry the id of the sender's next ordered message there instead.)
 //!
-//! [`parse`] checks version, type, lengths, job key, destination and (when
-//! present or required) the CRC32C before it returns a [`Frame`]; anything
-//! wrong is a typed [`FrameError`], never a panic. [`encode`] writes a header
+//! A DATA frame with [`flags::BUNDLE`] carries several whole small
+//! system-channel messages with consecutive message ids instead of one
+//! message's fragment: see [`bundle`] for its payload layout (a record count,
+//! then a length and the bytes of each message).
+//!
+//! [`parse`] checks version, type, lengths, job key, destination, (when
+//! present or required) the CRC32C and every record of a bundle before it
+//! returns a [`Frame`]; anything wrong is a typed [`FrameError`], never a
+//! panic. [`encode`] writes a header
 //! and payload into a buffer the caller lends.
 
 mod ack;
+pub mod bundle;
 pub mod control;
 
 pub use ack::{AckBody, NakReason, SACK_BITS};
@@ -128,8 +135,12 @@ pub mod flags {
     /// (shared memory): it has no sequence number and is never acknowledged
     /// or resent. Accepted only from such a method.
     pub const UNSEQUENCED: u16 = 1 << 3;
+    /// A DATA frame of the system channel whose payload is a bundle of
+    /// whole messages with consecutive ids (see [`super::bundle`]), not one
+    /// message's fragment. Only on sequenced frames.
+    pub const BUNDLE: u16 = 1 << 4;
     /// All bits this version knows.
-    pub const KNOWN: u16 = ACK | CRC | ACK_FRESH | UNSEQUENCED;
+    pub const KNOWN: u16 = ACK | CRC | ACK_FRESH | UNSEQUENCED | BUNDLE;
 }
 
 /// What a frame is.
@@ -205,6 +216,10 @@ pub enum FrameError {
     /// Addressed to another process.
     #[error("frame addressed to another process")]
     WrongDestination,
+    /// A bundle frame whose header fields or records are inconsistent
+    /// (see [`bundle`]).
+    #[error("malformed bundle")]
+    BadBundle,
 }
 
 /// A validated frame, read in place.
@@ -239,6 +254,11 @@ impl<'a> Frame<'a> {
     pub fn flags(&self) -> u16 {
         self.header.flags.get()
     }
+    /// Whether the payload is a bundle of whole messages ([`flags::BUNDLE`];
+    /// already validated by [`parse`]).
+    pub fn is_bundle(&self) -> bool {
+        self.flags() & flags::BUNDLE != 0
+    }
     /// The sender's epoch.
     pub fn epoch(&self) -> u32 {
         self.header.epoch.get()
@@ -268,7 +288,7 @@ pub struct Expect {
 /// Validates `bytes` as a BCL frame for the receiver described by `expect`.
 ///
 /// Checks, in this order: length, version, type, flags, payload length and
-/// message fields, CRC32C, job key, destination. Nothing is trusted before it
+/// message fields, bundle records, CRC32C, job key, destination. Nothing is trusted before it
 /// is checked, and nothing panics on any input.
 pub fn parse<'a>(bytes: &'a [u8], expect: &Expect) -> Result<Frame<'a>, FrameError> {
     let (header, rest) =
@@ -287,6 +307,9 @@ pub fn parse<'a>(bytes: &'a [u8], expect: &Expect) -> Result<Frame<'a>, FrameErr
     let frag_end = header.frag_offset.get().checked_add(payload_len as u64);
     if kind == FrameType::Data && frag_end.is_none_or(|end| end > u64::from(header.msg_len.get())) {
         return Err(FrameError::BadLength);
+    }
+    if flag_bits & flags::BUNDLE != 0 {
+        check_bundle(header, kind, flag_bits, payload)?;
     }
     if flag_bits & flags::CRC != 0 {
         if checksum(&bytes[..CRC_OFFSET], payload) != header.crc.get() {
@@ -307,6 +330,26 @@ pub fn parse<'a>(bytes: &'a [u8], expect: &Expect) -> Result<Frame<'a>, FrameErr
         kind,
         payload,
     })
+}
+
+/// A bundle is a sequenced system-channel DATA frame that is the only frame
+/// of each of its messages, and its records fill the payload exactly.
+fn check_bundle(
+    header: &Header,
+    kind: FrameType,
+    flag_bits: u16,
+    payload: &[u8],
+) -> Result<(), FrameError> {
+    let consistent = kind == FrameType::Data
+        && flag_bits & flags::UNSEQUENCED == 0
+        && header.channel.get() == 0
+        && header.frag_offset.get() == 0
+        && header.msg_seq.get() == header.seq.get()
+        && header.msg_len.get() as usize == payload.len();
+    if !consistent || bundle::validate(payload).is_none() {
+        return Err(FrameError::BadBundle);
+    }
+    Ok(())
 }
 
 /// The fields of a header to write; the rest (version, payload length, CRC)
