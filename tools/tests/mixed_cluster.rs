@@ -1,11 +1,12 @@
 //! The mixed-hardware cluster from one binary: `configs/lab/mixed.toml`
 //! (two AF_XDP nodes with one NIC per process and an AF_PACKET-only node
 //! on fabric A, a UDP-only node behind a router) with the resource
-//! database `configs/mixed.toml`,
-//! two processes per node, all started by `bcl-run` from one build of
-//! `bcl-alltoall`. Every pair exchanges verified messages of 8 B to 1 MiB;
-//! the test checks that every rank ran the same file (by hash) and asserts
-//! the method matrix. Then the same job with `BCL_METHODS=udp`. Needs root.
+//! database `configs/mixed.toml`, two processes per node, all started by
+//! `bcl-run` from one build of `bcl-alltoall`. Every pair exchanges
+//! verified messages of 8 B to 1 MiB; the test checks that every rank ran
+//! the same file (by hash) and asserts the method matrix. Then the same job
+//! with `BCL_METHODS=udp`, and one with three processes per node (more
+//! processes than AF_XDP NICs). Needs root.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -16,18 +17,21 @@ fn root() -> PathBuf {
 }
 
 /// Output of one job: per rank its hash, per (rank, peer) method and
-/// reason, per rank the count of messages received.
+/// reason, per rank the count of messages received, and the notes on
+/// methods left out.
 #[derive(Default)]
 struct Job {
     hashes: HashMap<u32, String>,
     links: HashMap<(u32, u32), (String, String)>,
     received: HashMap<u32, u64>,
+    notes: Vec<(u32, String)>,
 }
 
 fn run_job(prefix: &str, methods: Option<&str>) -> Job {
     run_program(
         prefix,
         methods,
+        2,
         &[
             env!("CARGO_BIN_EXE_bcl-alltoall"),
             "--sizes",
@@ -38,7 +42,7 @@ fn run_job(prefix: &str, methods: Option<&str>) -> Job {
     )
 }
 
-fn run_program(prefix: &str, methods: Option<&str>, program: &[&str]) -> Job {
+fn run_program(prefix: &str, methods: Option<&str>, per_node: u32, program: &[&str]) -> Job {
     let mut c = Command::new(env!("CARGO_BIN_EXE_bcl-run"));
     c.current_dir(root())
         .env("BCL_LAB_PREFIX", prefix)
@@ -48,7 +52,7 @@ fn run_program(prefix: &str, methods: Option<&str>, program: &[&str]) -> Job {
             "--cluster",
             "configs/mixed.toml",
             "--per-node",
-            "2",
+            &per_node.to_string(),
             "--timeout",
             "30",
             "--",
@@ -67,6 +71,18 @@ fn run_program(prefix: &str, methods: Option<&str>, program: &[&str]) -> Job {
         out.status
     );
     let mut job = Job::default();
+    // Notes on methods left out go to the ranks' stderr.
+    for line in stderr.lines() {
+        let Some((tag, rest)) = line.split_once("] ") else {
+            continue;
+        };
+        if let (Ok(rank), Some(note)) = (
+            tag.trim_start_matches('[').parse::<u32>(),
+            rest.strip_prefix("note: "),
+        ) {
+            job.notes.push((rank, note.to_string()));
+        }
+    }
     for line in stdout.lines() {
         let Some((tag, rest)) = line.split_once("] ") else {
             continue;
@@ -104,22 +120,24 @@ fn run_program(prefix: &str, methods: Option<&str>, program: &[&str]) -> Job {
     job
 }
 
-/// Ranks 2k and 2k+1 are on node k: a1, a2, p, u.
-fn node(rank: u32) -> &'static str {
-    ["a1", "a2", "p", "u"][(rank / 2) as usize]
+/// With `per` ranks per node, ranks `per*k ..` are on node k: a1, a2, p, u.
+fn node(rank: u32, per: u32) -> &'static str {
+    ["a1", "a2", "p", "u"][(rank / per) as usize]
 }
 
-fn expected(a: u32, b: u32) -> &'static str {
-    let (na, nb) = (node(a), node(b));
+/// The method of `a -> b` with `per` ranks per node.
+fn expected(a: u32, b: u32, per: u32) -> &'static str {
+    let (na, nb) = (node(a, per), node(b, per));
     if na == nb {
         return "shm";
     }
     if na == "u" || nb == "u" {
         return "udp";
     }
-    // a1 and a2 have one AF_XDP NIC per process on fabric A: every pair
-    // between them uses AF_XDP; every other pair on fabric A AF_PACKET.
-    let afxdp = |r: u32| node(r) == "a1" || node(r) == "a2";
+    // a1 and a2 have two AF_XDP NICs on fabric A, one per process for the
+    // first two local ranks: every pair between those uses AF_XDP; every
+    // other pair on fabric A AF_PACKET.
+    let afxdp = |r: u32| (node(r, per) == "a1" || node(r, per) == "a2") && r % per < 2;
     if afxdp(a) && afxdp(b) {
         "afxdp"
     } else {
@@ -147,7 +165,7 @@ fn check(job: &Job, pinned_udp: bool) {
                 .links
                 .get(&(r, p))
                 .unwrap_or_else(|| panic!("no link {r}->{p}"));
-            let want = if pinned_udp { "udp" } else { expected(r, p) };
+            let want = if pinned_udp { "udp" } else { expected(r, p, 2) };
             assert_eq!(method, want, "rank {r} -> {p}: {reason}");
         }
     }
@@ -187,10 +205,42 @@ fn mixed_cluster_all_to_all_with_the_method_matrix_then_all_udp() {
     let job = run_job(&prefix, Some("udp"));
     check(&job, true);
     // bcl-info --job: a running job's links, the same matrix.
-    let info = run_program(&prefix, None, &[env!("CARGO_BIN_EXE_bcl-info"), "--job"]);
+    let info = run_program(&prefix, None, 2, &[env!("CARGO_BIN_EXE_bcl-info"), "--job"]);
     assert_eq!(info.links.len(), 56);
     for ((r, p), (m, why)) in &info.links {
-        assert_eq!(m, expected(*r, *p), "bcl-info --job: {r} -> {p}: {why}");
+        assert_eq!(m, expected(*r, *p, 2), "bcl-info --job: {r} -> {p}: {why}");
+    }
+    // Three processes per node: a1 and a2 have two AF_XDP NICs, so local
+    // rank 2 does not open afxdp (its note says why) and reaches fabric A
+    // by packet on to-fa, where local rank 0's XDP program is attached
+    // (it passes the cluster layer's packet EtherType to the kernel).
+    let job = run_program(
+        &prefix,
+        None,
+        3,
+        &[
+            env!("CARGO_BIN_EXE_bcl-alltoall"),
+            "--sizes",
+            "8,65536",
+            "--timeout",
+            "60",
+        ],
+    );
+    assert_eq!(job.hashes.len(), 12);
+    for r in 0..12u32 {
+        assert_eq!(job.received.get(&r), Some(&(11 * 2)), "rank {r}");
+        for p in (0..12).filter(|p| *p != r) {
+            let (m, why) = &job.links[&(r, p)];
+            assert_eq!(m, expected(r, p, 3), "3 per node: {r} -> {p}: {why}");
+        }
+    }
+    for r in [2, 5] {
+        assert!(
+            job.notes.iter().any(|(x, n)| *x == r
+                && n.starts_with("afxdp on fabric A: not opened by local rank 2: its 2 NICs (to-fa, to-fa-2) are held by local ranks 0-1")),
+            "rank {r}: {:?}",
+            job.notes
+        );
     }
     // The measuring tools under bcl-run: rank 0 on a1 against rank 1 on a2
     // pick AF_XDP; a2 against u picks UDP.
