@@ -4,20 +4,21 @@
 #
 #   bench/afxdp-rows.sh BIN OUT ITERS BW_ITERS APPEND COMMAND
 #
-# On configs/lab/pair-xdp.toml (one veth pair, MTU 3500: the largest frame
-# native XDP accepts on veth with 4 KiB UMEM chunks), busy-poll, server
-# pinned to CPU 1 and client to CPU 0, all in one run:
+# On configs/lab/pair-jumbo.toml (one veth pair, MTU 65535: the largest veth
+# takes; AF_XDP carries such frames as multi-buffer frames spanning up to 17
+# UMEM chunks of 4 KiB, with native XDP), busy-poll, server pinned to CPU 1
+# and client to CPU 0, all in one run:
 #   * round trips, 64 B and 1 KiB: BCL over afxdp, bare AF_XDP frames
 #     (afxdp-raw: no BCL protocol), kernel UDP;
 #   * message rate at 16 B (the smallest bcl-bw message: its data header),
 #     window 1024 messages: BCL over afxdp and afxdp-raw;
-#   * bandwidth at 64 KiB: BCL over afxdp (3500-byte frames) against kernel
-#     TCP (TCP_NODELAY) on the same veth.
+#   * bandwidth at 64 KiB: BCL over afxdp (one 64 KiB message per frame)
+#     against kernel TCP (TCP_NODELAY) on the same veth.
 # Prints the table and the ratios against the issue-5 targets; with APPEND=1
 # adds them, with COMMAND, to the AF_XDP section of docs/PERFORMANCE.md.
 set -euo pipefail
 BIN=$1 OUT=$2 ITERS=$3 BW_ITERS=$4 APPEND=$5 COMMAND=$6
-LAB=configs/lab/pair-xdp.toml
+LAB=configs/lab/pair-jumbo.toml
 export BCL_LAB_PREFIX=bl-vxdp
 
 "$BIN/bcl-lab" down "$LAB" >/dev/null 2>&1 || true
@@ -63,7 +64,7 @@ def bw(name):
     return j["results"][0] if j else None
 us = lambda r, k: f"{r[k]/1000:.2f}" if r else "failed"
 L = []
-L.append("Busy-poll, veth MTU 3500 (`configs/lab/pair-xdp.toml`), 4096-byte UMEM chunks, server on CPU 1, client on CPU 0.")
+L.append("Busy-poll, veth MTU 65535 (`configs/lab/pair-jumbo.toml`), 4096-byte UMEM chunks, multi-buffer frames, server on CPU 1, client on CPU 0.")
 L.append("Round trips in µs; rate in messages/s; bandwidth in MB/s (10^6 B/s).")
 L.append("")
 L.append("| transport | 64 B p50 | 64 B p99 | 1 KiB p50 | 1 KiB p99 |")
@@ -126,13 +127,14 @@ path, entry = sys.argv[1], sys.argv[2]
 head = "## Issue 5: BCL over AF_XDP on veth"
 intro = """`bench/veth-compare.sh --afxdp-only` (or the AF_XDP part of a full
 `bench/veth-compare.sh` run; the rows are measured by `bench/afxdp-rows.sh`)
-brings up `configs/lab/pair-xdp.toml` and measures, in one run and busy-poll,
+brings up `configs/lab/pair-jumbo.toml` and measures, in one run and busy-poll,
 BCL over `afxdp`, bare AF_XDP frames (`afxdp-raw`, no protocol) and kernel UDP
 round trips, the 16 B message rate, and 64 KiB bandwidth against kernel TCP on
 the same veth. Targets (issue 5): BCL afxdp p50 ≤ 0.45 × kernel UDP busy-poll
 p50 and ≤ 1.15 × bare AF_XDP p50; p99 ≤ 2 × p50; 8 B messages ≥ 1 M/s on one
-core; 64 KiB bandwidth ≥ kernel TCP. Frames: veth MTU 3500, 4096-byte UMEM
-chunks (3500-byte BCL frames), native XDP, copy mode (veth has no zero-copy)."""
+core; 64 KiB bandwidth ≥ kernel TCP. Frames: veth MTU 65535, 4096-byte UMEM
+chunks, frames up to 65549 bytes as multi-buffer frames (XDP_USE_SG), native
+XDP, copy mode (veth has no zero-copy)."""
 text = open(path).read() if os.path.exists(path) else "# BCL performance\n"
 if head not in text:
     text = text.rstrip("\n") + f"\n\n{head}\n\n{intro}\n"

@@ -8,8 +8,8 @@
 # the ratios against the issue-3 targets, and appends the table with its
 # command, date, commit and machine load to docs/PERFORMANCE.md.
 #
-# Then the AF_XDP rows (issue 5), on configs/lab/pair-xdp.toml (veth MTU
-# 3500, the largest native XDP takes with 4 KiB UMEM chunks), busy-poll,
+# Then the AF_XDP rows (issue 5), on configs/lab/pair-jumbo.toml (veth MTU
+# 65535; AF_XDP multi-buffer frames over 4 KiB UMEM chunks), busy-poll,
 # same pinning: BCL over `afxdp`, the bare AF_XDP floor `afxdp-raw` and
 # kernel UDP (64 B and 1 KiB round trips), the 16 B message rate (the
 # smallest bcl-bw message) of afxdp and afxdp-raw, and 64 KiB bandwidth of

@@ -457,9 +457,23 @@ pub struct LoadError {
     pub log: String,
 }
 
+/// `prog_flags` bit: the program handles multi-buffer (fragmented)
+/// frames, so drivers may give it frames larger than one page (veth then
+/// accepts MTUs above ~3500 bytes in native mode).
+pub const BPF_F_XDP_HAS_FRAGS: u32 = 1 << 5;
+
 /// Loads an XDP program named `name`. On failure the load is repeated with
 /// the verifier log on, and the log is returned in the error.
 pub fn load_xdp_program(insns: &[Insn], name: &str) -> Result<OwnedFd, LoadError> {
+    load_xdp_program_with(insns, name, 0)
+}
+
+/// [`load_xdp_program`] with `prog_flags` (e.g. [`BPF_F_XDP_HAS_FRAGS`]).
+pub fn load_xdp_program_with(
+    insns: &[Insn],
+    name: &str,
+    prog_flags: u32,
+) -> Result<OwnedFd, LoadError> {
     let license = c"Dual MIT/GPL";
     let attempt = |log: Option<&mut [u8]>| -> io::Result<OwnedFd> {
         let (level, size, buf) = match log {
@@ -476,6 +490,7 @@ pub fn load_xdp_program(insns: &[Insn], name: &str) -> Result<OwnedFd, LoadError
             log_buf: buf,
             prog_name: name16(name),
             expected_attach_type: BPF_XDP,
+            prog_flags,
             ..Default::default()
         };
         // SAFETY: BPF_PROG_LOAD layout; `insns` (insn_cnt × 8 bytes),

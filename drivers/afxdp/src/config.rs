@@ -94,6 +94,14 @@ pub struct AfXdpConfig {
     pub need_wakeup: bool,
     /// Try huge pages for the UMEM first.
     pub huge_pages: bool,
+    /// Let one frame span several UMEM chunks (XDP multi-buffer: the
+    /// program is loaded as handling fragments and the sockets bind with
+    /// `XDP_USE_SG`) when the interface MTU is more than one chunk holds,
+    /// so the MTU is not capped by the chunk size. Such frames are
+    /// assembled in a per-socket buffer (one copy) on receive and cut into
+    /// chunks on send. If the kernel refuses, frames stay within one chunk
+    /// and the mode report says why. Default: on.
+    pub multi_buffer: bool,
     /// Attach in this mode only (tests); default: native, else generic.
     pub force_attach: Option<AttachMode>,
     /// Bind in this mode only (tests); default: zero-copy, else copy.
@@ -118,6 +126,7 @@ impl AfXdpConfig {
             busy_poll_budget: 64,
             need_wakeup: true,
             huge_pages: true,
+            multi_buffer: true,
             force_attach: None,
             force_bind: None,
         }
@@ -208,6 +217,11 @@ pub struct ModeReport {
     pub prog_id: u32,
     /// UMEM chunk size.
     pub frame_size: u32,
+    /// Largest Ethernet frame (header included) sent and received: one
+    /// chunk's worth, or the interface MTU with multi-buffer frames.
+    pub max_frame: u32,
+    /// Whether frames span several chunks (multi-buffer), and why (not).
+    pub multi_buffer_note: String,
     /// Per bound queue.
     pub queues: Vec<QueueReport>,
 }
@@ -228,6 +242,11 @@ impl fmt::Display for ModeReport {
             f,
             "  XDP program id {}: {} — {}",
             self.prog_id, self.attach, self.attach_note
+        )?;
+        writeln!(
+            f,
+            "  largest frame {} B — {}",
+            self.max_frame, self.multi_buffer_note
         )?;
         for q in &self.queues {
             writeln!(
@@ -392,6 +411,8 @@ mod tests {
             attach_note: "native attach accepted".into(),
             prog_id: 17,
             frame_size: 4096,
+            max_frame: 1514,
+            multi_buffer_note: "one chunk per frame (the MTU fits in one)".into(),
             queues: vec![QueueReport {
                 queue: 0,
                 bind: BindMode::Copy,
@@ -413,6 +434,10 @@ mod tests {
         );
         assert!(
             s.contains("queue 0: copy, need_wakeup, rx+tx — zero-copy bind refused: EOPNOTSUPP"),
+            "{s}"
+        );
+        assert!(
+            s.contains("largest frame 1514 B — one chunk per frame (the MTU fits in one)"),
             "{s}"
         );
     }

@@ -17,8 +17,10 @@
 //! * Transmit: the core writes each frame straight into a UMEM chunk, 14
 //!   bytes in; the Ethernet header goes in front; the batch is submitted
 //!   with one release store and one `sendto` kick when the kernel asks.
-//! * MTU: the interface MTU, capped by what one UMEM chunk holds after the
-//!   kernel's 256-byte RX headroom and the Ethernet header.
+//! * MTU: the interface MTU. Frames larger than one UMEM chunk (after the
+//!   kernel's 256-byte RX headroom) travel as multi-buffer frames over
+//!   several chunks, assembled before the core sees them; where the kernel
+//!   refuses those, the MTU is capped by what one chunk holds.
 
 use std::os::fd::RawFd;
 

@@ -7,7 +7,7 @@
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
-use crate::config::{AfXdpConfig, AfXdpError, AttachMode, ModeReport, Queues};
+use crate::config::{AfXdpConfig, AfXdpError, AttachMode, ModeReport, Queues, ETH_HLEN};
 use crate::netlink::{self, LinkInfo};
 use crate::sys;
 use crate::xdp::Attachment;
@@ -28,6 +28,8 @@ pub struct RawXsk {
     mac: [u8; 6],
     report: ModeReport,
     config: AfXdpConfig,
+    /// Largest Ethernet frame sent or received.
+    max_frame: usize,
 }
 
 impl RawXsk {
@@ -66,8 +68,18 @@ impl RawXsk {
                 l.clone()
             }
         };
-        let attachment =
-            Attachment::attach(&info, config.ethertype, info.rx_queues, config.force_attach)?;
+        // Frames larger than a chunk need multi-buffer support: from the
+        // program (so the driver hands it such frames) and the sockets.
+        let one_chunk = config.max_rx_frame();
+        let mtu_frame = info.mtu as usize + ETH_HLEN;
+        let multi_buffer = (config.multi_buffer && mtu_frame > one_chunk).then_some(mtu_frame);
+        let attachment = Attachment::attach(
+            &info,
+            config.ethertype,
+            info.rx_queues,
+            config.force_attach,
+            multi_buffer.is_some(),
+        )?;
         let (zc_possible, zc_why_not) = match attachment.mode {
             AttachMode::Native => (true, ""),
             AttachMode::Generic => (false, "generic XDP has no zero-copy"),
@@ -93,6 +105,7 @@ impl RawXsk {
                 busy_poll: config
                     .busy_poll
                     .then_some((config.busy_poll_usecs, config.busy_poll_budget)),
+                multi_buffer,
             };
             let (xsk, report) = Xsk::open(&params)?;
             attachment.insert(q, xsk.fd())?;
@@ -105,6 +118,21 @@ impl RawXsk {
         } else {
             None
         };
+        let multi = multi_buffer.filter(|_| queues.iter().all(Xsk::is_multi_buffer));
+        let max_frame = multi.unwrap_or(one_chunk);
+        let multi_buffer_note = match (multi_buffer, multi) {
+            (_, Some(_)) => format!(
+                "multi-buffer: a frame spans up to {} chunks of {} B (XDP_USE_SG)",
+                max_frame.div_ceil(config.frame_size as usize),
+                config.frame_size
+            ),
+            (Some(_), None) => format!(
+                "multi-buffer refused by the kernel; frames stay within one chunk, MTU {} B",
+                one_chunk - ETH_HLEN
+            ),
+            (None, _) if !config.multi_buffer => "one chunk per frame (multi-buffer off)".into(),
+            (None, _) => "one chunk per frame (the MTU fits in one)".into(),
+        };
         let report = ModeReport {
             ifname: info.name.clone(),
             ifindex: info.ifindex,
@@ -115,6 +143,8 @@ impl RawXsk {
             attach_note: attachment.note.clone(),
             prog_id: attachment.prog_id,
             frame_size: config.frame_size,
+            max_frame: max_frame as u32,
+            multi_buffer_note,
             queues: reports,
         };
         Ok(RawXsk {
@@ -127,6 +157,7 @@ impl RawXsk {
             mac,
             report,
             config: config.clone(),
+            max_frame,
         })
     }
 
@@ -162,12 +193,17 @@ impl RawXsk {
 
     /// Largest Ethernet frame (header included) that can be received.
     pub fn max_rx_frame(&self) -> usize {
-        self.config.max_rx_frame()
+        self.max_frame
     }
 
-    /// Largest Ethernet frame (header included) that can be sent.
+    /// Largest Ethernet frame (header included) that can be sent: a whole
+    /// chunk, or with multi-buffer frames the largest frame.
     pub fn max_tx_frame(&self) -> usize {
-        self.config.frame_size as usize
+        if self.max_frame > self.config.max_rx_frame() {
+            self.max_frame
+        } else {
+            self.config.frame_size as usize
+        }
     }
 
     /// The bound RX queues, in socket order.

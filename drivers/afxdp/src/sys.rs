@@ -16,6 +16,11 @@ pub(crate) const SO_BUSY_POLL_BUDGET: libc::c_int = 70;
 /// `XDP_MAX_TX_SKB_BUDGET` (kernel 6.17): how many descriptors one copy-mode
 /// `sendto` kick transmits (default 32).
 pub(crate) const XDP_MAX_TX_SKB_BUDGET: libc::c_int = 9;
+/// `sxdp_flags` bit: frames may span several UMEM chunks (multi-buffer,
+/// kernel ≥ 6.6).
+pub(crate) const XDP_USE_SG: u16 = 1 << 4;
+/// Descriptor `options` bit: more chunks of this frame follow.
+pub(crate) const XDP_PKT_CONTD: u32 = 1;
 
 /// The calling thread's last OS error.
 pub(crate) fn last_err() -> io::Error {

@@ -80,12 +80,14 @@ fn explain(mode: AttachMode, e: &std::io::Error) -> String {
 impl Attachment {
     /// Loads the program for `ethertype` with an XSKMAP of `entries` slots
     /// and attaches it to `info`'s interface: native, else generic (or only
-    /// `force`).
+    /// `force`). With `frags` the program is loaded as handling
+    /// multi-buffer frames ([`bpf::BPF_F_XDP_HAS_FRAGS`]).
     pub(crate) fn attach(
         info: &LinkInfo,
         ethertype: u16,
         entries: u32,
         force: Option<AttachMode>,
+        frags: bool,
     ) -> Result<Attachment, AfXdpError> {
         let key = (netns_id(), info.ifindex);
         {
@@ -106,7 +108,8 @@ impl Attachment {
         let map = bpf::create_xskmap(entries, MAP_NAME)
             .map_err(AfXdpError::io("creating the XSKMAP (BPF_MAP_CREATE)"))?;
         let insns = bpf::redirect_program(ethertype, map.as_raw_fd(), bpf::XDP_PASS);
-        let prog = bpf::load_xdp_program(&insns, PROG_NAME)?;
+        let flags = if frags { bpf::BPF_F_XDP_HAS_FRAGS } else { 0 };
+        let prog = bpf::load_xdp_program_with(&insns, PROG_NAME, flags)?;
         let prog_id = bpf::prog_info(prog.as_raw_fd()).map(|i| i.id).unwrap_or(0);
 
         let modes: &[AttachMode] = match force {

@@ -38,6 +38,9 @@ pub(crate) struct XskParams {
     pub need_wakeup: bool,
     pub huge_pages: bool,
     pub busy_poll: Option<(u32, u32)>,
+    /// Largest Ethernet frame when frames may span several chunks
+    /// (multi-buffer, `XDP_USE_SG`); `None`: one chunk per frame.
+    pub multi_buffer: Option<usize>,
 }
 
 /// Counters of one queue.
@@ -48,6 +51,10 @@ pub struct QueueStats {
     /// RX descriptors refused (outside the UMEM, across chunks, or naming a
     /// chunk the kernel did not own).
     pub rx_bad_desc: u64,
+    /// Multi-buffer frames assembled from several chunks.
+    pub rx_multi_frames: u64,
+    /// Multi-buffer frames dropped: longer than the largest frame.
+    pub rx_oversized: u64,
     /// Frames put in the TX ring.
     pub tx_frames: u64,
     /// Completions refused (bad address).
@@ -77,7 +84,23 @@ pub(crate) struct Xsk {
     bind: BindMode,
     need_wakeup: bool,
     busy_poll: bool,
+    /// Multi-buffer frames: their assembly and staging buffers.
+    multi: Option<MultiBuffer>,
     pub(crate) stats: QueueStats,
+}
+
+/// A socket's state for frames spanning several chunks.
+struct MultiBuffer {
+    /// Largest Ethernet frame.
+    max_frame: usize,
+    /// The received frame being assembled (its chunks so far).
+    rx_frame: Vec<u8>,
+    /// Whether a frame is being assembled (its last chunk is still to
+    /// come), and whether it is already known to be dropped.
+    rx_open: bool,
+    rx_dropping: bool,
+    /// Where the caller writes a frame to send; cut into chunks after.
+    tx_frame: Vec<u8>,
 }
 
 fn io_ctx(queue: u32, what: &str) -> impl FnOnce(io::Error) -> AfXdpError {
@@ -223,14 +246,27 @@ impl Xsk {
             bind: BindMode::Copy,
             need_wakeup: p.need_wakeup,
             busy_poll: p.busy_poll.is_some(),
+            multi: None,
             stats: QueueStats::default(),
         };
         // Give the kernel every RX buffer before binding (the fill ring is
         // twice their number, so they all fit).
         xsk.refill();
 
-        let (bind, bind_note) = xsk.bind(p)?;
+        let (bind, mut bind_note, multi) = xsk.bind(p)?;
         xsk.bind = bind;
+        if let Some(max_frame) = multi {
+            xsk.multi = Some(MultiBuffer {
+                max_frame,
+                rx_frame: Vec::with_capacity(max_frame),
+                rx_open: false,
+                rx_dropping: false,
+                tx_frame: vec![0; max_frame],
+            });
+        }
+        if let (Some(_), None) = (p.multi_buffer, multi) {
+            bind_note.push_str("; multi-buffer bind refused, frames stay within one chunk");
+        }
 
         let busy_poll = p
             .busy_poll
@@ -252,13 +288,31 @@ impl Xsk {
         Ok((xsk, report))
     }
 
-    /// Binds, trying zero-copy first unless forced or impossible.
-    fn bind(&mut self, p: &XskParams) -> Result<(BindMode, String), AfXdpError> {
-        let wake = if p.need_wakeup {
-            libc::XDP_USE_NEED_WAKEUP
-        } else {
-            0
-        };
+    /// Binds with multi-buffer frames if asked (and, if the kernel refuses
+    /// them, without); returns the mode, why, and the largest multi-buffer
+    /// frame if they were accepted.
+    fn bind(&mut self, p: &XskParams) -> Result<(BindMode, String, Option<usize>), AfXdpError> {
+        if let Some(max_frame) = p.multi_buffer {
+            match self.bind_modes(p, sys::XDP_USE_SG) {
+                Ok((mode, note)) => return Ok((mode, note, Some(max_frame))),
+                Err(AfXdpError::Io { source, .. })
+                    if matches!(source.raw_os_error(), Some(libc::EINVAL | libc::EOPNOTSUPP)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let (mode, note) = self.bind_modes(p, 0)?;
+        Ok((mode, note, None))
+    }
+
+    /// Binds (with `extra` flags), trying zero-copy first unless forced or
+    /// impossible.
+    fn bind_modes(&mut self, p: &XskParams, extra: u16) -> Result<(BindMode, String), AfXdpError> {
+        let wake = extra
+            | if p.need_wakeup {
+                libc::XDP_USE_NEED_WAKEUP
+            } else {
+                0
+            };
         let try_zc = match p.force_bind {
             Some(BindMode::ZeroCopy) => true,
             Some(BindMode::Copy) => false,
@@ -365,6 +419,11 @@ impl Xsk {
         self.fd.as_raw_fd()
     }
 
+    /// Whether frames may span several chunks on this socket.
+    pub(crate) fn is_multi_buffer(&self) -> bool {
+        self.multi.is_some()
+    }
+
     /// The queue index.
     pub(crate) fn queue(&self) -> u32 {
         self.queue
@@ -422,16 +481,55 @@ impl Xsk {
         let mut shown = 0;
         for i in 0..n {
             let d = self.rx.read(i);
-            match self.umem.take(d.addr, d.len, 0..self.rx_frames) {
-                Some(c) => {
-                    if let Some(bytes) = self.umem.bytes(d.addr, d.len) {
+            let more = d.options & sys::XDP_PKT_CONTD != 0;
+            let Some(c) = self.umem.take(d.addr, d.len, 0..self.rx_frames) else {
+                self.stats.rx_bad_desc += 1;
+                // A frame missing a chunk cannot be shown.
+                if let Some(m) = self.multi.as_mut() {
+                    m.rx_dropping |= m.rx_open || more;
+                    m.rx_open = more;
+                }
+                continue;
+            };
+            let bytes = self.umem.bytes(d.addr, d.len);
+            match self.multi.as_mut() {
+                // One chunk, one frame: shown in place.
+                Some(MultiBuffer { rx_open: false, .. }) | None if !more => {
+                    if let Some(bytes) = bytes {
                         f(bytes);
                         shown += 1;
                     }
-                    self.rx_free.push(c);
                 }
+                // A chunk of a multi-buffer frame: assembled, shown after
+                // its last chunk.
+                Some(m) => {
+                    if !m.rx_open {
+                        m.rx_frame.clear();
+                        m.rx_open = true;
+                        m.rx_dropping = false;
+                    }
+                    match bytes {
+                        Some(b) if m.rx_frame.len() + b.len() <= m.max_frame => {
+                            m.rx_frame.extend_from_slice(b)
+                        }
+                        _ => m.rx_dropping = true,
+                    }
+                    if !more {
+                        m.rx_open = false;
+                        if m.rx_dropping {
+                            self.stats.rx_oversized += 1;
+                        } else {
+                            f(&m.rx_frame);
+                            shown += 1;
+                            self.stats.rx_multi_frames += 1;
+                        }
+                    }
+                }
+                // The kernel marks chunks as continued only on sockets
+                // bound for multi-buffer frames.
                 None => self.stats.rx_bad_desc += 1,
             }
+            self.rx_free.push(c);
         }
         self.rx.release(n);
         self.stats.rx_frames += u64::from(shown);
@@ -472,6 +570,9 @@ impl Xsk {
     /// (1..=chunk size; 0 ends the batch like `None`). Submits the batch
     /// and kicks the kernel. Returns the number of frames queued.
     pub(crate) fn tx(&mut self, f: &mut dyn FnMut(&mut [u8]) -> Option<usize>) -> io::Result<u32> {
+        if self.multi.is_some() {
+            return self.tx_multi(f);
+        }
         let room = self.tx_space();
         let fs = self.umem.frame_size() as usize;
         let Some(tx) = self.tx.as_mut() else {
@@ -507,6 +608,57 @@ impl Xsk {
         }
         self.flush()?;
         Ok(n)
+    }
+
+    /// [`Xsk::tx`] for multi-buffer sockets: lends the staging buffer (the
+    /// largest frame) while chunks for a whole largest frame are free, then
+    /// cuts each frame into chunks, all but the last marked as continued.
+    /// Returns the number of frames queued.
+    fn tx_multi(&mut self, f: &mut dyn FnMut(&mut [u8]) -> Option<usize>) -> io::Result<u32> {
+        let fs = self.umem.frame_size() as usize;
+        let Some(m) = self.multi.as_mut() else {
+            return Ok(0);
+        };
+        let per_frame = m.max_frame.div_ceil(fs) as u32;
+        let mut room = self.tx_space();
+        let (Some(tx), Some(m)) = (self.tx.as_mut(), self.multi.as_mut()) else {
+            return Ok(0);
+        };
+        let (mut frames, mut descs) = (0u32, 0u32);
+        while room >= per_frame {
+            let len = match f(&mut m.tx_frame) {
+                None | Some(0) => break,
+                Some(len) => len.min(m.max_frame),
+            };
+            let mut off = 0;
+            while off < len {
+                let piece = fs.min(len - off);
+                let Some(c) = self.tx_free.pop() else { break };
+                let Some(buf) = self.umem.chunk_mut(c) else {
+                    continue;
+                };
+                buf[..piece].copy_from_slice(&m.tx_frame[off..off + piece]);
+                self.umem.give(c);
+                off += piece;
+                tx.write(
+                    descs,
+                    XdpDesc {
+                        addr: self.umem.addr(c),
+                        len: piece as u32,
+                        options: if off < len { sys::XDP_PKT_CONTD } else { 0 },
+                    },
+                );
+                descs += 1;
+                room -= 1;
+            }
+            frames += 1;
+        }
+        if descs > 0 {
+            tx.submit(descs);
+            self.stats.tx_frames += u64::from(frames);
+        }
+        self.flush()?;
+        Ok(frames)
     }
 
     /// Makes sure the kernel is sending what the TX ring holds: kicks it

@@ -252,3 +252,16 @@ fn an_afxdp_endpoint_and_a_packet_endpoint_interoperate() {
         Duration::from_secs(30),
     );
 }
+
+#[test]
+fn endpoints_exchange_verified_messages_in_multi_buffer_frames() {
+    // MTU 65535: the 4000- and 16384-byte messages travel as one BCL frame
+    // spanning several UMEM chunks.
+    exchange(
+        "pair-jumbo.toml",
+        "endpoints_exchange_verified_messages_in_multi_buffer_frames",
+        [ProgressMode::BusyPoll, ProgressMode::Blocking],
+        400,
+        Duration::from_secs(30),
+    );
+}
