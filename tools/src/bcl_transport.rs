@@ -98,6 +98,27 @@ impl BclTransport {
             .map_err(|e| TransportError(e.to_string()))
     }
 
+    /// Queues `msg` for the peer without transmitting it yet (progress runs
+    /// only while the port refuses more sends), so that several queued
+    /// small messages can leave together in one frame (bundling) at the
+    /// next [`BclTransport::transmit`].
+    pub fn send_queued(&mut self, msg: &[u8], deadline: Instant) -> Result<(), TransportError> {
+        let peer = self
+            .peer
+            .ok_or_else(|| TransportError("no peer yet: nothing received".into()))?;
+        let until = self.time(deadline);
+        loop {
+            match self.ep.send(peer, msg) {
+                Ok(_) => return Ok(()),
+                Err(bcl::Error::Send(SendError::WouldBlock(_))) if self.ep.now() < until => {
+                    self.reap()?;
+                    self.step(until)?;
+                }
+                Err(e) => return Err(TransportError(e.to_string())),
+            }
+        }
+    }
+
     fn time(&self, deadline: Instant) -> Time {
         self.base.1 + deadline.saturating_duration_since(self.base.0)
     }

@@ -61,6 +61,28 @@ fn queued_small_messages_share_frames_and_arrive_once_in_order() {
 }
 
 #[test]
+fn at_most_the_receivers_reassembly_entries_of_messages_fly_at_once() {
+    let mut net = Net::new(vec![config(0), config(1)]);
+    let sent: Vec<Vec<u8>> = (0..1000).map(small).collect();
+    for m in &sent {
+        net.ports[0].send(net.now, addr(1), m).unwrap();
+    }
+    let frames = net.transmit();
+    let carried: usize = frames.iter().map(|f| f.records().len()).sum();
+    assert_eq!(
+        carried,
+        super::peer::RX_MSGS,
+        "then it waits for acknowledgements"
+    );
+    assert!(net.transmit().is_empty());
+    net.deliver(&frames);
+    let mut got = net.drain_deliveries();
+    got.extend(net.run_perfect());
+    assert_eq!(payloads(&got), sent);
+    assert_eq!(net.send_events(0).len(), 1000);
+}
+
+#[test]
 fn a_lone_message_goes_alone_and_at_once() {
     let mut net = Net::new(vec![config(0), config(1)]);
     net.ports[0].send(net.now, addr(1), b"alone").unwrap();

@@ -518,9 +518,9 @@ impl Port {
     /// Puts the peer where the engine will find it: in its method's ready
     /// queue if it can transmit, in the unrouted list if it has no route.
     fn schedule(&mut self, idx: PeerIdx, now: Time) {
-        let window = self.cfg.tx_window;
+        let new_data = self.can_frame_new(idx);
         let p = &mut self.peers[idx as usize];
-        if !p.wants_tx(now, window) {
+        if !p.wants_tx(now, new_data) {
             return;
         }
         match p.route {

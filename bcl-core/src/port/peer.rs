@@ -292,17 +292,16 @@ impl Peer {
         self.una == self.next_seq && !self.has_unframed()
     }
 
-    /// Whether this peer could put a frame on the wire at `now`.
-    pub fn wants_tx(&self, now: Time, window: u32) -> bool {
+    /// Whether this peer could put a frame on the wire at `now`, given
+    /// whether it has new data that may be framed (`new_data`).
+    pub fn wants_tx(&self, now: Time, new_data: bool) -> bool {
         if self.ack_wanted() {
             return true;
         }
         if now < self.busy_until {
             return false;
         }
-        self.retx_pending()
-            || self.probe_newest
-            || (self.has_unframed() && self.in_flight() < window)
+        self.retx_pending() || self.probe_newest || new_data
     }
 
     /// The earliest instant something about this peer must happen.

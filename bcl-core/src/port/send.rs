@@ -192,8 +192,7 @@ impl Port {
                     return Some(len);
                 }
             }
-            let p = &self.peers[idx as usize];
-            if p.has_unframed() && p.in_flight() < self.cfg.tx_window {
+            if self.can_frame_new(idx) {
                 if let Some(len) = self.emit_new_data(idx, now, buf) {
                     return Some(len);
                 }
@@ -254,11 +253,13 @@ impl Port {
     /// frames must be consecutive); a transfer goes in chunks of
     /// [`CHUNK_FRAMES`] consecutive frames, then to the back of the queue.
     fn next_unit(&mut self, idx: PeerIdx) -> Option<u32> {
-        let p = &mut self.peers[idx as usize];
+        let p = &self.peers[idx as usize];
         if p.framing != NO_MSG {
             return Some(p.framing);
         }
-        let take_transfer = p.xfer_head != NO_MSG && (p.transfer_turn || p.queue_head == NO_MSG);
+        let ordered_ready = p.queue_head != NO_MSG && self.ordered_may_start(idx, p.queue_head);
+        let p = &mut self.peers[idx as usize];
+        let take_transfer = p.xfer_head != NO_MSG && (p.transfer_turn || !ordered_ready);
         let m = if take_transfer {
             let m = p.xfer_head;
             p.xfer_head = self.messages[m as usize]
@@ -269,7 +270,7 @@ impl Port {
             }
             p.chunk_left = CHUNK_FRAMES;
             m
-        } else if p.queue_head != NO_MSG {
+        } else if ordered_ready {
             let m = p.queue_head;
             p.queue_head = self.messages[m as usize]
                 .as_ref()
@@ -415,13 +416,42 @@ impl Port {
         })
     }
 
-    /// Most ordered messages to a peer a bundle may reach past the oldest
-    /// unacknowledged one. The receiver keeps undelivered messages in
-    /// [`RX_MSGS`] entries by id; every frame in flight that is not a bundle
-    /// adds at most one id, so this keeps the ids it can hold at once within
-    /// those entries.
-    fn bundle_id_span(&self) -> u32 {
-        (RX_MSGS as u32).saturating_sub(self.cfg.tx_window)
+    /// Whether ordered message `m` (not framed yet) may start now: its id
+    /// is fewer than [`RX_MSGS`] past the oldest ordered message to the peer
+    /// not yet acknowledged. The receiver keeps undelivered messages in
+    /// `RX_MSGS` entries indexed by id; this keeps every id it may have to
+    /// hold at once in a different entry. One frame per message never comes
+    /// near it (at most 256 frames fly); bundles do. Peers over a method
+    /// that never loses need no bound (their frames are never held out of
+    /// order).
+    pub(super) fn ordered_may_start(&self, idx: PeerIdx, m: u32) -> bool {
+        let p = &self.peers[idx as usize];
+        if p.reliable {
+            return true;
+        }
+        let Some(id) = self
+            .messages
+            .get(m as usize)
+            .and_then(Option::as_ref)
+            .map(|x| x.msg_id)
+        else {
+            return true;
+        };
+        self.oldest_unacked_msg_id(idx, m)
+            .is_none_or(|oldest| id.wrapping_sub(oldest) < RX_MSGS as u32)
+    }
+
+    /// Whether peer `idx` has new data that may be framed now: room in the
+    /// window, and a unit being framed, a transfer waiting, or an ordered
+    /// message that may start.
+    pub(super) fn can_frame_new(&self, idx: PeerIdx) -> bool {
+        let p = &self.peers[idx as usize];
+        if p.in_flight() >= self.cfg.tx_window {
+            return false;
+        }
+        p.framing != NO_MSG
+            || p.xfer_head != NO_MSG
+            || (p.queue_head != NO_MSG && self.ordered_may_start(idx, p.queue_head))
     }
 
     /// Whether the frame about to carry ordered message `m` (its first
@@ -442,7 +472,7 @@ impl Port {
             return false;
         }
         self.oldest_unacked_msg_id(idx, m)
-            .is_some_and(|oldest| id2.wrapping_sub(oldest) < self.bundle_id_span())
+            .is_some_and(|oldest| id2.wrapping_sub(oldest) < RX_MSGS as u32)
     }
 
     /// Frames message `m` and the bundleable messages queued behind it, as
@@ -452,7 +482,7 @@ impl Port {
         let seq = p.next_seq;
         let end = (HEADER_LEN + usize::from(p.frag_payload)).min(buf.len());
         let oldest = self.oldest_unacked_msg_id(idx, m)?;
-        let span = self.bundle_id_span();
+        let span = RX_MSGS as u32;
         let (_, first_id) = self.bundleable(m)?;
         let mut w = bundle::Writer::new(buf.get_mut(HEADER_LEN..end)?)?;
         if !w.push(self.pooled_bytes(m)) {
