@@ -8,7 +8,11 @@
 #   * message rate at 16 B (bcl-bw's smallest message: its 16-byte header);
 #   * bandwidth of 4 MiB messages on a normal channel (rendezvous, data
 #     pulled straight into the posted buffer) and of 1 MiB on the system
-#     channel, against single-thread memcpy of the same size (bcl-memcpy);
+#     channel, against single-thread memcpy of the same size (bcl-memcpy),
+#     next to the bare exchange queue (bcl-shm's shm_bench bw: the same
+#     two pipelined copies, no engine): the ceiling of a two-copy path at
+#     the vCPUs' current placement on the host, which moves it between
+#     0.2x and 1.0x of memcpy;
 #   * the receive overhead o_r of shm and udp (bcl-or).
 # Prints the figures and the ratios against the issue-4 targets (one-way
 # latency <= 1.3 x floor and <= 0.25 us, 4 MiB >= 0.8 x memcpy, rate >= 3 M
@@ -34,6 +38,7 @@ while [ $# -gt 0 ]; do
 done
 
 cargo build --release -q -p bcl-tools -p bcl-bench
+cargo build --release -q -p bcl-shm --example shm_bench
 BIN=${CARGO_TARGET_DIR:-target}/release
 OUT=$(mktemp -d /tmp/shm-compare.XXXXXX)
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -61,6 +66,8 @@ for r in $(seq 1 "$RUNS"); do
     --volume 1G --json "$OUT/bw4m-$r.json" >/dev/null
   "$BIN/bcl-bw" --method shm --local --busy-poll --pin 1,0 --sizes 1M --window 16 \
     --iters 100 --json "$OUT/bw1m-$r.json" >/dev/null
+  BARE=$("$BIN/examples/shm_bench" bw | sed -n 's/^bandwidth 4 MiB: .*ratio \([0-9.]*\) \[\([0-9.]*\)\].*/\1 \2/p')
+  read -r BARE_BEST BARE_MED <<<"${BARE:-0 0}"
   MEMCPY=$(taskset -c 0 "$BIN/bcl-memcpy" --sizes 1048576,4194304 | awk '!/^#/ {print $2}' | paste -sd' ')
   read -r MC1M MC4M <<<"$MEMCPY"
   SPIN=$(p50 "$OUT/pp-spin-$r.json"); SHM=$(p50 "$OUT/pp-shm-$r.json"); UNIX=$(p50 "$OUT/pp-unix-$r.json")
@@ -68,12 +75,12 @@ for r in $(seq 1 "$RUNS"); do
   RATE=$(bw_field "$OUT/rate-$r.json" msgs_per_s)
   BW4=$(bw_field "$OUT/bw4m-$r.json" mbytes_per_s)
   BW1=$(bw_field "$OUT/bw1m-$r.json" mbytes_per_s)
-  ROW=$(python3 - "$r" "$SPIN" "$SHM" "$SHM99" "$UNIX" "$RATE" "$BW4" "$MC4M" "$BW1" "$MC1M" <<'EOF'
+  ROW=$(python3 - "$r" "$SPIN" "$SHM" "$SHM99" "$UNIX" "$RATE" "$BW4" "$MC4M" "$BW1" "$MC1M" "$BARE_BEST" "$BARE_MED" <<'EOF'
 import sys
-r, spin, shm, shm99, unix, rate, bw4, mc4, bw1, mc1 = sys.argv[1:]
+r, spin, shm, shm99, unix, rate, bw4, mc4, bw1, mc1, bare, bare_med = sys.argv[1:]
 spin, shm, shm99, unix, rate, bw4, mc4, bw1, mc1 = map(float, (spin, shm, shm99, unix, rate, bw4, mc4, bw1, mc1))
 print(f"| {r} | {spin/2:.0f} | {shm/2:.0f} | {shm/spin:.2f} | {shm99/2:.0f} | {unix/2:.0f} | {unix/shm:.1f} "
-      f"| {rate/1e6:.2f} | {bw4:.0f} / {mc4:.0f} = {bw4/mc4:.2f} | {bw1:.0f} / {mc1:.0f} = {bw1/mc1:.2f} |")
+      f"| {rate/1e6:.2f} | {bw4:.0f} / {mc4:.0f} = {bw4/mc4:.2f} | {bare} [{bare_med}] | {bw1:.0f} / {mc1:.0f} = {bw1/mc1:.2f} |")
 EOF
 )
   echo "$ROW"
@@ -83,8 +90,8 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 OR=$("$BIN/bcl-or" --sizes 8,1024 --batches 1,16)
 echo "$OR"
 
-HEADER='| run | spin one-way ns (floor) | BCL shm one-way ns | shm / floor (≤ 1.3) | shm p99 one-way ns | unix one-way ns | unix / shm | 16 B rate M msg/s (≥ 3) | 4 MiB normal channel MB/s / memcpy (≥ 0.8) | 1 MiB system channel MB/s / memcpy |
-|---|---|---|---|---|---|---|---|---|---|'
+HEADER='| run | spin one-way ns (floor) | BCL shm one-way ns | shm / floor (≤ 1.3) | shm p99 one-way ns | unix one-way ns | unix / shm | 16 B rate M msg/s (≥ 3) | 4 MiB normal channel MB/s / memcpy (≥ 0.8) | bare exchange queue 4 MiB / memcpy, best [median] window | 1 MiB system channel MB/s / memcpy |
+|---|---|---|---|---|---|---|---|---|---|---|'
 echo "$HEADER"
 printf '%s' "$ROWS"
 echo "raw JSON: $OUT; load before $LOAD_BEFORE, after $LOAD_AFTER"
