@@ -18,6 +18,11 @@ fn core_cost(c: &mut Criterion) {
         g.bench_function("bcl_core_exchange", |b| {
             b.iter(|| black_box(pair.exchange(black_box(&payload), BATCH)))
         });
+        // The same messages queued as a burst: small ones travel bundled.
+        let mut pair = PortPair::new();
+        g.bench_function("bcl_core_exchange_queued", |b| {
+            b.iter(|| black_box(pair.exchange_queued(black_box(&payload), BATCH)))
+        });
         // Baseline: the copies any message path makes at least once each way.
         let mut dst = vec![0u8; size];
         g.bench_function("memcpy_baseline", |b| {

@@ -2,6 +2,7 @@
 
 use super::tests::{addr, config, pattern, unbundled, Net, Wired};
 use super::*;
+use crate::event::SendFailure;
 use crate::method::LinkId;
 use crate::wire::{self, bundle, flags};
 use proptest::prelude::*;
@@ -80,6 +81,43 @@ fn at_most_the_receivers_reassembly_entries_of_messages_fly_at_once() {
     got.extend(net.run_perfect());
     assert_eq!(payloads(&got), sent);
     assert_eq!(net.send_events(0).len(), 1000);
+}
+
+#[test]
+fn an_unreachable_peer_fails_each_bundled_message_once() {
+    let mut c0 = config(0);
+    c0.max_timeouts = 3;
+    let mut net = Net::new(vec![c0, config(1)]);
+    let mut handles: Vec<SendHandle> = (0..100)
+        .map(|k| net.ports[0].send(net.now, addr(1), &small(k)).unwrap())
+        .collect();
+    for _ in 0..10 {
+        let lost = net.transmit(); // everything is lost
+        assert!(lost.iter().all(|f| f.kind() != FrameType::Data || f.is_bundle()));
+        net.advance_to_next_timer();
+    }
+    let expected = SendFailure::PeerUnreachable(addr(1));
+    let mut failed: Vec<SendHandle> = net
+        .send_events(0)
+        .into_iter()
+        .map(|e| match e {
+            SendEvent::Failed(h, f) => {
+                assert_eq!(f, expected);
+                h
+            }
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    failed.sort_by_key(|h| h.0);
+    handles.sort_by_key(|h| h.0);
+    assert_eq!(failed, handles, "each message fails exactly once");
+    assert_eq!(net.ports[0].outstanding_sends(), 0);
+    // Usable again afterwards, bundles and all.
+    for k in 0..10 {
+        net.ports[0].send(net.now, addr(1), &small(k)).unwrap();
+    }
+    let got = net.run_perfect();
+    assert_eq!(payloads(&got), (0..10).map(small).collect::<Vec<_>>());
 }
 
 #[test]
