@@ -93,7 +93,9 @@ fn an_unreachable_peer_fails_each_bundled_message_once() {
         .collect();
     for _ in 0..10 {
         let lost = net.transmit(); // everything is lost
-        assert!(lost.iter().all(|f| f.kind() != FrameType::Data || f.is_bundle()));
+        assert!(lost
+            .iter()
+            .all(|f| f.kind() != FrameType::Data || f.is_bundle()));
         net.advance_to_next_timer();
     }
     let expected = SendFailure::PeerUnreachable(addr(1));
