@@ -78,5 +78,11 @@ for (method, who), v in sorted(rows.items()):
     ratios = sorted(r / kernel[run] for run, r in v if kernel.get(run))
     ratio = f"{ratios[0]:.1f}–{ratios[-1]:.1f}" if ratios else "n/a"
     print(f"| {method} | {who} | {rates[0]}–{rates[-1]} | {ratio} |")
+for method in sorted({m for m, _ in rows}):
+    before = dict(rows.get((method, "before"), []))
+    after = dict(rows.get((method, "after"), []))
+    gains = sorted(after[r] / before[r] for r in after if before.get(r))
+    if gains:
+        print(f"{method}: after / before in the same run: {gains[0]:.1f}–{gains[-1]:.1f}")
 print(f"\nLoad average before / after: {sys.argv[2]} / {sys.argv[3]}")
 PY
