@@ -139,11 +139,15 @@ fn frames_over_a_reliable_method_carry_no_sequence_number_and_no_crc() {
         })
         .collect();
     let sent = pair.run();
-    assert_eq!(sent.len(), 5, "no acknowledgements either");
+    assert_eq!(
+        sent.len(),
+        5,
+        "no acknowledgements either, and no bundles (only sequenced frames carry them)"
+    );
     for (_, f) in &sent {
         let fl = u16::from_be_bytes([f[2], f[3]]);
         assert_ne!(fl & flags::UNSEQUENCED, 0);
-        assert_eq!(fl & (flags::CRC | flags::ACK), 0);
+        assert_eq!(fl & (flags::CRC | flags::ACK | flags::BUNDLE), 0);
     }
     // Complete as soon as written.
     let done: Vec<_> = std::iter::from_fn(|| pair.ports[0].poll_send_event()).collect();
