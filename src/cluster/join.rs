@@ -73,14 +73,36 @@ pub fn plan(
     let mut nics_here: Vec<NicSlot> = Vec::new();
     match (cfg, node) {
         (Some(cfg), Some(node)) => {
-            let found = nics::resolve(cfg, node, ifs)?;
-            for (nic, i) in node.nics.iter().zip(found) {
+            // A NIC this process drives through VFIO is bound to vfio-pci
+            // and has no kernel interface: only NICs allowing other
+            // methods are looked up among the interfaces; `pci` names the
+            // device for vfio.
+            let kernel = Node {
+                nics: node
+                    .nics
+                    .iter()
+                    .filter(|n| n.methods.iter().any(|m| m != "vfio"))
+                    .cloned()
+                    .collect(),
+                ..node.clone()
+            };
+            let found = nics::resolve(cfg, &kernel, ifs)?;
+            for (nic, i) in kernel.nics.iter().zip(found) {
                 nics_here.push((
                     i.name.clone(),
                     i.ipv4.first().map(|a| a.0),
                     nic.fabric.clone(),
-                    nic.methods.clone(),
+                    nic.methods
+                        .iter()
+                        .filter(|m| *m != "vfio")
+                        .cloned()
+                        .collect(),
                 ));
+            }
+            for nic in &node.nics {
+                if let (Some(pci), true) = (&nic.pci, nic.methods.iter().any(|m| m == "vfio")) {
+                    nics_here.push((pci.clone(), None, nic.fabric.clone(), vec!["vfio".into()]));
+                }
             }
         }
         _ => {
@@ -182,14 +204,6 @@ pub fn plan_on(
                 }
             }
             "sim" => notes.push("sim: in-process only, never opened for a job".into()),
-            "vfio" => {
-                if nics_here
-                    .iter()
-                    .any(|(_, _, _, m)| m.iter().any(|x| x == "vfio"))
-                {
-                    notes.push("vfio: not opened by the cluster layer yet (use bcl-pingpong --method vfio --pci)".into());
-                }
-            }
             m => {
                 // The fabrics in NIC order, each with its NICs allowing m.
                 let mut fabrics: Vec<(&str, Vec<&str>)> = Vec::new();
@@ -202,7 +216,9 @@ pub fn plan_on(
                         None => fabrics.push((fabric, vec![ifname])),
                     }
                 }
-                if fabrics.is_empty() {
+                // vfio is there only where a NIC names its PCI device:
+                // nothing to say about nodes without one.
+                if fabrics.is_empty() && m != "vfio" {
                     notes.push(if loopback_udp && m == "afxdp" {
                         "afxdp: only where a cluster configuration allows it (it attaches an XDP program to the NIC)".to_string()
                     } else {
@@ -310,6 +326,12 @@ pub fn open(p: &Planned, job: JobKey, addr: ProcessAddr) -> Result<Box<dyn Metho
             }
             bcl_afxdp::AfXdpMethod::open(bcl_afxdp::AfXdpConfig::new(name))
                 .map(|m| Box::new(m) as Box<dyn Method>)
+                .map_err(|e| e.to_string())
+        }
+        "vfio" => {
+            // The planner names a vfio NIC by its PCI address.
+            let pci = ifname()?;
+            bcl_vfio::open_nic(&pci, bcl_vfio::VfioMethodConfig::default())
                 .map_err(|e| e.to_string())
         }
         "udp" => {
@@ -651,6 +673,64 @@ mod tests {
         assert!(plan(Some(&cfg), cfg.node("a"), &[], 0, &pol)
             .unwrap_err()
             .contains("no interface"));
+    }
+
+    #[test]
+    fn vfio_nics_are_named_by_pci_address_one_per_process() {
+        // Node v: one kernel NIC on A, two NICs bound to vfio-pci on V
+        // (no kernel interface for those).
+        let cfg = ClusterConfig::parse(
+            Path::new("v.toml"),
+            "[[fabric]]\nname = \"A\"\nsubnet = \"10.1.0.0/24\"\n\
+             [[fabric]]\nname = \"V\"\n\
+             [[node]]\nname = \"v\"\n\
+             [[node.nic]]\nfabric = \"A\"\nmethods = [\"packet\", \"udp\"]\n\
+             [[node.nic]]\nfabric = \"V\"\npci = \"0000:00:04.0\"\nmethods = [\"vfio\"]\n\
+             [[node.nic]]\nfabric = \"V\"\npci = \"0000:00:05.0\"\nmethods = [\"vfio\"]\n",
+        )
+        .unwrap();
+        let ifs = vec![NicInfo {
+            name: "eth0".into(),
+            index: 2,
+            up: true,
+            ipv4: vec![("10.1.0.5".parse().unwrap(), 24)],
+            excluded: None,
+        }];
+        let pol = Policy::default();
+        let (p, _) = plan(Some(&cfg), cfg.node("v"), &ifs, 0, &pol).unwrap();
+        assert_eq!(
+            on(&p),
+            pairs(&[
+                ("shm", ""),
+                ("vfio", "0000:00:04.0"),
+                ("packet", "eth0"),
+                ("udp", "eth0")
+            ])
+        );
+        assert_eq!(p[1].fabric.as_deref(), Some("V"));
+        let (p, _) = plan(Some(&cfg), cfg.node("v"), &ifs, 1, &pol).unwrap();
+        assert_eq!(on(&p)[1], ("vfio".to_string(), "0000:00:05.0".to_string()));
+        // A third process finds both devices taken and says so.
+        let (p, notes) = plan(Some(&cfg), cfg.node("v"), &ifs, 2, &pol).unwrap();
+        assert!(!p.iter().any(|x| x.method == "vfio"), "{p:?}");
+        assert!(
+            notes.iter().any(|n| n.starts_with("vfio on fabric V: not opened by local rank 2: its 2 NICs (0000:00:04.0, 0000:00:05.0) are held by local ranks 0-1")),
+            "{notes:?}"
+        );
+        // Opening a device that is not there says which and why.
+        let e = open(&p_vfio("0000:ff:1f.7"), JobKey(1), ProcessAddr::new(1, 1))
+            .err()
+            .unwrap();
+        assert!(e.contains("0000:ff:1f.7"), "{e}");
+    }
+
+    fn p_vfio(pci: &str) -> Planned {
+        Planned {
+            method: "vfio".into(),
+            ifname: Some(pci.into()),
+            ip: None,
+            fabric: Some("V".into()),
+        }
     }
 
     /// NICs as `plan_on` sees them: (ifname, fabric, methods).

@@ -17,7 +17,8 @@
 //! [[node.nic]]                               # one per interface the node has on a fabric
 //! fabric = "A"
 //! ifname = "eth0"                            # optional: else the interface in the fabric's subnet
-//! pci = "0000:00:04.0"                       # optional: the device for vfio
+//! pci = "0000:00:04.0"                       # optional: the device for vfio (a NIC
+//!                                            # allowing only vfio has no kernel interface)
 //! methods = ["afxdp", "packet", "udp"]       # optional: else the fabric's
 //! ```
 //!

@@ -12,7 +12,8 @@
 #                    $MIXED = 1): bcl-pingpong at $HOST_PP_DESC and bcl-bw
 #                    --verify at $HOST_BW_DESC (EtherType $HOST_BW_ETHERTYPE)
 #   busybox applets, and every binary built by run.sh (bcl-vfio,
-#   bcl-pingpong, bcl-bw, plus those named in BCL_VM_EXTRA_BINS)
+#   bcl-pingpong, bcl-bw, bcl-run, bcl-alltoall, plus those named in
+#   BCL_VM_EXTRA_BINS)
 # To add a test, add a line here (and, for a new binary, name it in
 # BCL_VM_EXTRA_BINS, e.g. in the environment of run.sh or in vm.rs).
 
@@ -80,6 +81,37 @@ host_connects() {
   [ $src = 0 ]
 }
 
+# cluster_vfio: a two-rank job started by bcl-run whose resource database
+# gives this node the two NICs as vfio devices (by PCI address, no kernel
+# interface) on one fabric, with BCL_METHODS=vfio: the cluster layer opens
+# vfio on NIC A for local rank 0 and on NIC B for local rank 1, and the
+# verified all-to-all exchange runs over it (both ranks report a vfio link).
+cluster_vfio() {
+  # bcl-run's rendezvous listens on 127.0.0.1.
+  ip link set lo up || return 1
+  cat > /tmp/vfio-cluster.toml <<EOF
+[[fabric]]
+name = "V"
+[[node]]
+name = "local"
+[[node.nic]]
+fabric = "V"
+pci = "$NIC_A"
+methods = ["vfio"]
+[[node.nic]]
+fabric = "V"
+pci = "$NIC_B"
+methods = ["vfio"]
+EOF
+  out=$(BCL_METHODS=vfio bcl-run -n 2 --timeout 120 --env BCL_CLUSTER=/tmp/vfio-cluster.toml -- \
+    bcl-alltoall --sizes 8,1400,16384,262144 --timeout 120 2>&1)
+  rc=$?
+  echo "$out"
+  links=$(echo "$out" | grep -c '"method":"vfio"')
+  echo "exit $rc, vfio links $links"
+  [ $rc = 0 ] && [ "$links" = 2 ]
+}
+
 # Settings of the BCL runs: generous timeouts, since a TCG guest on a loaded
 # host can stall for a long time.
 PP="--sizes 8,1400,16K --iters 300 --warmup 30 --timeout-ms 60000"
@@ -98,6 +130,7 @@ run exchange-poll  bcl-vfio exchange "$NIC_A" "$NIC_B" --frames 500 --no-interru
 run pingpong       serve_connect bcl-pingpong "--method vfio --pci $NIC_A" "--method vfio --pci $NIC_B $PP"
 run pingpong-poll  serve_connect bcl-pingpong "--method vfio --pci $NIC_A --busy-poll" "--method vfio --pci $NIC_B --busy-poll --sizes 64 --iters 100 --warmup 10 --timeout-ms 60000"
 run bw-verify      serve_connect bcl-bw "--method vfio --pci $NIC_A --verify" "--method vfio --pci $NIC_B $BW"
+run cluster-vfio   cluster_vfio
 run mixed-pingpong mixed bcl-pingpong --method vfio --pci "$NIC_E" --connect "$HOST_PP_DESC" $PP
 run mixed-bw       mixed bcl-bw --method vfio --pci "$NIC_E" --ethertype "$HOST_BW_ETHERTYPE" --connect "$HOST_BW_DESC" $BW
 run mixed-bw-rev   mixed host_connects bcl-bw --method vfio --pci "$NIC_E" --ethertype "$HOST_REV_ETHERTYPE" --verify --wait-client-s 120 --timeout-ms 60000

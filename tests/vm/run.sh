@@ -64,7 +64,7 @@ TARGET=${BCL_VM_TARGET_DIR:-$ROOT/target/vm-guest}
 ACCEL=${BCL_VM_ACCEL:-auto}
 TIMEOUT=${BCL_VM_TIMEOUT:-600}
 KVM_PROBE=${BCL_VM_KVM_PROBE:-30}
-GUEST_BINS="bcl-vfio bcl-pingpong bcl-bw ${BCL_VM_EXTRA_BINS:-}"
+GUEST_BINS="bcl-vfio bcl-pingpong bcl-bw bcl-run bcl-alltoall ${BCL_VM_EXTRA_BINS:-}"
 MIXED=${BCL_VM_MIXED:-1}
 HOST_METHOD=${BCL_VM_HOST_METHOD:-packet}
 TESTS=${BCL_VM_TESTS:-$VM/guest-tests.sh}
@@ -226,6 +226,9 @@ HOST_BW_PID=""
 host_server() { # host_server NAME ARGS... -> sets SERVER_PID and SERVER_DESC
   local name=$1 out=$WORK/host-$1.out i
   shift
+  # Created here, not by the background job's redirection: the loop below
+  # may read it before the job has run far enough to create it.
+  : > "$out"
   ip netns exec "$NS" "$@" > "$out" 2>&1 &
   SERVER_PID=$!
   HOST_PIDS="$HOST_PIDS $SERVER_PID"

@@ -21,10 +21,7 @@ use crate::bcl_transport::BclTransport;
 use crate::methods::{endpoint, BoxTransport, EndSpec, CLIENT_ADDR, SERVER_ADDR};
 use bcl::{Descriptor, Method, ProgressMode};
 use bcl_vfio::method::parse_mac;
-use bcl_vfio::myri10ge::{Myri10geConfig, Myri10geMethod, MYRICOM_VENDOR_ID};
-use bcl_vfio::pci::PciAddress;
-use bcl_vfio::sysfs::Sysfs;
-use bcl_vfio::{VfioMethod, VfioMethodConfig};
+use bcl_vfio::VfioMethodConfig;
 
 /// Methods that carry BCL frames as Ethernet II frames with the BCL
 /// EtherType, addressed by MAC: their ends can reach each other.
@@ -69,15 +66,6 @@ pub fn ethernet_peer(text: &str, method: &str) -> Result<Descriptor, String> {
     Ok(Descriptor::new(method, address))
 }
 
-/// Whether the PCI function at `pci` is a Myricom NIC (by sysfs; `false`
-/// when it cannot be read, and opening then says why).
-fn is_myricom(pci: &str) -> bool {
-    pci.parse::<PciAddress>()
-        .ok()
-        .and_then(|a| Sysfs::system().device(&a).ok().flatten())
-        .is_some_and(|info| info.vendor == MYRICOM_VENDOR_ID)
-}
-
 /// Opens the `vfio` method on the NIC of `--pci`.
 pub fn open_method(spec: &EndSpec) -> Result<Box<dyn Method>, String> {
     let pci = spec.pci.as_deref().ok_or(
@@ -88,16 +76,7 @@ pub fn open_method(spec: &EndSpec) -> Result<Box<dyn Method>, String> {
         interrupts: spec.mode() == ProgressMode::Blocking,
         ..VfioMethodConfig::default()
     };
-    let method: Box<dyn Method> = if is_myricom(pci) {
-        let nic = Myri10geConfig {
-            interrupts: config.interrupts,
-            ..Myri10geConfig::default()
-        };
-        Box::new(Myri10geMethod::open(pci, nic, config).map_err(|e| e.to_string())?)
-    } else {
-        Box::new(VfioMethod::open(pci, config).map_err(|e| e.to_string())?)
-    };
-    Ok(method)
+    bcl_vfio::open_nic(pci, config).map_err(|e| e.to_string())
 }
 
 /// The serving end over `method`: its descriptor and its transport.

@@ -36,4 +36,4 @@ pub mod testing;
 pub mod vfio;
 pub mod virtio;
 
-pub use method::{probe, EthernetDevice, NicMethod, VfioMethod, VfioMethodConfig};
+pub use method::{open_nic, probe, EthernetDevice, NicMethod, VfioMethod, VfioMethodConfig};

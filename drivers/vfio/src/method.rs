@@ -257,6 +257,33 @@ impl VfioMethod {
     }
 }
 
+/// Opens the `vfio` method on the NIC at PCI address `pci` (bound to
+/// vfio-pci) with the driver its vendor needs: Myri-10G NICs with
+/// [`Myri10geMethod::open`](crate::myri10ge::Myri10geMethod) and its
+/// default firmware configuration (interrupts as `config` says), every
+/// other supported NIC with [`VfioMethod::open`]. The error says why the
+/// device cannot be used ([`probe`]'s reason when it is not usable).
+pub fn open_nic(
+    pci: &str,
+    config: VfioMethodConfig,
+) -> Result<Box<dyn bcl_core::method::Method>, MethodError> {
+    let is_myricom = pci
+        .parse::<PciAddress>()
+        .ok()
+        .and_then(|a| crate::sysfs::Sysfs::system().device(&a).ok().flatten())
+        .is_some_and(|info| info.vendor == crate::myri10ge::MYRICOM_VENDOR_ID);
+    if is_myricom {
+        let nic = crate::myri10ge::Myri10geConfig {
+            interrupts: config.interrupts,
+            ..Default::default()
+        };
+        return Ok(Box::new(crate::myri10ge::Myri10geMethod::open(
+            pci, nic, config,
+        )?));
+    }
+    Ok(Box::new(VfioMethod::open(pci, config)?))
+}
+
 impl<N: EthernetDevice> NicMethod<N> {
     /// The method over an initialised NIC.
     pub fn new(nic: N, config: VfioMethodConfig) -> Self {

@@ -3,7 +3,9 @@
 //! with an emulated Intel IOMMU and virtio-net NICs, binds them to
 //! vfio-pci and runs `tests/vm/guest-tests.sh` inside: the `bcl-vfio`
 //! tool's list/bind/check/exchange/unbind, `bcl-pingpong` and `bcl-bw
-//! --verify` with `--method vfio` between two NICs (one process each), and
+//! --verify` with `--method vfio` between two NICs (one process each), a
+//! two-rank `bcl-run` job in which the cluster layer opens vfio on each
+//! rank's NIC from the resource database (`bcl-alltoall`, verified), and
 //! the same tools between a guest NIC on vfio and BCL on AF_PACKET on the
 //! host side of a tap (in a network namespace of its own), both ways.
 //!
