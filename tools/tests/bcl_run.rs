@@ -1,6 +1,7 @@
 //! `bcl-run` on this host: a local job over shared memory, the exit status
 //! of the first failing rank, output prefixes, signal forwarding, ssh
-//! command lines (`--dry-run`), and a rank that never shows up.
+//! command lines (`--dry-run`), jobs over real ssh (a private sshd on
+//! 127.0.0.1, root), and a rank that never shows up.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -138,7 +139,10 @@ fn dry_run_prints_the_ssh_command_of_every_rank() {
         assert!(l.contains("BCL_SIZE=4 "), "{l}");
         assert!(l.contains(&format!("BCL_LOCAL_RANK={local} ")), "{l}");
         assert!(l.contains("BCL_RENDEZVOUS=tcp:10.0.0.9:"), "{l}");
-        assert!(l.contains("BCL_JOB_SECRET="), "{l}");
+        // The secret goes on the session's standard input, never on a
+        // command line.
+        assert!(!l.contains("BCL_JOB_SECRET="), "{l}");
+        assert!(l.contains(" bcl-rank env "), "{l}");
         assert!(l.contains("/opt/bin/prog"), "{l}");
         assert!(l.contains("'an arg'"), "{l}");
     }
@@ -334,4 +338,194 @@ fn bcl_info_job_prints_a_running_jobs_links() {
         links.iter().all(|l| l.contains("\"method\":\"shm\"")),
         "{stdout}"
     );
+}
+
+/// A private sshd on 127.0.0.1 that accepts one key (for the ssh-mode
+/// tests; needs root and openssh-server, which `scripts/test` installs).
+struct Sshd {
+    child: std::process::Child,
+    /// The `--ssh-command` that reaches it.
+    ssh_command: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn sshd(test: &str) -> Option<Sshd> {
+    if !bcl_lab::require_privileges(test) {
+        return None;
+    }
+    let daemon = std::path::Path::new("/usr/sbin/sshd");
+    assert!(
+        daemon.exists(),
+        "{test} needs /usr/sbin/sshd (package openssh-server; scripts/test installs it)"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str| dir.path().join(name);
+    for key in ["host", "user"] {
+        let st = Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+            .arg(p(key))
+            .status()
+            .expect("ssh-keygen (openssh-client)");
+        assert!(st.success());
+    }
+    std::fs::copy(p("user.pub"), p("authorized_keys")).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = format!(
+        "Port {port}\nListenAddress 127.0.0.1\nHostKey {}\nAuthorizedKeysFile {}\n\
+         PermitRootLogin prohibit-password\nPasswordAuthentication no\n\
+         KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nPidFile {}\n\
+         PrintMotd no\n",
+        p("host").display(),
+        p("authorized_keys").display(),
+        p("sshd.pid").display()
+    );
+    std::fs::write(p("sshd_config"), config).unwrap();
+    // Privilege separation directory.
+    std::fs::create_dir_all("/run/sshd").unwrap();
+    let child = Command::new(daemon)
+        .args(["-D", "-e", "-f"])
+        .arg(p("sshd_config"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "sshd did not listen on 127.0.0.1:{port}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let ssh_command = format!(
+        "ssh -p {port} -i {} -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR",
+        p("user").display()
+    );
+    Some(Sshd {
+        child,
+        ssh_command,
+        _dir: dir,
+    })
+}
+
+#[test]
+fn a_job_runs_over_real_ssh_and_the_secret_stays_off_command_lines() {
+    let Some(d) = sshd("a_job_runs_over_real_ssh") else {
+        return;
+    };
+    // Two "hosts" (both this machine, through sshd): a verified all-to-all.
+    let out = bcl_run()
+        .args([
+            "--hosts",
+            "127.0.0.1,localhost",
+            "--rendezvous-host",
+            "127.0.0.1",
+            "--ssh-command",
+            &d.ssh_command,
+            "--",
+            env!("CARGO_BIN_EXE_bcl-alltoall"),
+            "--sizes",
+            "8,65536",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    for r in 0..2 {
+        assert!(
+            stdout.contains(&format!("[{r}] done {{\"rank\":{r},\"received\":2,")),
+            "{stdout}\n{stderr}"
+        );
+    }
+    // The ranks get the secret, and no process on the host has it on its
+    // command line (python reads it from its environment).
+    let probe = "import os, glob\n\
+        s = os.environ['BCL_JOB_SECRET'].encode()\n\
+        seen = 0\n\
+        for f in glob.glob('/proc/[0-9]*/cmdline'):\n\
+        \x20   try:\n\
+        \x20       seen += s in open(f, 'rb').read()\n\
+        \x20   except OSError:\n\
+        \x20       pass\n\
+        print('secret', len(s), 'on command lines', seen)\n";
+    let out = bcl_run()
+        .args([
+            "--hosts",
+            "127.0.0.1,localhost",
+            "--rendezvous-host",
+            "127.0.0.1",
+            "--timeout",
+            "5",
+            "--ssh-command",
+            &d.ssh_command,
+            "--",
+            "python3",
+            "-c",
+            probe,
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let lines: Vec<&str> = stdout.lines().filter(|l| l.contains("secret")).collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    for l in lines {
+        assert!(l.ends_with("on command lines 0"), "{l}");
+        assert!(!l.contains("secret 0 "), "the secret arrived: {l}");
+    }
+}
+
+#[test]
+fn sigterm_reaches_ranks_started_over_ssh() {
+    let Some(d) = sshd("sigterm_reaches_ranks_started_over_ssh") else {
+        return;
+    };
+    let mut child = bcl_run()
+        .args([
+            "--hosts",
+            "127.0.0.1,localhost",
+            "--rendezvous-host",
+            "127.0.0.1",
+            "--ssh-command",
+            &d.ssh_command,
+            "--",
+            "sh",
+            "-c",
+            "trap 'echo got-term; exit 5' TERM; echo ready; while true; do sleep 0.05; done",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut ready = 0;
+    while ready < 2 {
+        let l = lines.next().unwrap().unwrap();
+        if l.ends_with("ready") {
+            ready += 1;
+        }
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    let status = child.wait().unwrap();
+    // The ranks' own exit status came back through ssh.
+    assert_eq!(status.code(), Some(5), "{rest:?}");
+    assert!(rest.iter().any(|l| l == "[0] got-term"), "{rest:?}");
+    assert!(rest.iter().any(|l| l == "[1] got-term"), "{rest:?}");
 }

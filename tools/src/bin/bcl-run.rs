@@ -17,6 +17,15 @@
 //! for a rank killed by a signal); when a rank fails, the others are sent
 //! SIGTERM. SIGINT and SIGTERM are forwarded to every rank (each rank runs
 //! in its own process group, which gets the signal).
+//!
+//! Over ssh, each rank runs under a small remote shell wrapper
+//! ([`REMOTE_WRAPPER`]): the job secret travels on the ssh session's
+//! standard input (never on a command line, where `ps` on the remote host
+//! would show it), and the wrapper sends the rank SIGTERM when that input
+//! closes. `bcl-run` forwards a signal (or stops the ranks after a failure)
+//! by closing it, so the rank's own exit status still comes back through
+//! ssh; a second signal kills the local ssh processes. `--ssh-command`
+//! replaces `ssh` (e.g. `ssh -p 2222 -i KEY`).
 
 use bcl::cluster::bootstrap::{new_secret, RendezvousAddr, RendezvousServer};
 use bcl::cluster::resources::ClusterConfig;
@@ -72,6 +81,10 @@ struct Args {
     /// Extra environment for every rank, KEY=VALUE (repeatable).
     #[arg(long = "env")]
     envs: Vec<String>,
+    /// The ssh command, split on whitespace (ssh mode), e.g. `ssh -p 2222
+    /// -i ~/.ssh/cluster_key`. `-o BatchMode=yes` and the host follow.
+    #[arg(long, default_value = "ssh")]
+    ssh_command: String,
     /// The program and its arguments.
     #[arg(last = true, required = true)]
     command: Vec<String>,
@@ -129,6 +142,23 @@ fn resolve(program: &str) -> Option<PathBuf> {
             .find(|f| f.is_file())
     })
 }
+
+/// What runs each rank on a remote host (`sh -c WRAPPER bcl-rank env
+/// KEY=VALUE... PROGRAM ARGS...`): reads the job secret from the first line
+/// of standard input, starts the rank, and sends it SIGTERM when standard
+/// input closes (`bcl-run` closing the session's input: a forwarded
+/// signal) or the wrapper itself gets SIGHUP/SIGINT/SIGTERM; exits with the
+/// rank's status. The watcher reads through a saved descriptor because a
+/// background job's standard input is /dev/null in a non-interactive shell.
+pub const REMOTE_WRAPPER: &str = concat!(
+    "IFS= read -r BCL_JOB_SECRET || { echo 'bcl-run: no job secret on standard input' >&2; exit 111; }; ",
+    "export BCL_JOB_SECRET; exec 3<&0; ",
+    "\"$@\" </dev/null 3<&- & p=$!; ",
+    "( while IFS= read -r _; do :; done <&3; kill -TERM \"$p\" 2>/dev/null ) >/dev/null 2>&1 & w=$!; ",
+    "exec 3<&-; trap 'kill -TERM \"$p\" 2>/dev/null' HUP INT TERM; ",
+    "while :; do wait \"$p\"; s=$?; kill -0 \"$p\" 2>/dev/null || break; done; ",
+    "kill \"$w\" 2>/dev/null; exit \"$s\""
+);
 
 fn shell_quote(s: &str) -> String {
     if !s.is_empty()
@@ -303,6 +333,15 @@ fn run(args: Args, forwarded: SigSet) -> Result<ExitCode, String> {
         }
         v
     };
+    let ssh: Vec<String> = args
+        .ssh_command
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    if ssh.is_empty() {
+        return Err("--ssh-command is empty".into());
+    }
+    let over_ssh = matches!(place, Place::Ssh(_));
     let command_for = |r: &Rank| -> Result<Command, String> {
         let env = env_for(r);
         let mut c = match &place {
@@ -322,11 +361,24 @@ fn run(args: Args, forwarded: SigSet) -> Result<ExitCode, String> {
             }
             Place::Ssh(hosts) => {
                 let host = &hosts[r.node_index as usize];
-                let mut remote = vec!["env".to_string()];
-                remote.extend(env.iter().map(|(k, v)| shell_quote(&format!("{k}={v}"))));
+                let mut remote = vec![
+                    "sh".to_string(),
+                    "-c".into(),
+                    shell_quote(REMOTE_WRAPPER),
+                    "bcl-rank".into(),
+                    "env".into(),
+                ];
+                // The secret goes on standard input, not here.
+                remote.extend(
+                    env.iter()
+                        .filter(|(k, _)| k != "BCL_JOB_SECRET")
+                        .map(|(k, v)| shell_quote(&format!("{k}={v}"))),
+                );
                 remote.extend(args.command.iter().map(|a| shell_quote(a)));
-                let mut c = Command::new("ssh");
-                c.args(["-o", "BatchMode=yes", host]).arg(remote.join(" "));
+                let mut c = Command::new(&ssh[0]);
+                c.args(&ssh[1..])
+                    .args(["-o", "BatchMode=yes", host])
+                    .arg(remote.join(" "));
                 return Ok(c);
             }
         };
@@ -364,6 +416,10 @@ fn run(args: Args, forwarded: SigSet) -> Result<ExitCode, String> {
         }
     });
 
+    // Over ssh: the standard input of every rank's session; closing it
+    // stops the rank (see REMOTE_WRAPPER).
+    let session_inputs: std::sync::Arc<std::sync::Mutex<Vec<std::process::ChildStdin>>> =
+        Default::default();
     let (tx, rx) = mpsc::channel::<(u32, std::process::ExitStatus)>();
     let mut pids: Vec<(u32, i32)> = Vec::new();
     let mut outputs = Vec::new();
@@ -372,9 +428,13 @@ fn run(args: Args, forwarded: SigSet) -> Result<ExitCode, String> {
         // Each rank leads its own process group: signals go to the rank
         // and everything it started.
         std::os::unix::process::CommandExt::process_group(&mut c, 0);
-        c.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        c.stdin(if over_ssh {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
         let mut child = match c.spawn() {
             Ok(c) => c,
             Err(e) => {
@@ -386,6 +446,14 @@ fn run(args: Args, forwarded: SigSet) -> Result<ExitCode, String> {
             }
         };
         pids.push((r.rank, child.id() as i32));
+        if let Some(mut input) = child.stdin.take() {
+            // The remote wrapper reads the secret, then holds the input
+            // open until we close it (see REMOTE_WRAPPER).
+            let _ = writeln!(input, "{secret}");
+            if let Ok(mut l) = session_inputs.lock() {
+                l.push(input);
+            }
+        }
         let rank = r.rank;
         if let Some(out) = child.stdout.take() {
             outputs.push(std::thread::spawn(move || prefix(rank, out, false)));
@@ -402,15 +470,34 @@ fn run(args: Args, forwarded: SigSet) -> Result<ExitCode, String> {
     }
     drop(tx);
     let alive = std::sync::Arc::new(std::sync::Mutex::new(pids.clone()));
-    {
+    // Stops the ranks still running: with `sig` locally; over ssh by
+    // closing their sessions' input, then, the second time, by killing
+    // the ssh processes.
+    let stop = {
         let alive = alive.clone();
-        std::thread::spawn(move || loop {
-            let Ok(sig) = forwarded.wait() else { return };
+        let inputs = session_inputs.clone();
+        let stops = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+        move |sig: Signal| {
             let list = alive.lock().map(|l| l.clone()).unwrap_or_default();
-            eprintln!("bcl-run: {sig}: forwarding to {} rank(s)", list.len());
-            for (_, pid) in list {
+            let n = stops.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if over_ssh && n == 0 {
+                if let Ok(mut l) = inputs.lock() {
+                    l.clear();
+                }
+                return list.len();
+            }
+            for (_, pid) in &list {
                 let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(-pid), sig);
             }
+            list.len()
+        }
+    };
+    {
+        let stop = stop.clone();
+        std::thread::spawn(move || loop {
+            let Ok(sig) = forwarded.wait() else { return };
+            let n = stop(sig);
+            eprintln!("bcl-run: {sig}: forwarding to {n} rank(s)");
         });
     }
     let mut first_failure: Option<(u32, u8)> = None;
@@ -429,10 +516,7 @@ fn run(args: Args, forwarded: SigSet) -> Result<ExitCode, String> {
         if code != 0 && first_failure.is_none() {
             eprintln!("bcl-run: rank {rank} failed ({status}); stopping the other ranks");
             first_failure = Some((rank, code));
-            let list = alive.lock().map(|l| l.clone()).unwrap_or_default();
-            for (_, pid) in list {
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(-pid), Signal::SIGTERM);
-            }
+            stop(Signal::SIGTERM);
         }
     }
     for o in outputs {
