@@ -170,6 +170,32 @@ impl Umem {
         Some(unsafe { std::slice::from_raw_parts(self.map.ptr().add(addr as usize), len as usize) })
     }
 
+    /// Chunks `first..first + n`, writable as one slice (they are
+    /// contiguous in the UMEM), if this process owns all of them.
+    pub(crate) fn chunks_mut(&mut self, first: u32, n: u32) -> Option<&mut [u8]> {
+        let end = first.checked_add(n)?;
+        if n == 0 || end as usize > self.owner.len() {
+            return None;
+        }
+        if self.owner[first as usize..end as usize]
+            .iter()
+            .any(|o| *o != Owner::User)
+        {
+            return None;
+        }
+        let at = self.addr(first) as usize;
+        // SAFETY: `first + n <= frames`, so the n chunks lie inside the
+        // mapping, one after the other. All are owned by this process (the
+        // kernel neither reads nor writes them), and the `&mut self` borrow
+        // makes this the only Rust reference into the UMEM while it lives.
+        Some(unsafe {
+            std::slice::from_raw_parts_mut(
+                self.map.ptr().add(at),
+                n as usize * self.frame_size as usize,
+            )
+        })
+    }
+
     /// The whole of chunk `c`, writable, if this process owns it.
     pub(crate) fn chunk_mut(&mut self, c: u32) -> Option<&mut [u8]> {
         if self.owner.get(c as usize)? != &Owner::User {
@@ -219,5 +245,19 @@ mod tests {
         assert!(u.chunk_mut(6).is_none());
         assert!(u.chunk_mut(99).is_none());
         assert_eq!(u.bytes(5 * 2048, 1), Some(&[7u8][..]));
+    }
+
+    #[test]
+    fn runs_of_chunks_are_lent_only_when_all_are_ours() {
+        let (mut u, _) = Umem::new(12, 2048, false).unwrap();
+        u.give(6);
+        let run = u.chunks_mut(8, 3).unwrap();
+        assert_eq!(run.len(), 3 * 2048);
+        run[3 * 2048 - 1] = 9;
+        assert!(u.chunks_mut(5, 2).is_none(), "chunk 6 is the kernel's");
+        assert!(u.chunks_mut(8, 0).is_none());
+        assert!(u.chunks_mut(10, 3).is_none(), "past the UMEM");
+        assert!(u.chunks_mut(u32::MAX, 2).is_none());
+        assert_eq!(u.bytes(10 * 2048 + 2047, 1), Some(&[9u8][..]));
     }
 }

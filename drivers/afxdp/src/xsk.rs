@@ -99,8 +99,14 @@ struct MultiBuffer {
     /// come), and whether it is already known to be dropped.
     rx_open: bool,
     rx_dropping: bool,
-    /// Where the caller writes a frame to send; cut into chunks after.
-    tx_frame: Vec<u8>,
+    /// TX chunks are lent in slots of this many contiguous chunks (the
+    /// largest frame's worth): the caller writes a whole frame straight
+    /// into a slot, which is then sent as one descriptor per chunk used.
+    slot_chunks: u32,
+    /// Free TX slots (numbered from 0 at chunk `rx_frames`).
+    free_slots: Vec<u32>,
+    /// Per TX slot: its chunks the kernel still holds.
+    slot_out: Vec<u32>,
 }
 
 fn io_ctx(queue: u32, what: &str) -> impl FnOnce(io::Error) -> AfXdpError {
@@ -256,12 +262,18 @@ impl Xsk {
         let (bind, mut bind_note, multi) = xsk.bind(p)?;
         xsk.bind = bind;
         if let Some(max_frame) = multi {
+            let slot_chunks = max_frame.div_ceil(p.frame_size as usize) as u32;
+            let slots = p.tx_frames / slot_chunks;
+            // TX chunks go out in slots from now on, not one by one.
+            xsk.tx_free.clear();
             xsk.multi = Some(MultiBuffer {
                 max_frame,
                 rx_frame: Vec::with_capacity(max_frame),
                 rx_open: false,
                 rx_dropping: false,
-                tx_frame: vec![0; max_frame],
+                slot_chunks,
+                free_slots: (0..slots).rev().collect(),
+                slot_out: vec![0; slots as usize],
             });
         }
         if let (Some(_), None) = (p.multi_buffer, multi) {
@@ -546,7 +558,19 @@ impl Xsk {
                 .umem
                 .take(addr, 0, self.rx_frames..self.rx_frames + self.tx_frames)
             {
-                Some(c) => self.tx_free.push(c),
+                Some(c) => match self.multi.as_mut() {
+                    // A slot is free again once all its chunks are back.
+                    Some(m) => {
+                        let s = ((c - self.rx_frames) / m.slot_chunks) as usize;
+                        if let Some(out) = m.slot_out.get_mut(s) {
+                            *out = out.saturating_sub(1);
+                            if *out == 0 {
+                                m.free_slots.push(s as u32);
+                            }
+                        }
+                    }
+                    None => self.tx_free.push(c),
+                },
                 None => self.stats.tx_bad_completion += 1,
             }
         }
@@ -555,9 +579,13 @@ impl Xsk {
         }
     }
 
-    /// TX buffers free now (after reaping completions).
+    /// TX buffers free now (after reaping completions): chunks, or with
+    /// multi-buffer frames whole TX slots (each takes a largest frame).
     pub(crate) fn tx_space(&mut self) -> u32 {
         self.reap();
+        if let (Some(m), Some(t)) = (self.multi.as_ref(), self.tx.as_mut()) {
+            return (t.free(m.slot_chunks) / m.slot_chunks).min(m.free_slots.len() as u32);
+        }
         let free = self.tx_free.len() as u32;
         match self.tx.as_mut() {
             Some(t) => t.free(free).min(free),
@@ -610,47 +638,50 @@ impl Xsk {
         Ok(n)
     }
 
-    /// [`Xsk::tx`] for multi-buffer sockets: lends the staging buffer (the
-    /// largest frame) while chunks for a whole largest frame are free, then
-    /// cuts each frame into chunks, all but the last marked as continued.
-    /// Returns the number of frames queued.
+    /// [`Xsk::tx`] for multi-buffer sockets: lends a free TX slot (the
+    /// largest frame's worth of contiguous chunks) while the TX ring has
+    /// room for a whole largest frame; each frame written there goes out
+    /// as one descriptor per chunk it uses, all but the last marked as
+    /// continued (no copy). Returns the number of frames queued.
     fn tx_multi(&mut self, f: &mut dyn FnMut(&mut [u8]) -> Option<usize>) -> io::Result<u32> {
+        self.reap();
         let fs = self.umem.frame_size() as usize;
-        let Some(m) = self.multi.as_mut() else {
-            return Ok(0);
-        };
-        let per_frame = m.max_frame.div_ceil(fs) as u32;
-        let mut room = self.tx_space();
         let (Some(tx), Some(m)) = (self.tx.as_mut(), self.multi.as_mut()) else {
             return Ok(0);
         };
+        let k = m.slot_chunks;
         let (mut frames, mut descs) = (0u32, 0u32);
-        while room >= per_frame {
-            let len = match f(&mut m.tx_frame) {
+        while tx.free(descs + k) >= descs + k {
+            let Some(&slot) = m.free_slots.last() else {
+                break;
+            };
+            let first = self.rx_frames + slot * k;
+            let Some(buf) = self.umem.chunks_mut(first, k) else {
+                // Cannot happen: a free slot's chunks are ours. Drop it.
+                m.free_slots.pop();
+                continue;
+            };
+            let len = match f(&mut buf[..m.max_frame]) {
                 None | Some(0) => break,
                 Some(len) => len.min(m.max_frame),
             };
-            let mut off = 0;
-            while off < len {
-                let piece = fs.min(len - off);
-                let Some(c) = self.tx_free.pop() else { break };
-                let Some(buf) = self.umem.chunk_mut(c) else {
-                    continue;
-                };
-                buf[..piece].copy_from_slice(&m.tx_frame[off..off + piece]);
+            m.free_slots.pop();
+            let used = len.div_ceil(fs) as u32;
+            for j in 0..used {
+                let c = first + j;
                 self.umem.give(c);
-                off += piece;
+                let piece = fs.min(len - j as usize * fs);
                 tx.write(
                     descs,
                     XdpDesc {
                         addr: self.umem.addr(c),
                         len: piece as u32,
-                        options: if off < len { sys::XDP_PKT_CONTD } else { 0 },
+                        options: if j + 1 < used { sys::XDP_PKT_CONTD } else { 0 },
                     },
                 );
                 descs += 1;
-                room -= 1;
             }
+            m.slot_out[slot as usize] = used;
             frames += 1;
         }
         if descs > 0 {
