@@ -23,7 +23,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ITERS=20000
-BW_ITERS=100
+BW_ITERS=400
 APPEND=1
 ISSUE3=1
 AFXDP=1
