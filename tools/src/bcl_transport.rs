@@ -143,27 +143,12 @@ impl BclTransport {
 
 impl Transport for BclTransport {
     fn send(&mut self, msg: &[u8], deadline: Instant) -> Result<(), TransportError> {
-        let peer = self
-            .peer
-            .ok_or_else(|| TransportError("no peer yet: nothing received".into()))?;
-        let until = self.time(deadline);
-        loop {
-            match self.ep.send(peer, msg) {
-                Ok(_) => {
-                    // Out at once, not after the next receive round.
-                    return self
-                        .ep
-                        .transmit()
-                        .map(drop)
-                        .map_err(|e| TransportError(e.to_string()));
-                }
-                Err(bcl::Error::Send(SendError::WouldBlock(_))) if self.ep.now() < until => {
-                    self.reap()?;
-                    self.step(until)?;
-                }
-                Err(e) => return Err(TransportError(e.to_string())),
-            }
-        }
+        self.send_queued(msg, deadline)?;
+        // Out at once, not after the next receive round.
+        self.ep
+            .transmit()
+            .map(drop)
+            .map_err(|e| TransportError(e.to_string()))
     }
 
     fn recv(

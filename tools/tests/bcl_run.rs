@@ -73,12 +73,13 @@ fn the_job_fails_with_the_first_failing_rank_and_output_is_prefixed() {
     assert!(stderr.contains("rank 1 failed"), "{stderr}");
 }
 
-#[test]
-fn sigterm_is_forwarded_to_every_rank() {
+/// Starts a two-rank job (extra `bcl-run` arguments `place`) whose ranks
+/// trap SIGTERM (print got-term, exit 5), sends `bcl-run` SIGTERM once both
+/// are ready, and checks both ranks got it and their status came back.
+fn sigterm_reaches_both_ranks(place: &[&str]) {
     let mut child = bcl_run()
+        .args(place)
         .args([
-            "-n",
-            "2",
             "--",
             "sh",
             "-c",
@@ -106,6 +107,11 @@ fn sigterm_is_forwarded_to_every_rank() {
     assert_eq!(status.code(), Some(5), "{rest:?}");
     assert!(rest.iter().any(|l| l == "[0] got-term"), "{rest:?}");
     assert!(rest.iter().any(|l| l == "[1] got-term"), "{rest:?}");
+}
+
+#[test]
+fn sigterm_is_forwarded_to_every_rank() {
+    sigterm_reaches_both_ranks(&["-n", "2"]);
 }
 
 #[test]
@@ -492,40 +498,13 @@ fn sigterm_reaches_ranks_started_over_ssh() {
     let Some(d) = sshd("sigterm_reaches_ranks_started_over_ssh") else {
         return;
     };
-    let mut child = bcl_run()
-        .args([
-            "--hosts",
-            "127.0.0.1,localhost",
-            "--rendezvous-host",
-            "127.0.0.1",
-            "--ssh-command",
-            &d.ssh_command,
-            "--",
-            "sh",
-            "-c",
-            "trap 'echo got-term; exit 5' TERM; echo ready; while true; do sleep 0.05; done",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut ready = 0;
-    while ready < 2 {
-        let l = lines.next().unwrap().unwrap();
-        if l.ends_with("ready") {
-            ready += 1;
-        }
-    }
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
-    let status = child.wait().unwrap();
-    // The ranks' own exit status came back through ssh.
-    assert_eq!(status.code(), Some(5), "{rest:?}");
-    assert!(rest.iter().any(|l| l == "[0] got-term"), "{rest:?}");
-    assert!(rest.iter().any(|l| l == "[1] got-term"), "{rest:?}");
+    // The ranks' own exit status comes back through ssh.
+    sigterm_reaches_both_ranks(&[
+        "--hosts",
+        "127.0.0.1,localhost",
+        "--rendezvous-host",
+        "127.0.0.1",
+        "--ssh-command",
+        &d.ssh_command,
+    ]);
 }
