@@ -303,6 +303,38 @@ fn ring_full_ring_back_pressure() {
 }
 
 #[test]
+fn ring_tagged_and_plain_sends_arrive_intact() {
+    // A direct message is written as tag + data straight into its slot
+    // (try_send_tagged); racing a plain producer, both arrive whole.
+    loom::model(|| {
+        let r = Arc::new(TestRing::new(2, 8, 2));
+        let p0 = r.producer(0);
+        assert_eq!(
+            p0.try_send_tagged(1, &[0; 8]),
+            Err(RingSendError::TooLarge),
+            "tag + 8 bytes do not fit an 8-byte payload"
+        );
+        let r2 = r.clone();
+        let h = thread::spawn(move || {
+            let p = r2.producer(1);
+            loop {
+                match p.try_send_tagged(0xd1, &[1, 2, 3]) {
+                    Ok(_) => return,
+                    Err(RingSendError::Full) => thread::yield_now(),
+                    Err(e) => panic!("{e:?}"),
+                }
+            }
+        });
+        send_retry(&p0, &msg(0, 0));
+        let mut c = RingConsumer::new(r.view());
+        let mut got = vec![recv_spinning(&mut c), recv_spinning(&mut c)];
+        got.sort();
+        assert_eq!(got, vec![(0, msg(0, 0).to_vec()), (1, vec![0xd1, 1, 2, 3])]);
+        h.join().unwrap();
+    });
+}
+
+#[test]
 fn ring_full_is_reported_without_claiming() {
     loom::model(|| {
         let r = Arc::new(TestRing::new(2, 8, 1));
