@@ -181,6 +181,7 @@ impl EndpointBuilder {
             rx_polls,
             last_now: Time::ZERO,
             clock_reuse_left: 0,
+            short_rounds: 0,
             clock: self
                 .clock
                 .unwrap_or_else(|| Arc::new(MonotonicClock::new())),
@@ -215,7 +216,16 @@ pub struct Endpoint {
     last_now: Time,
     /// Rounds that may still reuse `last_now`.
     clock_reuse_left: u32,
+    /// Progress rounds in a row that returned right after a shared-memory
+    /// receive (see [`MAX_SHORT_ROUNDS`]).
+    short_rounds: u32,
 }
+
+/// Progress rounds in a row that may end right after shared memory brought
+/// messages, skipping timers, transmission and housekeeping that have no
+/// work; the next round then runs them all, so a stream of arrivals cannot
+/// starve them.
+const MAX_SHORT_ROUNDS: u32 = 4;
 
 /// A busy-polling engine's record of one method's receive polls: a method
 /// whose poll is a system call (UDP) and that found nothing
@@ -384,9 +394,26 @@ impl Endpoint {
         }
         if let Some(side) = self.shm.as_mut() {
             if let Some(shm) = crate::shm_engine::method(&mut self.methods, side.index) {
-                moved += side.receive(shm, &mut self.port, now, RX_BUDGET);
+                let got = side.receive(shm, &mut self.port, now, RX_BUDGET);
+                moved += got;
+                // Shared memory brought something and nothing else is
+                // waiting: hand it to the caller now, and leave timers,
+                // transmission and housekeeping (none of which has work) to
+                // the next round. On a ping-pong this takes them off the
+                // path from arrival to reply.
+                if got > 0
+                    && self.short_rounds < MAX_SHORT_ROUNDS
+                    && !shm.has_pending_work()
+                    && !self.port.has_transmit_work()
+                    && !self.port.has_outbound_bulk()
+                    && self.port.poll_timeout().is_none_or(|t| t > now)
+                {
+                    self.short_rounds += 1;
+                    return Ok(moved);
+                }
             }
         }
+        self.short_rounds = 0;
         self.port.handle_timeout(now);
         moved += self.transmit_at(now)?;
         if let Some(side) = self.shm.as_mut() {

@@ -91,6 +91,12 @@ pub struct OutboundBulk {
 }
 
 impl Port {
+    /// Whether transfers are waiting for the engine to move their data
+    /// ([`Port::next_outbound_bulk`] would return one, or skip a stale one).
+    pub fn has_outbound_bulk(&self) -> bool {
+        !self.bulk_ready.is_empty()
+    }
+
     /// The next transfer whose data the engine must move itself, if any.
     pub fn next_outbound_bulk(&mut self) -> Option<OutboundBulk> {
         while let Some(m) = self.bulk_ready.pop_front() {

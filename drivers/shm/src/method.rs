@@ -323,6 +323,13 @@ impl ShmMethod {
         self.flush_link(b.route.link.0 as usize);
     }
 
+    /// Whether anything waits for [`ShmMethod::flush`],
+    /// [`ShmMethod::bulk_to_push`] or [`ShmMethod::drain_written`]: queued
+    /// frames or transfers, or written counts not yet reported.
+    pub fn has_pending_work(&self) -> bool {
+        self.maybe_queued || !self.written_dirty.is_empty()
+    }
+
     /// Bulk transfers whose data is to be pushed now (announced, at the head
     /// of their link's queue): fills `out` with (link, token).
     pub fn bulk_to_push(&self, out: &mut Vec<(LinkId, BulkToken)>) {
