@@ -392,10 +392,12 @@ impl Endpoint {
             };
             moved += n;
         }
+        let mut housekeeping = self.shm.is_some();
         if let Some(side) = self.shm.as_mut() {
             if let Some(shm) = crate::shm_engine::method(&mut self.methods, side.index) {
                 let got = side.receive(shm, &mut self.port, now, RX_BUDGET);
                 moved += got;
+                housekeeping = side.housekeeping_due(shm, &self.port, self.stats.rounds);
                 // Shared memory brought something and nothing else is
                 // waiting: hand it to the caller now, and leave timers,
                 // transmission and housekeeping (none of which has work) to
@@ -403,9 +405,8 @@ impl Endpoint {
                 // path from arrival to reply.
                 if got > 0
                     && self.short_rounds < MAX_SHORT_ROUNDS
-                    && !shm.has_pending_work()
+                    && !housekeeping
                     && !self.port.has_transmit_work()
-                    && !self.port.has_outbound_bulk()
                     && self.port.poll_timeout().is_none_or(|t| t > now)
                 {
                     self.short_rounds += 1;
@@ -415,10 +416,19 @@ impl Endpoint {
         }
         self.short_rounds = 0;
         self.port.handle_timeout(now);
-        moved += self.transmit_at(now)?;
-        if let Some(side) = self.shm.as_mut() {
-            if let Some(shm) = crate::shm_engine::method(&mut self.methods, side.index) {
-                moved += side.housekeeping(shm, &mut self.port, now, self.stats.rounds);
+        if self.port.has_transmit_work() {
+            let sent = self.transmit_at(now)?;
+            // Frames handed to shared memory are reported written there.
+            housekeeping |= sent > 0 && self.shm.is_some();
+            moved += sent;
+        }
+        // Skipped in rounds where it has nothing to do: most busy-poll
+        // rounds, whose length is the delay before an arrival is seen.
+        if housekeeping {
+            if let Some(side) = self.shm.as_mut() {
+                if let Some(shm) = crate::shm_engine::method(&mut self.methods, side.index) {
+                    moved += side.housekeeping(shm, &mut self.port, now, self.stats.rounds);
+                }
             }
         }
         Ok(moved)
@@ -517,6 +527,10 @@ impl Endpoint {
     /// to `until`). The building block of application loops that run in
     /// both modes.
     pub fn progress_or_wait(&mut self, until: Option<Time>) -> Result<usize, Error> {
+        if self.waiter.is_none() {
+            // Busy polling: `wait` would return at once.
+            return self.progress();
+        }
         let events = |p: &Port| {
             let s = p.stats();
             s.messages_completed + s.messages_failed + s.messages_delivered + s.channel_events

@@ -100,6 +100,15 @@ impl ShmSide {
         shm.poll_rx(budget, &mut rx)
     }
 
+    /// Whether [`ShmSide::housekeeping`] has anything to do in round
+    /// `round`: transfers to start or push, frames to flush, written counts
+    /// or events to report, or the periodic look for dead peers.
+    pub fn housekeeping_due(&self, shm: &ShmMethod, port: &Port, round: u64) -> bool {
+        shm.has_pending_work()
+            || port.has_outbound_bulk()
+            || round.is_multiple_of(PEER_CHECK_ROUNDS)
+    }
+
     /// Moves transfer data out, turns peer deaths into failures, and now and
     /// then looks for dead peers. Returns work done.
     pub fn housekeeping(

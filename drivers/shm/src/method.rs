@@ -324,10 +324,11 @@ impl ShmMethod {
     }
 
     /// Whether anything waits for [`ShmMethod::flush`],
-    /// [`ShmMethod::bulk_to_push`] or [`ShmMethod::drain_written`]: queued
-    /// frames or transfers, or written counts not yet reported.
+    /// [`ShmMethod::bulk_to_push`], [`ShmMethod::drain_written`] or
+    /// [`ShmMethod::poll_event`]: queued frames or transfers, written counts
+    /// not yet reported, or events.
     pub fn has_pending_work(&self) -> bool {
-        self.maybe_queued || !self.written_dirty.is_empty()
+        self.maybe_queued || !self.written_dirty.is_empty() || self.port.has_events()
     }
 
     /// Bulk transfers whose data is to be pushed now (announced, at the head

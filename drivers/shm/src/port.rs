@@ -1055,6 +1055,11 @@ impl ShmPort {
         self.reap_gone();
     }
 
+    /// Whether [`ShmPort::poll_event`] has something.
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
     /// The next event about a peer (death, departure, protocol violation).
     pub fn poll_event(&mut self) -> Option<ShmEvent> {
         self.events.pop_front()
