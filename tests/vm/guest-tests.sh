@@ -128,7 +128,7 @@ run dma-4k-fallback sh -c 'h=/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepa
 run exchange       bcl-vfio exchange "$NIC_A" "$NIC_B" --frames 1000
 run exchange-poll  bcl-vfio exchange "$NIC_A" "$NIC_B" --frames 500 --no-interrupts --queue-size 8
 run pingpong       serve_connect bcl-pingpong "--method vfio --pci $NIC_A" "--method vfio --pci $NIC_B $PP"
-run pingpong-poll  serve_connect bcl-pingpong "--method vfio --pci $NIC_A --busy-poll" "--method vfio --pci $NIC_B --busy-poll --sizes 64 --iters 100 --warmup 10 --timeout-ms 60000"
+run pingpong-poll  serve_connect bcl-pingpong "--method vfio --ifname $NIC_A --busy-poll" "--method vfio --pci $NIC_B --busy-poll --sizes 64 --iters 100 --warmup 10 --timeout-ms 60000"
 run bw-verify      serve_connect bcl-bw "--method vfio --pci $NIC_A --verify" "--method vfio --pci $NIC_B $BW"
 run cluster-vfio   cluster_vfio
 run mixed-pingpong mixed bcl-pingpong --method vfio --pci "$NIC_E" --connect "$HOST_PP_DESC" $PP

@@ -77,12 +77,14 @@ pub struct CommonArgs {
     pub pin: Option<CpuList>,
 
     /// Interface of the packet and afxdp methods (default: the only non-loopback
-    /// interface that is up).
+    /// interface that is up). For vfio: a PCI address, or the interface name
+    /// of the NIC to drive (which must then be bound to vfio-pci).
     #[arg(long, value_name = "IF")]
     pub ifname: Option<String>,
 
     /// PCI address of the vfio method's NIC, bound to vfio-pci (e.g.
-    /// 0000:00:02.0; `bcl-vfio list` shows them).
+    /// 0000:00:02.0; `bcl-vfio list` shows them). Default: --ifname, else
+    /// the only supported NIC bound to vfio-pci.
     #[arg(long, value_name = "ADDRESS")]
     pub pci: Option<String>,
 

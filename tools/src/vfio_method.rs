@@ -68,9 +68,15 @@ pub fn ethernet_peer(text: &str, method: &str) -> Result<Descriptor, String> {
 
 /// Opens the `vfio` method on the NIC of `--pci`.
 pub fn open_method(spec: &EndSpec) -> Result<Box<dyn Method>, String> {
-    let pci = spec.pci.as_deref().ok_or(
-        "--method vfio needs --pci ADDRESS: a NIC bound to vfio-pci (`bcl-vfio list` shows the NICs, `bcl-vfio bind ADDRESS` binds one)",
-    )?;
+    // --pci, else --ifname (a PCI address or the NIC's interface name, as
+    // for the other Ethernet methods), else the only NIC bound to vfio-pci.
+    let pci = match &spec.pci {
+        Some(p) => p.clone(),
+        None => bcl_vfio::sysfs::Sysfs::system()
+            .resolve_nic(spec.ifname.as_deref())
+            .map_err(|e| format!("--method vfio: {e}"))?,
+    };
+    let pci = pci.as_str();
     let config = VfioMethodConfig {
         ethertype: spec.ethertype,
         interrupts: spec.mode() == ProgressMode::Blocking,
@@ -172,8 +178,9 @@ mod tests {
 
     #[test]
     fn opening_says_what_is_missing() {
+        // On this machine no NIC is bound to vfio-pci.
         let e = open_method(&spec(None)).err().unwrap();
-        assert!(e.contains("--pci"), "{e}");
+        assert!(e.contains("--pci ADDRESS"), "{e}");
         let e = open_method(&spec(Some("0000:ff:1f.7"))).err().unwrap();
         assert!(e.contains("no PCI device 0000:ff:1f.7"), "{e}");
         let e = open_method(&spec(Some("not-an-address"))).err().unwrap();

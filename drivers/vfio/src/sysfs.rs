@@ -204,6 +204,51 @@ impl Sysfs {
             .collect())
     }
 
+    /// The PCI address of the NIC a tool should drive, from what the user
+    /// gave (`name`): a PCI address as it is; an interface name (`eth1`) as
+    /// the PCI device that provides it (still bound to its kernel driver:
+    /// opening it then says how to bind it); nothing: the only supported
+    /// NIC bound to vfio-pci. Errors say what was found and what to pass.
+    pub fn resolve_nic(&self, name: Option<&str>) -> Result<String, String> {
+        if let Some(n) = name {
+            if n.parse::<PciAddress>().is_ok() {
+                return Ok(n.to_string());
+            }
+        }
+        let nics = self.network_devices().map_err(|e| {
+            format!(
+                "reading {}: {e}",
+                self.path("sys/bus/pci/devices").display()
+            )
+        })?;
+        match name {
+            Some(ifname) => nics
+                .iter()
+                .find(|d| d.interfaces.iter().any(|i| i == ifname))
+                .map(|d| d.address.to_string())
+                .ok_or_else(|| {
+                    format!(
+                        "{ifname:?} is neither a PCI address (such as 0000:01:00.0) nor the interface of a PCI NIC here (`bcl-vfio list` shows the NICs)"
+                    )
+                }),
+            None => {
+                let bound: Vec<String> = nics
+                    .iter()
+                    .filter(|d| d.bound_to_vfio() && d.bcl_driver().is_some())
+                    .map(|d| d.address.to_string())
+                    .collect();
+                match bound.as_slice() {
+                    [one] => Ok(one.clone()),
+                    [] => Err("no NIC BCL supports is bound to vfio-pci: bind one (`bcl-vfio list`, `bcl-vfio bind ADDRESS`) and pass --pci ADDRESS".into()),
+                    many => Err(format!(
+                        "several NICs are bound to vfio-pci ({}): choose one with --pci ADDRESS",
+                        many.join(", ")
+                    )),
+                }
+            }
+        }
+    }
+
     /// Names of the devices in IOMMU group `group` with their drivers.
     pub fn group_members(&self, group: u32) -> io::Result<Vec<(String, Option<String>)>> {
         let dir = self
@@ -445,6 +490,64 @@ mod tests {
         assert!(!fs_root.vfio_pci_loaded());
         f.add_driver("vfio-pci").unwrap();
         assert!(fs_root.vfio_pci_loaded());
+    }
+
+    #[test]
+    fn the_nic_to_drive_is_found_by_address_interface_or_binding() {
+        let (_d, f) = fake();
+        f.add_driver("virtio-pci").unwrap();
+        f.add_driver("vfio-pci").unwrap();
+        let net = 0x02_00_00;
+        f.add_device(
+            "0000:00:02.0",
+            0x1af4,
+            0x1041,
+            net,
+            Some("virtio-pci"),
+            Some(2),
+        )
+        .unwrap();
+        f.add_device(
+            "0000:00:03.0",
+            0x1af4,
+            0x1041,
+            net,
+            Some("vfio-pci"),
+            Some(3),
+        )
+        .unwrap();
+        std::fs::create_dir_all(
+            f.root()
+                .join("sys/devices/pci0000:00/0000:00:02.0/virtio0/net/eth1"),
+        )
+        .unwrap();
+        let s = Sysfs::new(f.root());
+        assert_eq!(s.resolve_nic(Some("0000:00:09.0")).unwrap(), "0000:00:09.0");
+        assert_eq!(s.resolve_nic(Some("eth1")).unwrap(), "0000:00:02.0");
+        let e = s.resolve_nic(Some("eth9")).unwrap_err();
+        assert!(e.contains("\"eth9\" is neither a PCI address"), "{e}");
+        // One NIC bound to vfio-pci: it.
+        assert_eq!(s.resolve_nic(None).unwrap(), "0000:00:03.0");
+        f.add_device(
+            "0000:00:04.0",
+            0x1af4,
+            0x1041,
+            net,
+            Some("vfio-pci"),
+            Some(4),
+        )
+        .unwrap();
+        let e = s.resolve_nic(None).unwrap_err();
+        assert!(
+            e.contains("several NICs are bound to vfio-pci (0000:00:03.0, 0000:00:04.0)"),
+            "{e}"
+        );
+        let (_d2, empty) = fake();
+        let e = Sysfs::new(empty.root()).resolve_nic(None).unwrap_err();
+        assert!(
+            e.contains("no NIC BCL supports is bound to vfio-pci"),
+            "{e}"
+        );
     }
 
     #[test]
