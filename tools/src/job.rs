@@ -10,13 +10,26 @@
 //! ```
 
 use crate::bcl_transport::BclTransport;
-use crate::methods::{bcl_max_message, BoxTransport, EndSpec};
+use crate::methods::{configure, BoxTransport, EndSpec};
 use bcl::cluster::join::{join as join_job, JoinOptions};
 use bcl::ProgressMode;
 use std::sync::OnceLock;
 use std::time::Duration;
 
 static METHOD: OnceLock<String> = OnceLock::new();
+
+/// 64-bit FNV-1a of a file, with its length: tells builds apart.
+/// `bcl-run` puts the program's in `BCL_PROGRAM_HASH`, and a rank compares
+/// it with its own executable's to check that every rank runs one build.
+pub fn file_hash(path: &std::path::Path) -> std::io::Result<String> {
+    let bytes = std::fs::read(path)?;
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in &bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    Ok(format!("{h:016x}-{}", bytes.len()))
+}
 
 /// The method name for reports: the method the job chose for rank 0 ↔
 /// rank 1 when running under `bcl-run`, else `default` (the --method).
@@ -61,16 +74,7 @@ pub fn join(spec: &EndSpec) -> Result<Option<JobEnd>, String> {
         } else {
             ProgressMode::Blocking
         },
-        configure: Box::new(move |cfg, mtu| {
-            cfg.eager_limit = bcl_max_message(mtu);
-            cfg.ring_block_size = 256;
-            cfg.ring_blocks = 16384;
-            if let Some(min) = rto_min {
-                cfg.rto.min = min;
-                cfg.rto.initial = cfg.rto.initial.max(min);
-                cfg.rto.max = cfg.rto.max.max(min);
-            }
-        }),
+        configure: Box::new(move |cfg, mtu| configure(cfg, mtu, rto_min)),
     })
     .map_err(|e| e.to_string())?;
     for n in &joined.notes {

@@ -100,6 +100,24 @@ pub struct EndSpec {
 }
 
 impl EndSpec {
+    /// `method` with nothing else chosen (the tools' defaults: blocking,
+    /// EtherType 0x88B5, a 1500-byte sim wire, the methods' own MTUs and
+    /// timeouts, no interface, address or device named).
+    pub fn new(method: MethodArg) -> Self {
+        EndSpec {
+            method,
+            busy_poll: false,
+            ifname: None,
+            bind: None,
+            ethertype: 0x88b5,
+            fault: None,
+            sim_mtu: 1500,
+            rto_min: None,
+            udp_mtu: None,
+            pci: None,
+        }
+    }
+
     /// The progress mode in effect for BCL methods.
     pub fn mode(&self) -> ProgressMode {
         if self.busy_poll || matches!(self.method, MethodArg::Sim | MethodArg::Spin) {
@@ -130,7 +148,7 @@ pub fn bcl_max_message(mtu: usize) -> usize {
 
 /// Port settings of the tools: the largest eager messages the MTU allows
 /// and a 4 MiB receive ring, so streams of large messages flow.
-fn configure(cfg: &mut PortConfig, mtu: usize, rto_min: Option<std::time::Duration>) {
+pub(crate) fn configure(cfg: &mut PortConfig, mtu: usize, rto_min: Option<std::time::Duration>) {
     cfg.eager_limit = bcl_max_message(mtu);
     cfg.ring_block_size = 256;
     cfg.ring_blocks = 16384;
@@ -460,18 +478,7 @@ mod tests {
 
     #[test]
     fn bind_addresses_are_never_wildcards_on_the_server() {
-        let spec = EndSpec {
-            method: MethodArg::Udp,
-            busy_poll: false,
-            ifname: None,
-            bind: None,
-            ethertype: 0x88b5,
-            fault: None,
-            sim_mtu: 1500,
-            rto_min: None,
-            udp_mtu: None,
-            pci: None,
-        };
+        let spec = EndSpec::new(MethodArg::Udp);
         assert!(!server_bind(&spec).unwrap().ip().is_unspecified());
         let with = EndSpec {
             bind: Some("127.0.0.1".into()),

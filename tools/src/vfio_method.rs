@@ -122,16 +122,8 @@ mod tests {
 
     fn spec(pci: Option<&str>) -> EndSpec {
         EndSpec {
-            method: MethodArg::Vfio,
-            busy_poll: false,
-            ifname: None,
-            bind: None,
-            ethertype: 0x88b5,
-            fault: None,
-            sim_mtu: 1500,
-            rto_min: None,
-            udp_mtu: None,
             pci: pci.map(str::to_string),
+            ..EndSpec::new(MethodArg::Vfio)
         }
     }
 

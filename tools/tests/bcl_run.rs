@@ -12,31 +12,40 @@ fn bcl_run() -> Command {
     c
 }
 
-#[test]
-fn a_local_job_runs_one_binary_over_shared_memory() {
-    let out = bcl_run()
-        .args([
-            "-n",
-            "3",
-            "--",
-            env!("CARGO_BIN_EXE_bcl-alltoall"),
-            "--sizes",
-            "8,65536,1048576",
-        ])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+/// Runs `c` to the end, asserts it succeeded (printing both outputs if
+/// not), and returns its standard output.
+fn succeeds(c: &mut Command) -> String {
+    let out = c.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    stdout
+}
+
+/// Asserts the job's output reports `n` links, all over shared memory.
+fn all_links_shm(stdout: &str, n: usize) {
     let links: Vec<&str> = stdout.lines().filter(|l| l.contains("] link ")).collect();
-    assert_eq!(links.len(), 6, "{stdout}");
+    assert_eq!(links.len(), n, "{stdout}");
     assert!(
         links.iter().all(|l| l.contains("\"method\":\"shm\"")),
         "{stdout}"
     );
+}
+
+#[test]
+fn a_local_job_runs_one_binary_over_shared_memory() {
+    let stdout = succeeds(bcl_run().args([
+        "-n",
+        "3",
+        "--",
+        env!("CARGO_BIN_EXE_bcl-alltoall"),
+        "--sizes",
+        "8,65536,1048576",
+    ]));
+    all_links_shm(&stdout, 6);
     for r in 0..3 {
         assert!(
             stdout.contains(&format!("[{r}] done {{\"rank\":{r},\"received\":6,")),
@@ -116,23 +125,20 @@ fn sigterm_is_forwarded_to_every_rank() {
 
 #[test]
 fn dry_run_prints_the_ssh_command_of_every_rank() {
-    let out = bcl_run()
-        .args([
-            "--hosts",
-            "h1,h2",
-            "--per-node",
-            "2",
-            "--dry-run",
-            "--rendezvous-host",
-            "10.0.0.9",
-            "--",
-            "/opt/bin/prog",
-            "an arg",
-        ])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}");
+    let mut c = bcl_run();
+    c.args([
+        "--hosts",
+        "h1,h2",
+        "--per-node",
+        "2",
+        "--dry-run",
+        "--rendezvous-host",
+        "10.0.0.9",
+        "--",
+        "/opt/bin/prog",
+        "an arg",
+    ]);
+    let stdout = succeeds(&mut c);
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), 4, "{stdout}");
     for (r, host, local) in [(0, "h1", 0), (1, "h1", 1), (2, "h2", 0), (3, "h2", 1)] {
@@ -189,30 +195,24 @@ fn a_program_started_without_bcl_run_says_so() {
 fn pingpong_and_bw_run_rank_0_against_rank_1_under_bcl_run() {
     let dir = tempfile::tempdir().unwrap();
     let pj = dir.path().join("pp.json");
-    let out = bcl_run()
-        .args([
-            "-n",
-            "3",
-            "--",
-            env!("CARGO_BIN_EXE_bcl-pingpong"),
-            "--sizes",
-            "8,1024",
-        ])
-        .args([
-            "--iters",
-            "200",
-            "--warmup",
-            "20",
-            "--json",
-            pj.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let stdout = succeeds(
+        bcl_run()
+            .args([
+                "-n",
+                "3",
+                "--",
+                env!("CARGO_BIN_EXE_bcl-pingpong"),
+                "--sizes",
+                "8,1024",
+            ])
+            .args([
+                "--iters",
+                "200",
+                "--warmup",
+                "20",
+                "--json",
+                pj.to_str().unwrap(),
+            ]),
     );
     assert!(
         stdout.contains("[0] # job: rank 0 <-> rank 1 over shm"),
@@ -226,23 +226,17 @@ fn pingpong_and_bw_run_rank_0_against_rank_1_under_bcl_run() {
     assert_eq!(v["results"][1]["iters"], 200);
 
     let bj = dir.path().join("bw.json");
-    let out = bcl_run()
-        .args([
-            "-n",
-            "2",
-            "--",
-            env!("CARGO_BIN_EXE_bcl-bw"),
-            "--sizes",
-            "1024,64K",
-        ])
-        .args(["--iters", "10", "--verify", "--json", bj.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    succeeds(
+        bcl_run()
+            .args([
+                "-n",
+                "2",
+                "--",
+                env!("CARGO_BIN_EXE_bcl-bw"),
+                "--sizes",
+                "1024,64K",
+            ])
+            .args(["--iters", "10", "--verify", "--json", bj.to_str().unwrap()]),
     );
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&bj).unwrap()).unwrap();
@@ -328,22 +322,9 @@ fn a_static_job_file_needs_no_rendezvous() {
 
 #[test]
 fn bcl_info_job_prints_a_running_jobs_links() {
-    let out = bcl_run()
-        .args(["-n", "3", "--", env!("CARGO_BIN_EXE_bcl-info"), "--job"])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let links: Vec<&str> = stdout.lines().filter(|l| l.contains("] link ")).collect();
-    assert_eq!(links.len(), 6, "{stdout}");
-    assert!(
-        links.iter().all(|l| l.contains("\"method\":\"shm\"")),
-        "{stdout}"
-    );
+    let stdout =
+        succeeds(bcl_run().args(["-n", "3", "--", env!("CARGO_BIN_EXE_bcl-info"), "--job"]));
+    all_links_shm(&stdout, 6);
 }
 
 /// A private sshd on 127.0.0.1 that accepts one key (for the ssh-mode
@@ -431,28 +412,24 @@ fn a_job_runs_over_real_ssh_and_the_secret_stays_off_command_lines() {
         return;
     };
     // Two "hosts" (both this machine, through sshd): a verified all-to-all.
-    let out = bcl_run()
-        .args([
-            "--hosts",
-            "127.0.0.1,localhost",
-            "--rendezvous-host",
-            "127.0.0.1",
-            "--ssh-command",
-            &d.ssh_command,
-            "--",
-            env!("CARGO_BIN_EXE_bcl-alltoall"),
-            "--sizes",
-            "8,65536",
-        ])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let mut c = bcl_run();
+    c.args([
+        "--hosts",
+        "127.0.0.1,localhost",
+        "--rendezvous-host",
+        "127.0.0.1",
+        "--ssh-command",
+        &d.ssh_command,
+        "--",
+        env!("CARGO_BIN_EXE_bcl-alltoall"),
+        "--sizes",
+        "8,65536",
+    ]);
+    let stdout = succeeds(&mut c);
     for r in 0..2 {
         assert!(
             stdout.contains(&format!("[{r}] done {{\"rank\":{r},\"received\":2,")),
-            "{stdout}\n{stderr}"
+            "{stdout}"
         );
     }
     // The ranks get the secret, and no process on the host has it on its
@@ -466,25 +443,22 @@ fn a_job_runs_over_real_ssh_and_the_secret_stays_off_command_lines() {
         \x20   except OSError:\n\
         \x20       pass\n\
         print('secret', len(s), 'on command lines', seen)\n";
-    let out = bcl_run()
-        .args([
-            "--hosts",
-            "127.0.0.1,localhost",
-            "--rendezvous-host",
-            "127.0.0.1",
-            "--timeout",
-            "5",
-            "--ssh-command",
-            &d.ssh_command,
-            "--",
-            "python3",
-            "-c",
-            probe,
-        ])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}");
+    let mut c = bcl_run();
+    c.args([
+        "--hosts",
+        "127.0.0.1,localhost",
+        "--rendezvous-host",
+        "127.0.0.1",
+        "--timeout",
+        "5",
+        "--ssh-command",
+        &d.ssh_command,
+        "--",
+        "python3",
+        "-c",
+        probe,
+    ]);
+    let stdout = succeeds(&mut c);
     let lines: Vec<&str> = stdout.lines().filter(|l| l.contains("secret")).collect();
     assert_eq!(lines.len(), 2, "{stdout}");
     for l in lines {

@@ -46,16 +46,8 @@ fn nic(addr: &str, mac: [u8; 6], port: WirePort, busy: bool) -> Box<dyn bcl::Met
 
 fn spec(busy: bool) -> EndSpec {
     EndSpec {
-        method: MethodArg::Vfio,
         busy_poll: busy,
-        ifname: None,
-        bind: None,
-        ethertype: 0x88b5,
-        fault: None,
-        sim_mtu: 1500,
-        rto_min: None,
-        udp_mtu: None,
-        pci: None,
+        ..EndSpec::new(MethodArg::Vfio)
     }
 }
 

@@ -53,17 +53,6 @@ fn message(from: u32, to: u32, size: usize) -> Vec<u8> {
     (0..size).map(|i| pattern(from, to, size, i)).collect()
 }
 
-/// FNV-1a-64 of a file with its length, as `bcl-run` computes it.
-fn file_hash(path: &str) -> std::io::Result<String> {
-    let bytes = std::fs::read(path)?;
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in &bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    Ok(format!("{h:016x}-{}", bytes.len()))
-}
-
 fn main() -> ExitCode {
     let args = Args::parse();
     match run(&args) {
@@ -85,7 +74,8 @@ struct Progress {
 }
 
 fn run(args: &Args) -> Result<(), String> {
-    let hash = file_hash("/proc/self/exe").map_err(|e| format!("hashing /proc/self/exe: {e}"))?;
+    let hash = bcl_tools::job::file_hash(std::path::Path::new("/proc/self/exe"))
+        .map_err(|e| format!("hashing /proc/self/exe: {e}"))?;
     let mut joined = join(JoinOptions {
         timeout: Duration::from_secs(args.timeout.min(30)),
         mode: if args.busy_poll {

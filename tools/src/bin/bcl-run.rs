@@ -30,10 +30,11 @@
 use bcl::cluster::bootstrap::{new_secret, RendezvousAddr, RendezvousServer};
 use bcl::cluster::resources::ClusterConfig;
 use bcl_lab::{Lab, LabGuard};
+use bcl_tools::job::file_hash;
 use clap::Parser;
 use nix::sys::signal::{SigSet, Signal};
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -118,17 +119,6 @@ struct Rank {
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
     eprintln!("bcl-run: {msg}");
     ExitCode::from(2)
-}
-
-/// 64-bit FNV-1a of a file, with its length: tells builds apart.
-fn file_hash(path: &Path) -> std::io::Result<String> {
-    let bytes = std::fs::read(path)?;
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in &bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    Ok(format!("{h:016x}-{}", bytes.len()))
 }
 
 /// The program's file: as given if it has a '/', else found in PATH.
