@@ -324,6 +324,15 @@ impl Endpoint {
         self.methods.iter().map(|m| m.as_ref())
     }
 
+    /// The endpoint's method of type `M`, if it has one: for that method's
+    /// own counters and settings (for example
+    /// [`ShmMethod::stats`](bcl_shm::ShmMethod::stats)).
+    pub fn method_mut<M: Method + 'static>(&mut self) -> Option<&mut M> {
+        self.methods
+            .iter_mut()
+            .find_map(|m| m.as_any_mut()?.downcast_mut::<M>())
+    }
+
     /// Tells the endpoint that `addr` can be reached at `descriptor`.
     pub fn add_peer(&mut self, addr: ProcessAddr, descriptor: Descriptor) {
         self.directory.add(addr, descriptor);

@@ -123,7 +123,7 @@ impl ShmSide {
         while let Some(b) = port.next_outbound_bulk() {
             work += 1;
             if b.route.method == self.index {
-                shm.start_bulk(&b);
+                shm.start_bulk(&b, port.bulk_source(b.token).unwrap_or(&[]));
             } else {
                 port.outbound_bulk_failed(now, b.token, TransferError::PeerUnreachable(b.peer));
             }
@@ -146,6 +146,8 @@ impl ShmSide {
             }
         }
         shm.flush();
+        // Transfers receivers copied from our shared heap are done.
+        work += shm.drain_pulled(|token| port.outbound_bulk_done(now, token));
         // Frames to shared-memory peers complete once in the peer's ring.
         shm.drain_written(|addr, written| port.confirm_written(now, addr, written));
         if round.is_multiple_of(PEER_CHECK_ROUNDS) {

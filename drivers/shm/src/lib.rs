@@ -38,6 +38,8 @@
 pub mod bell;
 pub(crate) mod copy;
 pub mod exchange;
+#[cfg(not(loom))]
+pub mod heap;
 pub mod ring;
 pub(crate) mod sync;
 

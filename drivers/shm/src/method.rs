@@ -9,10 +9,18 @@
 //! | 2 `DIRECT` | a whole system-channel message, inline, no BCL header | the engine's shortcut for small messages (one cache line for 8 bytes) |
 //! | 3 `BIG_FRAME` | "my next exchange message is a BCL frame" | frames too large for a slot (up to 64 KiB) |
 //! | 4 `BULK` | "my next exchange message is transfer data": kind, channel, transfer, length | normal-channel messages, RMA puts and get replies, copied by the receiver straight into their destination while the sender is still copying in (pipelined) |
+//! | 5 `BULK_SHARED` | "transfer data is in my shared heap": kind, channel, transfer, length, memfd, allocation number, offset | the same, when the sender's buffer is in its [`SharedHeap`](crate::heap::SharedHeap): the receiver copies it from there, one copy |
+//! | 6 `BULK_PULLED` | kind, transfer | "I have copied it": the sender's buffer is free |
+//! | 7 `BULK_REFUSED` | kind, transfer | "I cannot map it": the sender pushes the data through the exchange queue instead |
 //!
 //! Large data travels in the per-pair exchange queue. A big frame is pushed
 //! whole before its notice goes into the ring, so the receiver finds it
 //! complete; transfer data is announced first and pulled while it streams.
+//! Transfer data from a sender's shared heap does not travel at all: the
+//! receiver maps the sender's allocation (once; up to
+//! [`PeerMappings::CAPACITY`](crate::heap::PeerMappings::CAPACITY) are kept)
+//! and copies from it, and the sender's transfer completes when the
+//! receiver says so.
 //! Per sender, items keep their order: a sender's later frames wait behind
 //! its earlier ones (in its queue when the ring or exchange queue is full,
 //! at the receiver behind an unfinished pull).
@@ -26,6 +34,7 @@
 //! messages and transfer data together); the generic
 //! [`Method::rx_burst`] handles frames only and drops other items (counted).
 
+use crate::heap::{self, PeerMappings, SharedBytes, SharedRef};
 use crate::{PeerId, PullProgress, ShmConfig, ShmError, ShmEvent, ShmPort};
 use bcl_core::method::{Descriptor, LinkId, Method, MethodCaps, MethodError, TxFrame};
 use bcl_core::port::{BulkKind, BulkToken, OutboundBulk};
@@ -41,8 +50,22 @@ const TAG_FRAME: u8 = 1;
 const TAG_DIRECT: u8 = 2;
 const TAG_BIG_FRAME: u8 = 3;
 const TAG_BULK: u8 = 4;
+const TAG_BULK_SHARED: u8 = 5;
+const TAG_BULK_PULLED: u8 = 6;
+const TAG_BULK_REFUSED: u8 = 7;
 /// Bytes of a `BULK` notice: tag, kind, channel, transfer, length.
 const BULK_NOTICE_LEN: usize = 1 + 1 + 2 + 4 + 8;
+/// Bytes of a `BULK_SHARED` notice: a `BULK` notice, then memfd,
+/// allocation number and offset.
+const SHARED_NOTICE_LEN: usize = BULK_NOTICE_LEN + 4 + 8 + 8;
+/// Bytes of a `BULK_PULLED` or `BULK_REFUSED` answer: tag, kind, transfer.
+const ANSWER_LEN: usize = 1 + 1 + 4;
+/// Transfers at least this long are read from the sender's shared heap
+/// when they are in it.
+const MIN_SHARED_PULL: u64 = 64 << 10;
+/// Bytes copied from a shared allocation per progress call, so one huge
+/// transfer does not stall the engine's other work.
+const SHARED_COPY_STEP: usize = 8 << 20;
 /// Largest BCL frame the method carries.
 const MTU: usize = 65_535;
 
@@ -87,6 +110,15 @@ pub struct ShmMethodStats {
     pub bulk_sent: u64,
     /// Bulk transfers received.
     pub bulk_received: u64,
+    /// Of the bulk transfers sent, those the receiver copied from this
+    /// process's shared heap (one copy).
+    pub bulk_sent_shared: u64,
+    /// Of the bulk transfers received, those copied from the sender's
+    /// shared heap.
+    pub bulk_received_shared: u64,
+    /// Transfers announced in a shared heap that could not be mapped here
+    /// (the sender then pushed them through the exchange queue).
+    pub shared_refused: u64,
     /// Times an item had to wait because a ring or exchange queue was full.
     pub backpressure: u64,
     /// Items dropped because the receiving side could not handle them (a
@@ -146,6 +178,21 @@ enum Out {
         token: BulkToken,
         len: u64,
     },
+    /// A bulk transfer whose data is in this process's shared heap: only
+    /// its notice goes; the receiver copies the data.
+    SharedBulk {
+        notice: [u8; SHARED_NOTICE_LEN],
+        token: BulkToken,
+        len: u64,
+    },
+}
+
+/// A transfer whose data a receiver is copying from our shared heap.
+struct Lent {
+    token: BulkToken,
+    link: LinkId,
+    channel: u16,
+    len: u64,
 }
 
 struct Link {
@@ -163,6 +210,15 @@ struct Link {
 enum Expected {
     /// Transfer data, pulled into its destination (or discarded).
     Bulk { token: Option<BulkToken>, len: u64 },
+    /// Transfer data in the sender's shared heap, copied from there
+    /// ([`SHARED_COPY_STEP`] bytes at a time).
+    Shared {
+        token: Option<BulkToken>,
+        kind: u8,
+        transfer: u32,
+        src: SharedBytes,
+        copied: usize,
+    },
 }
 
 /// The shared-memory method (see the module documentation).
@@ -183,6 +239,16 @@ pub struct ShmMethod {
     /// False only when no link has anything queued: lets `flush` and
     /// `bulk_to_push`, called every progress round, skip the link scan.
     maybe_queued: bool,
+    /// Transfers receivers are copying from our shared heap, by (receiver,
+    /// kind, transfer).
+    lent: HashMap<(ProcessAddr, u8, u32), Lent>,
+    /// Of those, the ones the receiver has copied: done for the engine.
+    pulled: Vec<BulkToken>,
+    /// Senders' shared allocations mapped here.
+    mappings: PeerMappings,
+    /// Whether transfers announced in a sender's shared heap are read from
+    /// there (otherwise refused: the sender pushes them).
+    read_peer_heaps: bool,
     stats: ShmMethodStats,
 }
 
@@ -210,6 +276,10 @@ impl ShmMethod {
             scratch: Vec::new(),
             written_dirty: Vec::new(),
             maybe_queued: false,
+            lent: HashMap::default(),
+            pulled: Vec::new(),
+            mappings: PeerMappings::default(),
+            read_peer_heaps: true,
             stats: ShmMethodStats::default(),
         })
     }
@@ -217,6 +287,14 @@ impl ShmMethod {
     /// Counters.
     pub fn stats(&self) -> ShmMethodStats {
         self.stats
+    }
+
+    /// Whether to read transfers from senders' shared heaps (on by
+    /// default). Off, every such transfer is refused and the sender pushes
+    /// it through the exchange queue (two copies): for a process that must
+    /// not map its peers' memory, and to compare the two paths.
+    pub fn set_read_peer_heaps(&mut self, on: bool) {
+        self.read_peer_heaps = on;
     }
 
     /// The underlying port (segment, rings), for inspection.
@@ -301,26 +379,62 @@ impl ShmMethod {
         }
     }
 
-    /// Takes over an outgoing bulk transfer from the port: its notice goes
-    /// in order with the link's frames, then its data is pushed (see
-    /// [`ShmMethod::bulk_to_push`] and [`ShmMethod::push_bulk`]).
-    pub fn start_bulk(&mut self, b: &OutboundBulk) {
-        let mut notice = [0u8; BULK_NOTICE_LEN];
-        notice[0] = TAG_BULK;
-        notice[1] = b.kind.code();
-        notice[2..4].copy_from_slice(&b.channel.to_le_bytes());
-        notice[4..8].copy_from_slice(&b.transfer.to_le_bytes());
-        notice[8..16].copy_from_slice(&b.len.to_le_bytes());
-        if let Some(l) = self.links.get_mut(b.route.link.0 as usize) {
-            self.maybe_queued = true;
-            l.pending.push_back(Out::Bulk {
+    /// Takes over an outgoing bulk transfer from the port, whose data is
+    /// `src`: its notice goes in order with the link's frames. If `src`
+    /// lies in this process's shared heap, the receiver copies it from there
+    /// and the transfer is done when it says so ([`ShmMethod::drain_pulled`]);
+    /// otherwise the data is pushed (see [`ShmMethod::bulk_to_push`] and
+    /// [`ShmMethod::push_bulk`]).
+    pub fn start_bulk(&mut self, b: &OutboundBulk, src: &[u8]) {
+        let notice = bulk_notice(b.kind.code(), b.channel, b.transfer, b.len);
+        let shared = if b.len >= MIN_SHARED_PULL && src.len() as u64 == b.len {
+            heap::locate(src)
+        } else {
+            None
+        };
+        let out = match shared {
+            Some(r) => {
+                let mut n = [0u8; SHARED_NOTICE_LEN];
+                n[..BULK_NOTICE_LEN].copy_from_slice(&notice);
+                n[0] = TAG_BULK_SHARED;
+                n[16..20].copy_from_slice(&r.fd.to_le_bytes());
+                n[20..28].copy_from_slice(&r.seq.to_le_bytes());
+                n[28..36].copy_from_slice(&r.offset.to_le_bytes());
+                Out::SharedBulk {
+                    notice: n,
+                    token: b.token,
+                    len: b.len,
+                }
+            }
+            None => Out::Bulk {
                 notice,
                 announced: false,
                 token: b.token,
                 len: b.len,
-            });
+            },
+        };
+        if let Some(l) = self.links.get_mut(b.route.link.0 as usize) {
+            self.maybe_queued = true;
+            l.pending.push_back(out);
         }
         self.flush_link(b.route.link.0 as usize);
+    }
+
+    /// Transfers receivers are copying from this process's shared heap
+    /// (announced, not yet answered).
+    pub fn transfers_lent(&self) -> usize {
+        self.lent.len()
+    }
+
+    /// Reports the transfers whose receivers have copied them from this
+    /// process's shared heap: the engine completes them (their buffers are
+    /// free).
+    pub fn drain_pulled(&mut self, mut done: impl FnMut(BulkToken)) -> usize {
+        let n = self.pulled.len();
+        for t in self.pulled.drain(..) {
+            done(t);
+        }
+        n
     }
 
     /// Whether anything waits for [`ShmMethod::flush`],
@@ -328,7 +442,10 @@ impl ShmMethod {
     /// [`ShmMethod::poll_event`]: queued frames or transfers, written counts
     /// not yet reported, or events.
     pub fn has_pending_work(&self) -> bool {
-        self.maybe_queued || !self.written_dirty.is_empty() || self.port.has_events()
+        self.maybe_queued
+            || !self.written_dirty.is_empty()
+            || !self.pulled.is_empty()
+            || self.port.has_events()
     }
 
     /// Bulk transfers whose data is to be pushed now (announced, at the head
@@ -409,7 +526,7 @@ impl ShmMethod {
             if l.dead {
                 return;
             }
-            let peer = l.peer;
+            let (peer, addr) = (l.peer, l.addr);
             let Some(front) = l.pending.front_mut() else {
                 return;
             };
@@ -470,6 +587,32 @@ impl ShmMethod {
                 Out::Bulk {
                     announced: true, ..
                 } => return,
+                Out::SharedBulk { notice, token, len } => {
+                    let (token, len, notice) = (*token, *len, *notice);
+                    let channel = u16::from_le_bytes([notice[2], notice[3]]);
+                    let key = (addr, notice[1], le_u32(&notice[4..8]));
+                    match self.port.try_send(peer, &notice[..]) {
+                        Ok(()) => {
+                            self.links[i].pending.pop_front();
+                            let link = LinkId(i as u32);
+                            self.lent.insert(
+                                key,
+                                Lent {
+                                    token,
+                                    link,
+                                    channel,
+                                    len,
+                                },
+                            );
+                            true
+                        }
+                        Err(crate::SendError::Full) => false,
+                        Err(_) => {
+                            self.mark_dead(LinkId(i as u32));
+                            return;
+                        }
+                    }
+                }
             };
             if !progressed {
                 self.stats.backpressure += 1;
@@ -629,6 +772,18 @@ impl ShmMethod {
                     m.release();
                     self.on_bulk_notice(from, &notice, h);
                 }
+                (Some(TAG_BULK_SHARED), _) if m.len() == SHARED_NOTICE_LEN => {
+                    let mut notice = [0u8; SHARED_NOTICE_LEN];
+                    notice.copy_from_slice(m.bytes());
+                    m.release();
+                    self.on_shared_notice(from, &notice, h);
+                }
+                (Some(tag @ (TAG_BULK_PULLED | TAG_BULK_REFUSED)), _) if m.len() == ANSWER_LEN => {
+                    let kind = m.bytes()[1];
+                    let transfer = le_u32(&m.bytes()[2..6]);
+                    m.release();
+                    self.on_answer(from, tag, kind, transfer);
+                }
                 _ => {
                     m.release();
                     self.stats.dropped += 1;
@@ -666,6 +821,97 @@ impl ShmMethod {
                 .entry(from)
                 .or_default()
                 .push_back(Expected::Bulk { token, len });
+        }
+    }
+
+    /// A sender announced transfer data in its shared heap: map it (or
+    /// refuse, and the sender pushes it instead), then copy it as
+    /// [`ShmMethod::pull_bulk`] gets to it.
+    fn on_shared_notice(
+        &mut self,
+        from: ProcessAddr,
+        notice: &[u8; SHARED_NOTICE_LEN],
+        h: &mut dyn RxHandler,
+    ) {
+        let code = notice[1];
+        let channel = u16::from_le_bytes([notice[2], notice[3]]);
+        let transfer = le_u32(&notice[4..8]);
+        let len = le_u64(&notice[8..16]);
+        // The allocation is named in the sender's own process: the one
+        // that owns the segment we reach it by.
+        let pid = self
+            .link_for(from)
+            .ok()
+            .and_then(|l| self.link(l).map(|l| l.peer))
+            .and_then(|peer| self.port.peer_pid(peer));
+        let r = pid.map(|pid| SharedRef {
+            pid,
+            fd: le_u32(&notice[16..20]),
+            seq: le_u64(&notice[20..28]),
+            offset: le_u64(&notice[28..36]),
+        });
+        let src = r
+            .filter(|_| self.read_peer_heaps)
+            .and_then(|r| self.mappings.bytes(&r, len).ok());
+        let (Some(kind), Some(src)) = (BulkKind::from_code(code), src) else {
+            self.stats.shared_refused += 1;
+            self.answer(from, TAG_BULK_REFUSED, code, transfer);
+            return;
+        };
+        let token = h.bulk_start(from, kind, channel, transfer, len);
+        if token.is_none() {
+            self.stats.dropped += 1;
+        }
+        self.expected
+            .entry(from)
+            .or_default()
+            .push_back(Expected::Shared {
+                token,
+                kind: code,
+                transfer,
+                src,
+                copied: 0,
+            });
+    }
+
+    /// Tells the sender of a shared-heap transfer that it was copied
+    /// (`BULK_PULLED`) or cannot be (`BULK_REFUSED`).
+    fn answer(&mut self, to: ProcessAddr, tag: u8, kind: u8, transfer: u32) {
+        let Ok(link) = self.link_for(to) else {
+            // The sender is gone: nobody waits for the answer.
+            return;
+        };
+        let mut item = vec![tag, kind];
+        item.extend_from_slice(&transfer.to_le_bytes());
+        let i = link.0 as usize;
+        self.maybe_queued = true;
+        self.links[i].pending.push_back(Out::Item(item));
+        self.flush_link(i);
+    }
+
+    /// A receiver answered about a transfer from our shared heap.
+    fn on_answer(&mut self, from: ProcessAddr, tag: u8, kind: u8, transfer: u32) {
+        let Some(lent) = self.lent.remove(&(from, kind, transfer)) else {
+            self.stats.dropped += 1;
+            return;
+        };
+        if tag == TAG_BULK_PULLED {
+            self.stats.bulk_sent += 1;
+            self.stats.bulk_sent_shared += 1;
+            self.pulled.push(lent.token);
+            return;
+        }
+        // Refused: push the data after all, behind what the link has queued.
+        let i = lent.link.0 as usize;
+        if let Some(l) = self.links.get_mut(i) {
+            l.pending.push_back(Out::Bulk {
+                notice: bulk_notice(kind, lent.channel, transfer, lent.len),
+                announced: false,
+                token: lent.token,
+                len: lent.len,
+            });
+            self.maybe_queued = true;
+            self.flush_link(i);
         }
     }
 
@@ -707,6 +953,7 @@ impl ShmMethod {
             return 0;
         }
         let mut done = 0;
+        let mut answers = Vec::new();
         let ShmMethod {
             expected,
             port,
@@ -719,6 +966,52 @@ impl ShmMethod {
         // the death event) leaves the map, so an empty map means nothing
         // to pull.
         expected.retain(|&from, queue| {
+            while let Some(Expected::Shared {
+                token,
+                kind,
+                transfer,
+                src,
+                copied,
+            }) = queue.front_mut()
+            {
+                let src = src.as_slice();
+                let end = src.len().min(*copied + SHARED_COPY_STEP);
+                let mut fits = true;
+                if let Some(dst) = token.and_then(|t| h.bulk_dest(t)) {
+                    fits = dst.len() == src.len();
+                    if fits {
+                        // SAFETY: [copied, end) lies in both `src` (a
+                        // peer's mapping, kept alive by the SharedBytes)
+                        // and `dst` (same length), which are distinct
+                        // memory (ours is private to this process).
+                        unsafe {
+                            crate::copy::copy_bytes(
+                                dst.as_mut_ptr().add(*copied),
+                                src.as_ptr().add(*copied),
+                                end - *copied,
+                            )
+                        };
+                    }
+                }
+                *copied = end;
+                if end < src.len() {
+                    // More next call: other work goes first.
+                    return true;
+                }
+                match *token {
+                    Some(t) if fits => {
+                        h.bulk_done(t);
+                        stats.bulk_received += 1;
+                        stats.bulk_received_shared += 1;
+                    }
+                    // The destination does not have the announced length:
+                    // nothing was written; the data is dropped.
+                    _ => stats.dropped += 1,
+                }
+                answers.push((from, *kind, *transfer));
+                queue.pop_front();
+                done += 1;
+            }
             while let Some(&Expected::Bulk { token, len }) = queue.front() {
                 let progress = match token.and_then(|t| h.bulk_dest(t)) {
                     Some(dst) => port.pull_into(from, dst),
@@ -742,6 +1035,9 @@ impl ShmMethod {
             }
             !queue.is_empty()
         });
+        for (from, kind, transfer) in answers {
+            self.answer(from, TAG_BULK_PULLED, kind, transfer);
+        }
         done
     }
 
@@ -754,6 +1050,9 @@ impl ShmMethod {
             }
             self.expected.remove(addr);
             self.held.remove(addr);
+            // Transfers it was copying from us: the engine fails them with
+            // the peer's other sends.
+            self.lent.retain(|&(to, ..), _| to != *addr);
         }
         Some(ev)
     }
@@ -762,6 +1061,29 @@ impl ShmMethod {
     pub fn check_peers(&mut self) {
         self.port.check_peers();
     }
+}
+
+/// A `BULK` notice.
+fn bulk_notice(kind: u8, channel: u16, transfer: u32, len: u64) -> [u8; BULK_NOTICE_LEN] {
+    let mut notice = [0u8; BULK_NOTICE_LEN];
+    notice[0] = TAG_BULK;
+    notice[1] = kind;
+    notice[2..4].copy_from_slice(&channel.to_le_bytes());
+    notice[4..8].copy_from_slice(&transfer.to_le_bytes());
+    notice[8..16].copy_from_slice(&len.to_le_bytes());
+    notice
+}
+
+fn le_u32(b: &[u8]) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[..4]);
+    u32::from_le_bytes(a)
+}
+
+fn le_u64(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    u64::from_le_bytes(a)
 }
 
 /// Generic receiving: frames only (see the module documentation).

@@ -449,6 +449,13 @@ impl ShmPort {
         self.links.get(peer.0 as usize).map(|l| l.addr)
     }
 
+    /// The process id of a connected peer (the owner of its segment).
+    pub fn peer_pid(&self, peer: PeerId) -> Option<u32> {
+        self.links
+            .get(peer.0 as usize)
+            .map(|l| l.seg.header().owner_pid)
+    }
+
     /// The peer id of `addr`, if connected.
     pub fn peer_id(&self, addr: ProcessAddr) -> Option<PeerId> {
         self.link_by_addr.get(&addr).copied()

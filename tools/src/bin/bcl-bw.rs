@@ -15,6 +15,12 @@ use clap::Parser;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+/// Large buffers (the messages of normal and open channels) live in shared
+/// memory, so a receiver on this node copies them straight from the
+/// sender's buffer (one copy; `--no-shared-heap` turns it off).
+#[global_allocator]
+static HEAP: bcl::shm::heap::SharedHeap = bcl::shm::heap::SharedHeap::new();
+
 /// Measure unidirectional streaming bandwidth: the connecting side streams
 /// windows of messages, the serving side acknowledges each window once its
 /// volume has arrived (BCL-3's method), and the sender times the windows.
@@ -88,6 +94,15 @@ struct Cli {
     /// shared-memory methods, printed and written as memcpy_mbytes_per_s.
     #[arg(long)]
     memcpy: bool,
+
+    /// Allocate message buffers in private memory. By default buffers of
+    /// 256 KiB and more are allocated in shared memory (bcl-shm's shared
+    /// heap), so that over the shm method the receiver copies a message
+    /// straight from the sender's buffer into its own (one copy); without
+    /// it, messages go through the exchange queue (two pipelined copies).
+    /// Matters on the sending side.
+    #[arg(long)]
+    no_shared_heap: bool,
 }
 
 /// memcpy bandwidth (10^6 bytes per second) of `size`-byte copies: the
@@ -95,8 +110,12 @@ struct Cli {
 /// (the best, because a trial the scheduler interrupts says nothing about
 /// memcpy).
 fn memcpy_rate(size: usize, volume: u64) -> f64 {
+    // Plain private memory, as any program's memcpy.
+    let shared = bcl::shm::heap::enabled();
+    bcl::shm::heap::set_enabled(false);
     let src = vec![0x5au8; size];
     let mut dst = vec![0u8; size];
+    bcl::shm::heap::set_enabled(shared);
     dst.copy_from_slice(&src);
     let n = (volume / 5 / size.max(1) as u64).max(1);
     let mut best = 0.0f64;
@@ -141,6 +160,7 @@ fn main() -> ExitCode {
 
 fn run(cli: &Cli) -> Result<ExitCode, String> {
     let c = &cli.common;
+    bcl::shm::heap::set_enabled(!cli.no_shared_heap);
     if cli.iters == 0 || cli.window == 0 {
         return Err("--iters and --window must be at least 1".into());
     }
