@@ -6,13 +6,16 @@
 #   * 8 B round trips: `spin` (two cache lines ping-ponged, the floor), BCL
 #     `shm`, and `unix` (a Unix-domain stream socket, the kernel's way);
 #   * message rate at 16 B (bcl-bw's smallest message: its 16-byte header);
-#   * bandwidth of 4 MiB messages on a normal channel (rendezvous, data
-#     pulled straight into the posted buffer) and of 1 MiB on the system
-#     channel, against single-thread memcpy of the same size (bcl-memcpy),
-#     next to the bare exchange queue (bcl-shm's shm_bench bw: the same
-#     two pipelined copies, no engine): the ceiling of a two-copy path at
-#     the vCPUs' current placement on the host, which moves it between
-#     0.2x and 1.0x of memcpy;
+#   * bandwidth of 4 MiB messages on a normal channel, one message in
+#     flight (one send buffer and one posted buffer: the working set of the
+#     memcpy baseline), two ways: one copy (bcl-bw's default: the send
+#     buffer is in bcl-shm's shared heap and the receiver copies it straight
+#     into the posted buffer) and two copies (--no-shared-heap: the
+#     pipelined exchange queue); and of 1 MiB on the system channel; all
+#     against single-thread memcpy of the same size (bcl-memcpy), next to
+#     the bare exchange queue (bcl-shm's shm_bench bw: the same two
+#     pipelined copies, no engine), whose ceiling moves with the vCPUs'
+#     placement on the host;
 #   * the receive overhead o_r of shm and udp (bcl-or).
 # Prints the figures and the ratios against the issue-4 targets (one-way
 # latency <= 1.3 x floor and <= 0.25 us, 4 MiB >= 0.8 x memcpy, rate >= 3 M
@@ -32,7 +35,7 @@ while [ $# -gt 0 ]; do
     --runs) RUNS=$2; shift 2 ;;
     --iters) ITERS=$2; shift 2 ;;
     --no-append) APPEND=0; shift ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "shm-compare: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -62,8 +65,10 @@ for r in $(seq 1 "$RUNS"); do
   done
   "$BIN/bcl-bw" --method shm --local --busy-poll --pin 1,0 --sizes 16 --window 256 \
     --iters 2000 --json "$OUT/rate-$r.json" >/dev/null
-  "$BIN/bcl-bw" --method shm --local --busy-poll --pin 1,0 --channel normal --sizes 4M \
-    --volume 1G --json "$OUT/bw4m-$r.json" >/dev/null
+  "$BIN/bcl-bw" --method shm --local --busy-poll --pin 1,0 --channel normal --channels 1 \
+    --sizes 4M --volume 4G --json "$OUT/bw4m-$r.json" >/dev/null
+  "$BIN/bcl-bw" --method shm --local --busy-poll --pin 1,0 --channel normal --channels 1 \
+    --sizes 4M --volume 4G --no-shared-heap --json "$OUT/bw4m2-$r.json" >/dev/null
   "$BIN/bcl-bw" --method shm --local --busy-poll --pin 1,0 --sizes 1M --window 16 \
     --iters 100 --json "$OUT/bw1m-$r.json" >/dev/null
   BARE=$("$BIN/examples/shm_bench" bw | sed -n 's/^bandwidth 4 MiB: .*ratio \([0-9.]*\) \[\([0-9.]*\)\].*/\1 \2/p')
@@ -74,13 +79,15 @@ for r in $(seq 1 "$RUNS"); do
   SHM99=$(p99 "$OUT/pp-shm-$r.json")
   RATE=$(bw_field "$OUT/rate-$r.json" msgs_per_s)
   BW4=$(bw_field "$OUT/bw4m-$r.json" mbytes_per_s)
+  BW4TWO=$(bw_field "$OUT/bw4m2-$r.json" mbytes_per_s)
   BW1=$(bw_field "$OUT/bw1m-$r.json" mbytes_per_s)
-  ROW=$(python3 - "$r" "$SPIN" "$SHM" "$SHM99" "$UNIX" "$RATE" "$BW4" "$MC4M" "$BW1" "$MC1M" "$BARE_BEST" "$BARE_MED" <<'EOF'
+  ROW=$(python3 - "$r" "$SPIN" "$SHM" "$SHM99" "$UNIX" "$RATE" "$BW4" "$MC4M" "$BW1" "$MC1M" "$BARE_BEST" "$BARE_MED" "$BW4TWO" <<'EOF'
 import sys
-r, spin, shm, shm99, unix, rate, bw4, mc4, bw1, mc1, bare, bare_med = sys.argv[1:]
-spin, shm, shm99, unix, rate, bw4, mc4, bw1, mc1 = map(float, (spin, shm, shm99, unix, rate, bw4, mc4, bw1, mc1))
+r, spin, shm, shm99, unix, rate, bw4, mc4, bw1, mc1, bare, bare_med, bw4two = sys.argv[1:]
+spin, shm, shm99, unix, rate, bw4, mc4, bw1, mc1, bw4two = map(float, (spin, shm, shm99, unix, rate, bw4, mc4, bw1, mc1, bw4two))
 print(f"| {r} | {spin/2:.0f} | {shm/2:.0f} | {shm/spin:.2f} | {shm99/2:.0f} | {unix/2:.0f} | {unix/shm:.1f} "
-      f"| {rate/1e6:.2f} | {bw4:.0f} / {mc4:.0f} = {bw4/mc4:.2f} | {bare} [{bare_med}] | {bw1:.0f} / {mc1:.0f} = {bw1/mc1:.2f} |")
+      f"| {rate/1e6:.2f} | {bw4:.0f} / {mc4:.0f} = {bw4/mc4:.2f} | {bw4two:.0f} / {mc4:.0f} = {bw4two/mc4:.2f} "
+      f"| {bare} [{bare_med}] | {bw1:.0f} / {mc1:.0f} = {bw1/mc1:.2f} |")
 EOF
 )
   echo "$ROW"
@@ -90,8 +97,8 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 OR=$("$BIN/bcl-or" --sizes 8,1024 --batches 1,16)
 echo "$OR"
 
-HEADER='| run | spin one-way ns (floor) | BCL shm one-way ns | shm / floor (≤ 1.3) | shm p99 one-way ns | unix one-way ns | unix / shm | 16 B rate M msg/s (≥ 3) | 4 MiB normal channel MB/s / memcpy (≥ 0.8) | bare exchange queue 4 MiB / memcpy, best [median] window | 1 MiB system channel MB/s / memcpy |
-|---|---|---|---|---|---|---|---|---|---|---|'
+HEADER='| run | spin one-way ns (floor) | BCL shm one-way ns | shm / floor (≤ 1.3) | shm p99 one-way ns | unix one-way ns | unix / shm | 16 B rate M msg/s (≥ 3) | 4 MiB normal channel, one copy, MB/s / memcpy (≥ 0.8) | 4 MiB normal channel, two copies (--no-shared-heap) / memcpy | bare exchange queue 4 MiB / memcpy, best [median] window | 1 MiB system channel MB/s / memcpy |
+|---|---|---|---|---|---|---|---|---|---|---|---|'
 echo "$HEADER"
 printf '%s' "$ROWS"
 echo "raw JSON: $OUT; load before $LOAD_BEFORE, after $LOAD_AFTER"

@@ -21,9 +21,13 @@ fn job(tag: u32) -> JobKey {
 }
 
 fn endpoint(job: JobKey, addr: ProcessAddr) -> Endpoint {
+    endpoint_in(job, addr, ProgressMode::BusyPoll)
+}
+
+fn endpoint_in(job: JobKey, addr: ProcessAddr, mode: ProgressMode) -> Endpoint {
     Endpoint::builder(addr, job)
         .method(Box::new(ShmMethod::open(job, addr).unwrap()))
-        .mode(ProgressMode::BusyPoll)
+        .mode(mode)
         .build()
         .unwrap()
 }
@@ -50,11 +54,12 @@ const IN_HEAP: u64 = 4;
 fn transfers(
     tag: u32,
     read_peer_heaps: bool,
+    mode: ProgressMode,
 ) -> (bcl::shm::ShmMethodStats, bcl::shm::ShmMethodStats) {
     let job = job(tag);
     let (a, b) = (ProcessAddr::new(1, 1), ProcessAddr::new(1, 2));
-    let mut ea = endpoint(job, a);
-    let mut eb = endpoint(job, b);
+    let mut ea = endpoint_in(job, a, mode);
+    let mut eb = endpoint_in(job, b, mode);
     eb.method_mut::<ShmMethod>()
         .unwrap()
         .set_read_peer_heaps(read_peer_heaps);
@@ -101,7 +106,18 @@ fn transfers(
 
 #[test]
 fn large_transfers_are_copied_once_from_the_senders_heap() {
-    let (tx, rx) = transfers(1, true);
+    one_copy(1, ProgressMode::BusyPoll);
+}
+
+/// Blocking endpoints: the receiver must not sleep while it has a transfer
+/// half copied (20 MiB takes three copy steps).
+#[test]
+fn large_transfers_are_copied_once_in_blocking_mode() {
+    one_copy(4, ProgressMode::Blocking);
+}
+
+fn one_copy(tag: u32, mode: ProgressMode) {
+    let (tx, rx) = transfers(tag, true, mode);
     // Four normal-channel messages and the put from a's heap, the get
     // reply from b's region (8 MiB: in b's heap).
     assert_eq!(tx.bulk_sent_shared, IN_HEAP + 1, "{tx:?}");
@@ -113,9 +129,46 @@ fn large_transfers_are_copied_once_from_the_senders_heap() {
     assert_eq!(rx.shared_refused, 0);
 }
 
+/// Between copy steps of a transfer, the receiving method has work of its
+/// own: a blocking engine must not sleep then (no peer would wake it).
+#[test]
+fn a_receiver_half_way_through_a_copy_does_not_sleep() {
+    use bcl::core::method::Method;
+    let job = job(5);
+    let (a, b) = (ProcessAddr::new(1, 1), ProcessAddr::new(1, 2));
+    let mut ea = endpoint(job, a);
+    let mut eb = endpoint(job, b);
+    ea.add_peer(b, eb.descriptors()[0].clone());
+    eb.add_peer(a, ea.descriptors()[0].clone());
+    let ch = eb.open_normal_channel().unwrap();
+    eb.post(ch, Some(a), vec![0; 20 << 20]).unwrap();
+    let m = pattern(20 << 20, 3);
+    ea.send_on_channel(b, ch, m.clone()).unwrap();
+    let deadline = std::time::Instant::now() + T;
+    while eb.method_mut::<ShmMethod>().unwrap().copies_in_progress() == 0 {
+        assert!(std::time::Instant::now() < deadline, "never started");
+        ea.progress().unwrap();
+        eb.progress().unwrap();
+    }
+    let shm = eb.method_mut::<ShmMethod>().unwrap();
+    let may_sleep = shm.prepare_wait();
+    shm.finish_wait();
+    assert!(!may_sleep, "12 MiB left to copy: no sleeping");
+    let got = loop {
+        assert!(std::time::Instant::now() < deadline, "never finished");
+        ea.progress().unwrap();
+        eb.progress().unwrap();
+        if let Some(ChannelEvent::Received { buffer, len, .. }) = eb.poll_channel_event() {
+            break buffer[..len].to_vec();
+        }
+    };
+    assert!(got == m);
+    assert_eq!(shm_stats(&mut eb).bulk_received_shared, 1);
+}
+
 #[test]
 fn a_receiver_that_does_not_read_peer_heaps_gets_the_data_pushed() {
-    let (tx, rx) = transfers(2, false);
+    let (tx, rx) = transfers(2, false, ProgressMode::BusyPoll);
     assert_eq!(rx.shared_refused, IN_HEAP + 1, "{rx:?}");
     assert_eq!(tx.bulk_sent_shared, 0, "{tx:?}");
     assert_eq!(rx.bulk_received_shared, 0, "{rx:?}");

@@ -426,6 +426,16 @@ impl ShmMethod {
         self.lent.len()
     }
 
+    /// Transfers this process is copying from senders' shared heaps
+    /// (started, not finished).
+    pub fn copies_in_progress(&self) -> usize {
+        self.expected
+            .values()
+            .flatten()
+            .filter(|e| matches!(e, Expected::Shared { .. }))
+            .count()
+    }
+
     /// Reports the transfers whose receivers have copied them from this
     /// process's shared heap: the engine completes them (their buffers are
     /// free).
@@ -947,7 +957,8 @@ impl ShmMethod {
     }
 
     /// Moves announced transfer data into its destinations, as far as it
-    /// has arrived. Returns transfers completed.
+    /// has arrived. Returns transfers completed, plus copy steps of
+    /// transfers from shared heaps not yet complete.
     fn pull_bulk(&mut self, h: &mut dyn RxHandler) -> usize {
         if self.expected.is_empty() {
             return 0;
@@ -995,7 +1006,9 @@ impl ShmMethod {
                 }
                 *copied = end;
                 if end < src.len() {
-                    // More next call: other work goes first.
+                    // More next call: other work goes first. The step is
+                    // work done (an engine must not sleep after it).
+                    done += 1;
                     return true;
                 }
                 match *token {
@@ -1190,7 +1203,12 @@ impl Method for ShmMethod {
     }
 
     fn prepare_wait(&mut self) -> bool {
-        self.port.prepare_wait()
+        // A transfer being copied from a sender's shared heap is work that
+        // waits for nobody: no peer will ring for it.
+        let copying = self.copies_in_progress() > 0;
+        // Answers (and other items) queued behind a full ring: the peer
+        // rings when it frees room, which the port's flags arm.
+        self.port.prepare_wait() && !copying
     }
 
     fn finish_wait(&mut self) {
