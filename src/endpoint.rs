@@ -27,6 +27,7 @@
 //! blocking mode ([`Endpoint::mode`] says which mode is in effect).
 
 use crate::clock::{Clock, MonotonicClock};
+use crate::method_slot::MethodSlot;
 use crate::wait::{Waiter, Woken};
 use bcl_core::method::{Descriptor, Method, MethodError, Route};
 use bcl_core::port::{Port, ReleaseError, SendError};
@@ -34,6 +35,7 @@ use bcl_core::{
     ConfigError, Delivery, JobKey, PortConfig, ProcessAddr, SendEvent, SendFailure, SendHandle,
     Time,
 };
+use bcl_shm::TakeDirect;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
@@ -145,7 +147,7 @@ impl EndpointBuilder {
             return Err(Error::NoMethod);
         }
         let mut port = Port::new(self.cfg)?;
-        let mut methods = self.methods;
+        let mut methods: Vec<MethodSlot> = self.methods.into_iter().map(MethodSlot::new).collect();
         for m in &methods {
             port.add_method(m.caps())?;
         }
@@ -182,6 +184,8 @@ impl EndpointBuilder {
             last_now: Time::ZERO,
             clock_reuse_left: 0,
             short_rounds: 0,
+            quick_polls: 0,
+            quick_limit: 0,
             clock: self
                 .clock
                 .unwrap_or_else(|| Arc::new(MonotonicClock::new())),
@@ -198,7 +202,7 @@ pub struct Endpoint {
     /// Present in blocking mode (when every method has a descriptor).
     waiter: Option<Waiter>,
     stats: EngineStats,
-    methods: Vec<Box<dyn Method>>,
+    methods: Vec<MethodSlot>,
     clock: Arc<dyn Clock>,
     /// Peers' descriptors and tables, the selection policy, link records.
     directory: crate::cluster::Directory,
@@ -219,6 +223,11 @@ pub struct Endpoint {
     /// Progress rounds in a row that returned right after a shared-memory
     /// receive (see [`MAX_SHORT_ROUNDS`]).
     short_rounds: u32,
+    /// Quick polls since the last full round of
+    /// [`Endpoint::poll_recv_with`] (see [`QUICK_POLLS`]).
+    quick_polls: u32,
+    /// Quick polls allowed before the next full round.
+    quick_limit: u32,
 }
 
 /// Progress rounds in a row that may end right after shared memory brought
@@ -226,6 +235,25 @@ pub struct Endpoint {
 /// work; the next round then runs them all, so a stream of arrivals cannot
 /// starve them.
 const MAX_SHORT_ROUNDS: u32 = 4;
+
+/// [`Endpoint::poll_recv_with`] on an endpoint with shared memory runs a
+/// full progress round at least every this many calls when it has other
+/// methods or armed timers; the calls in between (*quick polls*) only look
+/// at the head of the shared-memory ring (a few loads). Measured: a full
+/// round is what a message arriving during it waits behind, so fewer of
+/// them shorten the ping-pong; other methods' arrivals then wait at most
+/// this many quick polls (some 100-200 ns). Work queued when a full round
+/// ends (frames behind a full ring, transfers, frames to transmit) allows
+/// no quick polls; work queued by the application between full rounds
+/// waits at most the quick polls left.
+const QUICK_POLLS: u32 = 16;
+
+/// The same for an endpoint whose only method is shared memory and that has
+/// no timer armed: nothing but shared memory can bring work, and shared
+/// memory's own queued work (frames behind a full ring, transfers) always
+/// gets a full round at once. The periodic look for dead peers then comes
+/// every 4096 × this many calls (milliseconds).
+const QUICK_POLLS_SHM_ONLY: u32 = 256;
 
 /// A busy-polling engine's record of one method's receive polls: a method
 /// whose poll is a system call (UDP) and that found nothing
@@ -321,7 +349,7 @@ impl Endpoint {
 
     /// The endpoint's methods.
     pub fn methods(&self) -> impl Iterator<Item = &dyn Method> {
-        self.methods.iter().map(|m| m.as_ref())
+        self.methods.iter().map(|m| &**m)
     }
 
     /// The endpoint's method of type `M`, if it has one: for that method's
@@ -403,7 +431,7 @@ impl Endpoint {
         }
         let mut housekeeping = self.shm.is_some();
         if let Some(side) = self.shm.as_mut() {
-            if let Some(shm) = crate::shm_engine::method(&mut self.methods, side.index) {
+            if let Some(shm) = crate::shm_engine::method(&mut self.methods, side) {
                 let got = side.receive(shm, &mut self.port, now, RX_BUDGET);
                 moved += got;
                 housekeeping = side.housekeeping_due(shm, &self.port, self.stats.rounds);
@@ -435,7 +463,7 @@ impl Endpoint {
         // rounds, whose length is the delay before an arrival is seen.
         if housekeeping {
             if let Some(side) = self.shm.as_mut() {
-                if let Some(shm) = crate::shm_engine::method(&mut self.methods, side.index) {
+                if let Some(shm) = crate::shm_engine::method(&mut self.methods, side) {
                     moved += side.housekeeping(shm, &mut self.port, now, self.stats.rounds);
                 }
             }
@@ -569,7 +597,7 @@ impl Endpoint {
     /// Accepts `data` for delivery to `dst` (see [`Port::send`]).
     pub fn send(&mut self, dst: ProcessAddr, data: &[u8]) -> Result<SendHandle, Error> {
         if let Some(side) = self.shm.as_ref() {
-            if let Some(shm) = crate::shm_engine::method(&mut self.methods, side.index) {
+            if let Some(shm) = crate::shm_engine::method(&mut self.methods, side) {
                 if let Some(h) = side.try_direct(shm, &mut self.port, dst, data) {
                     return Ok(h);
                 }
@@ -594,6 +622,72 @@ impl Endpoint {
     /// The bytes of a delivered message, until it is released.
     pub fn message(&self, d: &Delivery) -> Option<&[u8]> {
         self.port.message(d)
+    }
+
+    /// Busy-polling receive with the shortest path: hands the next
+    /// system-channel message to `f` and releases it. In order: a message
+    /// already delivered to the port; else a direct message at the head of
+    /// the shared-memory ring, read in place (no copy, no progress round);
+    /// else, every [`QUICK_POLLS`]-th call (and every call when the
+    /// endpoint has no shared-memory method), a full
+    /// [`progress`](Endpoint::progress) round. `None`: nothing this call;
+    /// call again (other work waits at most `QUICK_POLLS` calls).
+    pub fn poll_recv_with<R>(
+        &mut self,
+        f: impl FnOnce(ProcessAddr, &[u8]) -> R,
+    ) -> Result<Option<R>, Error> {
+        if let Some(d) = self.port.poll_delivery() {
+            let r = f(d.from, self.port.message(&d).unwrap_or_default());
+            self.port.release(d.slot)?;
+            return Ok(Some(r));
+        }
+        let mut f = Some(f);
+        if let Some(side) = self.shm.as_ref() {
+            if let Some(shm) = crate::shm_engine::method(&mut self.methods, side) {
+                match shm.take_direct(|from, bytes| f.take().map(|f| f(from, bytes))) {
+                    TakeDirect::Taken(r) => {
+                        self.port.count_direct_delivery();
+                        return Ok(r);
+                    }
+                    TakeDirect::Empty if self.quick_polls < self.quick_limit => {
+                        self.quick_polls += 1;
+                        return Ok(None);
+                    }
+                    TakeDirect::Empty | TakeDirect::Other => {}
+                }
+            }
+        }
+        self.quick_polls = 0;
+        self.progress()?;
+        self.quick_limit = self.quick_poll_limit();
+        match (self.port.poll_delivery(), f.take()) {
+            (Some(d), Some(f)) => {
+                let r = f(d.from, self.port.message(&d).unwrap_or_default());
+                self.port.release(d.slot)?;
+                Ok(Some(r))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// How many quick polls may follow a full round (see [`QUICK_POLLS`]):
+    /// none while shared memory or the port has work queued, which the next
+    /// call's full round then does.
+    fn quick_poll_limit(&mut self) -> u32 {
+        let only_shm = self.methods.len() == 1;
+        let Some(side) = self.shm.as_ref() else {
+            return 0;
+        };
+        let Some(shm) = crate::shm_engine::method(&mut self.methods, side) else {
+            return 0;
+        };
+        if shm.has_queued_work() || self.port.has_transmit_work() {
+            0
+        } else if only_shm && self.port.poll_timeout().is_none() {
+            QUICK_POLLS_SHM_ONLY
+        } else {
+            QUICK_POLLS
+        }
     }
 
     /// Gives a delivered message's ring space back.

@@ -42,6 +42,7 @@ pub mod channels;
 pub mod clock;
 pub mod cluster;
 pub mod endpoint;
+mod method_slot;
 mod shm_engine;
 pub mod simnet;
 mod wait;

@@ -7,7 +7,8 @@
 //! directly without a BCL header (one cache line for 8 bytes). This module
 //! connects [`ShmMethod`]'s extra interface to the [`Port`].
 
-use bcl_core::method::{LinkId, Method, Route};
+use crate::method_slot::MethodSlot;
+use bcl_core::method::{LinkId, Route};
 use bcl_core::port::{BulkKind, BulkToken, Port};
 use bcl_core::{ProcessAddr, Time, TransferError};
 use bcl_shm::{RxHandler, ShmEvent, ShmMethod};
@@ -24,22 +25,22 @@ pub(crate) struct ShmSide {
 }
 
 /// Finds the shared-memory method among `methods`.
-pub(crate) fn find(methods: &mut [Box<dyn Method>]) -> Option<ShmSide> {
+pub(crate) fn find(methods: &mut [MethodSlot]) -> Option<ShmSide> {
     methods.iter_mut().enumerate().find_map(|(i, m)| {
-        let is_shm = m.as_any_mut().is_some_and(|a| a.is::<ShmMethod>());
-        is_shm.then(|| ShmSide {
+        m.shm().map(|_| ShmSide {
             index: i as u8,
             bulk: Vec::new(),
         })
     })
 }
 
-/// The shared-memory method at `index`.
-pub(crate) fn method(methods: &mut [Box<dyn Method>], index: u8) -> Option<&mut ShmMethod> {
-    methods
-        .get_mut(usize::from(index))?
-        .as_any_mut()?
-        .downcast_mut::<ShmMethod>()
+/// The shared-memory method of `side`.
+#[inline]
+pub(crate) fn method<'a>(
+    methods: &'a mut [MethodSlot],
+    side: &ShmSide,
+) -> Option<&'a mut ShmMethod> {
+    methods.get_mut(usize::from(side.index))?.shm()
 }
 
 /// Hands received items to the port.

@@ -91,6 +91,62 @@ fn messages_of_every_size_arrive_in_order_blocking() {
     exchange(ProgressMode::Blocking, 2);
 }
 
+/// The busy-polling receive shortcut takes direct messages in place from the
+/// ring and everything else through progress rounds; together they keep
+/// every sender's order and lose nothing.
+#[test]
+fn poll_recv_with_keeps_order_across_direct_and_framed_messages() {
+    let job = job(4);
+    let (a, b) = (ProcessAddr::new(1, 1), ProcessAddr::new(1, 2));
+    let mut ea = endpoint(job, a, ProgressMode::BusyPoll);
+    let eb = endpoint(job, b, ProgressMode::BusyPoll);
+    ea.add_peer(b, eb.descriptors()[0].clone());
+    let rounds = 500;
+    let receiver = std::thread::spawn(move || {
+        let mut eb = eb;
+        let mut got = Vec::new();
+        let deadline = std::time::Instant::now() + T;
+        while got.len() < rounds * SIZES.len() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{} received",
+                got.len()
+            );
+            if let Some((from, m)) = eb
+                .poll_recv_with(|from, bytes| (from, bytes.to_vec()))
+                .unwrap()
+            {
+                assert_eq!(from, a);
+                got.push(m);
+            }
+        }
+        let shm = eb.method_mut::<ShmMethod>().unwrap().stats();
+        (got, shm, *eb.port().stats())
+    });
+    let mut expect = Vec::new();
+    for r in 0..rounds {
+        for (k, &len) in SIZES.iter().enumerate() {
+            let m = pattern(len, (r * 10 + k) as u32);
+            ea.send_blocking(b, &m, T).unwrap();
+            expect.push(m);
+        }
+    }
+    let (got, shm, port) = receiver.join().unwrap();
+    assert!(
+        got == expect,
+        "every message exactly once, in order, intact"
+    );
+    assert!(
+        shm.direct_received > 0,
+        "direct messages taken in place: {shm:?}"
+    );
+    assert!(
+        port.frames_received > shm.direct_received,
+        "big messages came as frames: {port:?}"
+    );
+    assert_eq!(port.messages_delivered, expect.len() as u64);
+}
+
 #[test]
 fn normal_channel_and_rma_move_as_bulk_transfers() {
     let job = job(3);

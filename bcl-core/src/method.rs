@@ -171,7 +171,7 @@ pub struct TxFrame {
 /// [`rx_burst`](Method::rx_burst) and [`tx_burst`](Method::tx_burst) in a
 /// loop (busy polling) or sleeps on [`readiness_fd`](Method::readiness_fd)
 /// between rounds (blocking mode).
-pub trait Method: Send {
+pub trait Method: std::any::Any + Send {
     /// The method's name: `sim`, `shm`, `afxdp`, `vfio`, `packet` or `udp`.
     fn name(&self) -> &'static str;
 

@@ -23,7 +23,8 @@ pub mod nics;
 pub mod resources;
 pub mod select;
 
-use bcl_core::method::{Descriptor, Method, Route};
+use crate::method_slot::MethodSlot;
+use bcl_core::method::{Descriptor, Route};
 use bcl_core::port::Port;
 use bcl_core::{ProcessAddr, SendFailure, Time};
 use descriptor::DescriptorTable;
@@ -86,12 +87,12 @@ impl Directory {
 /// nothing reaches has its sends failed.
 pub(crate) fn route(
     dir: &mut Directory,
-    methods: &mut [Box<dyn Method>],
+    methods: &mut [MethodSlot],
     port: &mut Port,
     addr: ProcessAddr,
     now: Time,
 ) {
-    let mut open = |methods: &mut [Box<dyn Method>], i: usize, d: &Descriptor| {
+    let mut open = |methods: &mut [MethodSlot], i: usize, d: &Descriptor| {
         let link = methods[i].open_link(d).map_err(|e| e.to_string())?;
         let route = Route {
             method: i as u8,
@@ -193,7 +194,7 @@ pub(crate) fn route(
 /// peer's frames opened the link first, the method they came in on.
 pub(crate) fn link(
     dir: &Directory,
-    methods: &[Box<dyn Method>],
+    methods: &[MethodSlot],
     port: &Port,
     addr: ProcessAddr,
 ) -> Option<LinkRecord> {

@@ -298,6 +298,13 @@ impl Port {
         true
     }
 
+    /// Counts a direct message the engine handed to the application
+    /// itself, without the port's ring (see [`Port::deliver_direct`]).
+    pub fn count_direct_delivery(&mut self) {
+        self.stats.frames_received += 1;
+        self.stats.messages_delivered += 1;
+    }
+
     // ---------------------------------------------------------- departures
 
     /// `addr` is gone (its process died or closed, as a method that can

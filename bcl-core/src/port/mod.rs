@@ -37,6 +37,7 @@ use crate::time::Time;
 use crate::wire::{Expect, FrameType, HEADER_LEN};
 use peer::{Peer, PeerIdx, RxWindow, TxWindow};
 use rustc_hash::FxHashMap;
+use std::cell::Cell;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
@@ -190,6 +191,9 @@ pub struct Port {
     methods: Vec<MethodInfo>,
     peers: Vec<Peer>,
     peer_index: FxHashMap<ProcessAddr, PeerIdx>,
+    /// The peer looked up last (indices never change once given): a
+    /// ping-pong or a stream to one peer skips the hash lookup.
+    last_peer: Cell<Option<(ProcessAddr, PeerIdx)>>,
     ring: SystemRing,
     ring_reservation: Option<RingReservation>,
     messages: Vec<Option<OutMessage>>,
@@ -247,6 +251,7 @@ impl Port {
             methods: Vec::new(),
             peers: Vec::new(),
             peer_index: FxHashMap::default(),
+            last_peer: Cell::new(None),
             ring: SystemRing::new(cfg.ring_blocks, cfg.ring_block_size),
             ring_reservation: None,
             messages: (0..max).map(|_| None).collect(),
@@ -317,7 +322,7 @@ impl Port {
 
     /// What the port knows about `addr`, if it has state for it.
     pub fn peer_info(&self, addr: ProcessAddr) -> Option<PeerInfo> {
-        let p = &self.peers[*self.peer_index.get(&addr)? as usize];
+        let p = &self.peers[self.peer_idx(addr)? as usize];
         Some(PeerInfo {
             addr,
             route: p.route,
@@ -331,7 +336,7 @@ impl Port {
     /// The full internal state kept for `addr`, formatted for a person
     /// (debugging and diagnostics tools; the format is not stable).
     pub fn peer_debug(&self, addr: ProcessAddr) -> Option<String> {
-        let p = &self.peers[*self.peer_index.get(&addr)? as usize];
+        let p = &self.peers[self.peer_idx(addr)? as usize];
         Some(format!(
             "peer {addr}: route {:?} queued {} | tx: una {:?} next {:?} queue_head {} retx [{:?},{:?}) all {} \
              rto_deadline {:?} busy_until {:?} busy_shift {} timeouts {} window {} | rx: known {} expected {:?} \
@@ -498,8 +503,16 @@ impl Port {
                 .is_some_and(|m| m.caps.integrity)
     }
 
+    #[inline]
     fn peer_idx(&self, addr: ProcessAddr) -> Option<PeerIdx> {
-        self.peer_index.get(&addr).copied()
+        if let Some((a, idx)) = self.last_peer.get() {
+            if a == addr {
+                return Some(idx);
+            }
+        }
+        let idx = self.peer_index.get(&addr).copied()?;
+        self.last_peer.set(Some((addr, idx)));
+        Some(idx)
     }
 
     fn peer_idx_or_create(&mut self, addr: ProcessAddr) -> Result<PeerIdx, SendError> {

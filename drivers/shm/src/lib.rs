@@ -66,7 +66,8 @@ pub use exchange::{ExError, PullProgress, PushProgress};
 pub use layout::Geometry;
 #[cfg(not(loom))]
 pub use method::{
-    node_identity, probe, DirectError, RxHandler, ShmMethod, ShmMethodStats, METHOD_NAME,
+    node_identity, probe, DirectError, RxHandler, ShmMethod, ShmMethodStats, TakeDirect,
+    METHOD_NAME,
 };
 #[cfg(not(loom))]
 pub use port::{Incoming, PeerId, ShmConfig, ShmEvent, ShmPort};

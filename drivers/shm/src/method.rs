@@ -221,6 +221,17 @@ enum Expected {
     },
 }
 
+/// What [`ShmMethod::take_direct`] found at the head of the ring.
+#[derive(Debug, PartialEq, Eq)]
+pub enum TakeDirect<R> {
+    /// A direct message, handed over: the closure's result.
+    Taken(R),
+    /// Nothing.
+    Empty,
+    /// Something else (a frame, a notice): for [`ShmMethod::poll_rx`].
+    Other,
+}
+
 /// The shared-memory method (see the module documentation).
 pub struct ShmMethod {
     port: ShmPort,
@@ -456,6 +467,32 @@ impl ShmMethod {
             || !self.written_dirty.is_empty()
             || !self.pulled.is_empty()
             || self.port.has_events()
+    }
+
+    /// Hands the message at the head of the ring to `f` and releases it, if
+    /// it is a direct message (a whole system-channel message) from a known
+    /// sender: the receive path with no copy and no engine round.
+    #[inline]
+    pub fn take_direct<R>(&mut self, f: impl FnOnce(ProcessAddr, &[u8]) -> R) -> TakeDirect<R> {
+        let Some(m) = self.port.recv() else {
+            return TakeDirect::Empty;
+        };
+        let bytes = m.bytes();
+        if bytes.first() != Some(&TAG_DIRECT) {
+            return TakeDirect::Other;
+        }
+        let r = f(m.from(), &bytes[1..]);
+        m.release();
+        self.stats.direct_received += 1;
+        TakeDirect::Taken(r)
+    }
+
+    /// Whether the method has work of its own besides messages arriving in
+    /// the ring: transfer data owed or being copied, a big frame held,
+    /// anything queued or to report.
+    #[inline]
+    pub fn has_queued_work(&self) -> bool {
+        !self.expected.is_empty() || !self.held.is_empty() || self.has_pending_work()
     }
 
     /// Bulk transfers whose data is to be pushed now (announced, at the head

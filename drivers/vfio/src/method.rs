@@ -340,7 +340,7 @@ impl<N: EthernetDevice> NicMethod<N> {
     }
 }
 
-impl<N: EthernetDevice> Method for NicMethod<N> {
+impl<N: EthernetDevice + 'static> Method for NicMethod<N> {
     fn name(&self) -> &'static str {
         METHOD_NAME
     }
