@@ -3,34 +3,33 @@
 //! channels and RMA as bulk transfers, one event queue for shared-memory
 //! and network peers, blocking mode, and peers that die.
 
+mod shm_common;
+
 use bcl::shm::ShmMethod;
 use bcl::{ChannelEvent, Endpoint, JobKey, ProcessAddr, ProgressMode};
+use shm_common::{
+    endpoint, expect_send_failed_peer_gone, job, pattern, put_then_get, shm_descriptor, CHILD,
+    PARENT, T,
+};
 use std::time::Duration;
-
-const T: Duration = Duration::from_secs(20);
-
-/// A job key unique to this test run, so concurrent runs never meet.
-fn job(tag: u32) -> JobKey {
-    JobKey(std::process::id() << 8 ^ tag)
-}
-
-fn endpoint(job: JobKey, addr: ProcessAddr, mode: ProgressMode) -> Endpoint {
-    Endpoint::builder(addr, job)
-        .method(Box::new(ShmMethod::open(job, addr).unwrap()))
-        .mode(mode)
-        .build()
-        .unwrap()
-}
-
-fn pattern(len: usize, seed: u32) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u32).wrapping_mul(31).wrapping_add(seed) as u8)
-        .collect()
-}
 
 /// Sizes that take every path: direct messages, inline frames (the engine
 /// falls back to frames when the shortcut is not free), big frames.
 const SIZES: [usize; 8] = [0, 1, 8, 200, 231, 232, 5000, 16 * 1024];
+
+/// Sends `rounds` rounds of a message of every size in [`SIZES`] to `to`,
+/// one at a time; returns them in order.
+fn send_rounds(ep: &mut Endpoint, to: ProcessAddr, rounds: usize) -> Vec<Vec<u8>> {
+    let mut sent = Vec::new();
+    for r in 0..rounds {
+        for (k, &len) in SIZES.iter().enumerate() {
+            let m = pattern(len, (r * 10 + k) as u32);
+            ep.send_blocking(to, &m, T).unwrap();
+            sent.push(m);
+        }
+    }
+    sent
+}
 
 fn exchange(mode: ProgressMode, tag: u32) {
     let job = job(tag);
@@ -57,14 +56,7 @@ fn exchange(mode: ProgressMode, tag: u32) {
         }
         (got, *eb.port().stats())
     });
-    let mut expect = Vec::new();
-    for r in 0..rounds {
-        for (k, &len) in SIZES.iter().enumerate() {
-            let m = pattern(len, (r * 10 + k) as u32);
-            ea.send_blocking(b, &m, T).unwrap();
-            expect.push(m);
-        }
-    }
+    let expect = send_rounds(&mut ea, b, rounds);
     let (got, rx_stats) = receiver.join().unwrap();
     assert_eq!(got.len(), expect.len());
     assert!(
@@ -123,14 +115,7 @@ fn poll_recv_with_keeps_order_across_direct_and_framed_messages() {
         let shm = eb.method_mut::<ShmMethod>().unwrap().stats();
         (got, shm, *eb.port().stats())
     });
-    let mut expect = Vec::new();
-    for r in 0..rounds {
-        for (k, &len) in SIZES.iter().enumerate() {
-            let m = pattern(len, (r * 10 + k) as u32);
-            ea.send_blocking(b, &m, T).unwrap();
-            expect.push(m);
-        }
-    }
+    let expect = send_rounds(&mut ea, b, rounds);
     let (got, shm, port) = receiver.join().unwrap();
     assert!(
         got == expect,
@@ -171,13 +156,7 @@ fn normal_channel_and_rma_move_as_bulk_transfers() {
     });
     let back = ea.send_on_channel_blocking(b, ch, big.clone(), T).unwrap();
     assert_eq!(back, big, "the send buffer comes back");
-    let put = pattern(3 << 20, 5);
-    ea.put_blocking(b, rma, 77, 1 << 20, put.clone(), T)
-        .unwrap();
-    let got = ea
-        .get_blocking(b, rma, 77, 1 << 20, vec![0; 3 << 20], T)
-        .unwrap();
-    assert!(got == put, "get reads what put wrote");
+    let put = put_then_get(&mut ea, b, rma);
     assert!(matches!(
         ea.get_blocking(b, rma, 78, 0, vec![0; 8], T)
             .unwrap_err()
@@ -204,13 +183,6 @@ fn normal_channel_and_rma_move_as_bulk_transfers() {
 // ------------------------------------------------------------------------
 // Peers in other processes that die mid-transfer.
 
-/// The descriptor of `addr` on this node (what its endpoint would publish).
-fn shm_descriptor(addr: ProcessAddr) -> bcl::Descriptor {
-    bcl::Descriptor::new("shm", format!("{addr}@{}", bcl::shm::node_identity()))
-}
-
-const PARENT: ProcessAddr = ProcessAddr::new(1, 1);
-const CHILD: ProcessAddr = ProcessAddr::new(1, 2);
 /// A transfer far too large to finish before the test kills its peer.
 const HUGE: usize = 1 << 30;
 
@@ -329,19 +301,7 @@ fn a_receiver_killed_mid_transfer_is_an_error_event_for_the_sender() {
     until_streaming(&mut ep);
     child.kill().unwrap();
     child.wait().unwrap();
-    let ev = ep
-        .wait_channel_event(
-            |e| matches!(e, ChannelEvent::SendFailed { handle, .. } if *handle == h),
-            T,
-        )
-        .expect("an error event, not a hang");
-    let ChannelEvent::SendFailed { error, buffer, .. } = ev else {
-        unreachable!()
-    };
-    assert!(
-        matches!(error, bcl::TransferError::PeerUnreachable(a) if a == CHILD),
-        "{error:?}"
-    );
+    let buffer = expect_send_failed_peer_gone(&mut ep, h, CHILD);
     assert_eq!(buffer.len(), HUGE, "the send buffer comes back");
 }
 

@@ -5,37 +5,22 @@
 //! taken (and the exchange queue when the receiver refuses), and that a
 //! sender whose receiver dies while lent its buffer gets an error event.
 
+mod shm_common;
+
 use bcl::shm::heap::SharedHeap;
 use bcl::shm::ShmMethod;
 use bcl::{ChannelEvent, Endpoint, JobKey, ProcessAddr, ProgressMode};
+use shm_common::{
+    endpoint as endpoint_in, expect_send_failed_peer_gone, job, pattern, put_then_get,
+    shm_descriptor, CHILD, PARENT, T,
+};
 use std::time::Duration;
 
 #[global_allocator]
 static HEAP: SharedHeap = SharedHeap::new();
 
-const T: Duration = Duration::from_secs(20);
-
-/// A job key unique to this test run, so concurrent runs never meet.
-fn job(tag: u32) -> JobKey {
-    JobKey(std::process::id() << 8 ^ tag)
-}
-
 fn endpoint(job: JobKey, addr: ProcessAddr) -> Endpoint {
     endpoint_in(job, addr, ProgressMode::BusyPoll)
-}
-
-fn endpoint_in(job: JobKey, addr: ProcessAddr, mode: ProgressMode) -> Endpoint {
-    Endpoint::builder(addr, job)
-        .method(Box::new(ShmMethod::open(job, addr).unwrap()))
-        .mode(mode)
-        .build()
-        .unwrap()
-}
-
-fn pattern(len: usize, seed: u32) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u32).wrapping_mul(31).wrapping_add(seed) as u8)
-        .collect()
 }
 
 fn shm_stats(ep: &mut Endpoint) -> bcl::shm::ShmMethodStats {
@@ -85,13 +70,7 @@ fn transfers(
         let back = ea.send_on_channel_blocking(b, ch, m.clone(), T).unwrap();
         assert!(back == m, "the send buffer comes back unchanged");
     }
-    let put = pattern(3 << 20, 5);
-    ea.put_blocking(b, rma, 77, 1 << 20, put.clone(), T)
-        .unwrap();
-    let got = ea
-        .get_blocking(b, rma, 77, 1 << 20, vec![0; 3 << 20], T)
-        .unwrap();
-    assert!(got == put, "get reads what put wrote");
+    let put = put_then_get(&mut ea, b, rma);
     ea.send_blocking(b, b"done", T).unwrap();
     let (received, region_bytes, rx) = receiver.join().unwrap();
     for (i, (m, &len)) in received.iter().zip(&SIZES).enumerate() {
@@ -180,14 +159,6 @@ fn a_receiver_that_does_not_read_peer_heaps_gets_the_data_pushed() {
 // ------------------------------------------------------------------------
 // A receiver that dies while it holds the sender's buffer.
 
-/// The descriptor of `addr` on this node (what its endpoint would publish).
-fn shm_descriptor(addr: ProcessAddr) -> bcl::Descriptor {
-    bcl::Descriptor::new("shm", format!("{addr}@{}", bcl::shm::node_identity()))
-}
-
-const PARENT: ProcessAddr = ProcessAddr::new(1, 1);
-const CHILD: ProcessAddr = ProcessAddr::new(1, 2);
-
 /// A transfer several copy steps long (the receiver copies 8 MiB of it per
 /// progress call).
 const BIG: usize = 256 << 20;
@@ -243,19 +214,7 @@ fn a_receiver_killed_while_lent_the_buffer_is_an_error_event_for_the_sender() {
     assert_eq!(shm.transfers_lent(), 1, "the child is reading our buffer");
     child.kill().unwrap();
     child.wait().unwrap();
-    let ev = ep
-        .wait_channel_event(
-            |e| matches!(e, ChannelEvent::SendFailed { handle, .. } if *handle == h),
-            T,
-        )
-        .expect("an error event, not a hang");
-    let ChannelEvent::SendFailed { error, buffer, .. } = ev else {
-        unreachable!()
-    };
-    assert!(
-        matches!(error, bcl::TransferError::PeerUnreachable(a) if a == CHILD),
-        "{error:?}"
-    );
+    let buffer = expect_send_failed_peer_gone(&mut ep, h, CHILD);
     assert!(
         buffer.len() == BIG && buffer.iter().all(|&b| b == 9),
         "the send buffer comes back"
