@@ -626,13 +626,6 @@ impl ShmPort {
     // Receiving side
     // ----------------------------------------------------------------
 
-    /// Whether the system ring holds a message ([`recv`](Self::recv) would
-    /// look at it): one load, no idle bookkeeping.
-    #[inline]
-    pub fn has_incoming(&self) -> bool {
-        self.rx.has_head()
-    }
-
     /// The next message in the system ring, in place, or `None`. The
     /// message stays in the ring until [`Incoming::release`]; dropping the
     /// `Incoming` without releasing leaves it at the head.

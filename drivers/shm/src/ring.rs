@@ -592,14 +592,6 @@ impl RingConsumer {
         })
     }
 
-    /// Whether a message is at the head (what [`poll`](Self::poll) would
-    /// call `Ready` or `Corrupt`): one load of the head slot's sequence word.
-    #[inline]
-    pub(crate) fn has_head(&self) -> bool {
-        let h = self.view.hdr_at(self.cur);
-        h.seq.load(Ordering::Acquire) == self.head.wrapping_add(1)
-    }
-
     /// Pointer to the head slot's payload. Reading `len` bytes from it is
     /// allowed while [`poll`](Self::poll) says `Ready` with that `len` and
     /// the slot has not been released.
