@@ -354,11 +354,13 @@ impl Endpoint {
 
     /// The endpoint's method of type `M`, if it has one: for that method's
     /// own counters and settings (for example
-    /// [`ShmMethod::stats`](bcl_shm::ShmMethod::stats)).
-    pub fn method_mut<M: Method + 'static>(&mut self) -> Option<&mut M> {
-        self.methods
-            .iter_mut()
-            .find_map(|m| m.as_any_mut()?.downcast_mut::<M>())
+    /// [`ShmMethod::stats`](bcl_shm::ShmMethod::stats)). Works for every
+    /// method type (`Method` has `Any` as a supertrait).
+    pub fn method_mut<M: Method>(&mut self) -> Option<&mut M> {
+        self.methods.iter_mut().find_map(|m| {
+            let any: &mut dyn std::any::Any = &mut **m;
+            any.downcast_mut::<M>()
+        })
     }
 
     /// Tells the endpoint that `addr` can be reached at `descriptor`.

@@ -348,6 +348,10 @@ fn one_blocking_poll_serves_shared_memory_and_network_peers_alike() {
         (da[0].method.as_str(), da[1].method.as_str()),
         ("shm", "udp")
     );
+    // Each method is reachable by its own type; a type it lacks is not.
+    assert!(ea.method_mut::<ShmMethod>().is_some());
+    assert!(ea.method_mut::<UdpMethod>().is_some());
+    assert!(ec.method_mut::<ShmMethod>().is_none());
     eb.add_peer(a, da[0].clone());
     ec.add_peer(a, da[1].clone());
     ea.add_peer(b, eb.descriptors()[0].clone());
