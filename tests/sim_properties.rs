@@ -284,6 +284,23 @@ fn run_with(sc: &Scenario, max_outstanding: usize) -> Result<Outcome, TestCaseEr
     })
 }
 
+/// `default_cases` cases (PROPTEST_CASES overrides), failures kept in the
+/// regressions file next to this test.
+fn proptest_config(default_cases: u32) -> ProptestConfig {
+    ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default_cases),
+        max_shrink_iters: 200,
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/sim_properties.proptest-regressions"
+        )))),
+        ..ProptestConfig::default()
+    }
+}
+
 /// Many small messages per sender, with room to queue them: bundles form.
 fn small_scenario() -> impl Strategy<Value = Scenario> {
     (
@@ -294,14 +311,7 @@ fn small_scenario() -> impl Strategy<Value = Scenario> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(96),
-        max_shrink_iters: 200,
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
-            concat!(env!("CARGO_MANIFEST_DIR"), "/tests/sim_properties.proptest-regressions"),
-        ))),
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(proptest_config(96))]
 
     #[test]
     fn every_message_arrives_exactly_once_in_order_and_intact(sc in scenario()) {
@@ -310,14 +320,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(48),
-        max_shrink_iters: 200,
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
-            concat!(env!("CARGO_MANIFEST_DIR"), "/tests/sim_properties.proptest-regressions"),
-        ))),
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(proptest_config(48))]
 
     /// Many small messages queued at once travel in bundles, and under every
     /// fault profile each still arrives exactly once, in order and intact.
@@ -335,20 +338,26 @@ proptest! {
     }
 }
 
+/// 30 % loss, 10 % duplicates, 30 % reordering, 5 % corruption, delay and
+/// jitter.
+fn harsh_faults() -> FaultProfile {
+    FaultProfile {
+        loss: 0.3,
+        duplicate: 0.1,
+        reorder: 0.3,
+        corrupt: 0.05,
+        delay: Duration::from_micros(10),
+        jitter: Duration::from_micros(5),
+        rate_bytes_per_sec: None,
+    }
+}
+
 /// Bundles under harsh faults and a small ring: they form, and every message
 /// is delivered exactly once, in order.
 #[test]
 fn harsh_faults_with_bundles_are_all_repaired() {
     let sc = Scenario {
-        faults: FaultProfile {
-            loss: 0.3,
-            duplicate: 0.1,
-            reorder: 0.3,
-            corrupt: 0.05,
-            delay: Duration::from_micros(10),
-            jitter: Duration::from_micros(5),
-            rate_bytes_per_sec: None,
-        },
+        faults: harsh_faults(),
         seed: 43,
         sizes: (0..3)
             .map(|s| (0..400).map(|k| (k * 7 + s * 13) % 48).collect())
@@ -375,15 +384,7 @@ fn harsh_faults_with_bundles_are_all_repaired() {
 #[test]
 fn harsh_faults_are_all_repaired() {
     let sc = Scenario {
-        faults: FaultProfile {
-            loss: 0.3,
-            duplicate: 0.1,
-            reorder: 0.3,
-            corrupt: 0.05,
-            delay: Duration::from_micros(10),
-            jitter: Duration::from_micros(5),
-            rate_bytes_per_sec: None,
-        },
+        faults: harsh_faults(),
         seed: 42,
         sizes: (0..4)
             .map(|s| (0..60).map(|k| (k * 977 + s * 31) % 16_000).collect())

@@ -170,7 +170,9 @@ pub struct TxFrame {
 /// All calls are non-blocking. A progress engine calls
 /// [`rx_burst`](Method::rx_burst) and [`tx_burst`](Method::tx_burst) in a
 /// loop (busy polling) or sleeps on [`readiness_fd`](Method::readiness_fd)
-/// between rounds (blocking mode).
+/// between rounds (blocking mode). `Any` lets an engine reach a method it
+/// knows by its concrete type (shared memory's direct messages and bulk
+/// transfers).
 pub trait Method: std::any::Any + Send {
     /// The method's name: `sim`, `shm`, `afxdp`, `vfio`, `packet` or `udp`.
     fn name(&self) -> &'static str;
@@ -238,12 +240,6 @@ pub trait Method: std::any::Any + Send {
     /// Called after the sleep that [`prepare_wait`](Method::prepare_wait)
     /// prepared (or after deciding not to sleep).
     fn finish_wait(&mut self) {}
-
-    /// The method as `Any`, so an engine can use the extra interface of a
-    /// method it knows (shared memory's direct messages and bulk transfers).
-    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
-        None
-    }
 
     /// Releases the method's resources. Further calls may fail.
     fn shutdown(&mut self) {}

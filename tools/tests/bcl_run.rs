@@ -336,6 +336,21 @@ struct Sshd {
     _dir: tempfile::TempDir,
 }
 
+impl Sshd {
+    /// bcl-run options placing two ranks on two "hosts" (both this machine)
+    /// reached through this sshd.
+    fn two_hosts(&self) -> [&str; 6] {
+        [
+            "--hosts",
+            "127.0.0.1,localhost",
+            "--rendezvous-host",
+            "127.0.0.1",
+            "--ssh-command",
+            &self.ssh_command,
+        ]
+    }
+}
+
 impl Drop for Sshd {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -413,13 +428,7 @@ fn a_job_runs_over_real_ssh_and_the_secret_stays_off_command_lines() {
     };
     // Two "hosts" (both this machine, through sshd): a verified all-to-all.
     let mut c = bcl_run();
-    c.args([
-        "--hosts",
-        "127.0.0.1,localhost",
-        "--rendezvous-host",
-        "127.0.0.1",
-        "--ssh-command",
-        &d.ssh_command,
+    c.args(d.two_hosts()).args([
         "--",
         env!("CARGO_BIN_EXE_bcl-alltoall"),
         "--sizes",
@@ -444,20 +453,8 @@ fn a_job_runs_over_real_ssh_and_the_secret_stays_off_command_lines() {
         \x20       pass\n\
         print('secret', len(s), 'on command lines', seen)\n";
     let mut c = bcl_run();
-    c.args([
-        "--hosts",
-        "127.0.0.1,localhost",
-        "--rendezvous-host",
-        "127.0.0.1",
-        "--timeout",
-        "5",
-        "--ssh-command",
-        &d.ssh_command,
-        "--",
-        "python3",
-        "-c",
-        probe,
-    ]);
+    c.args(d.two_hosts())
+        .args(["--timeout", "5", "--", "python3", "-c", probe]);
     let stdout = succeeds(&mut c);
     let lines: Vec<&str> = stdout.lines().filter(|l| l.contains("secret")).collect();
     assert_eq!(lines.len(), 2, "{stdout}");
@@ -473,12 +470,5 @@ fn sigterm_reaches_ranks_started_over_ssh() {
         return;
     };
     // The ranks' own exit status comes back through ssh.
-    sigterm_reaches_both_ranks(&[
-        "--hosts",
-        "127.0.0.1,localhost",
-        "--rendezvous-host",
-        "127.0.0.1",
-        "--ssh-command",
-        &d.ssh_command,
-    ]);
+    sigterm_reaches_both_ranks(&d.two_hosts());
 }

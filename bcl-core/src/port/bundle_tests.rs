@@ -32,13 +32,27 @@ fn payloads(got: &[(usize, ProcessAddr, Vec<u8>)]) -> Vec<Vec<u8>> {
     got.iter().map(|(_, _, m)| m.clone()).collect()
 }
 
+/// Port 0 queues every message of `sent` for port 1.
+fn send_all(net: &mut Net, sent: &[Vec<u8>]) {
+    for m in sent {
+        net.ports[0].send(net.now, addr(1), m).unwrap();
+    }
+}
+
+/// Two ports on a 300-byte MTU; port 1 has a ring of `ring_blocks` blocks
+/// and the given eager limit.
+fn small_ring_net(ring_blocks: u32, eager_limit: usize) -> Net {
+    let mut c1 = config(1);
+    c1.ring_blocks = ring_blocks;
+    c1.eager_limit = eager_limit;
+    Net::with_mtu(vec![config(0), c1], 300)
+}
+
 #[test]
 fn queued_small_messages_share_frames_and_arrive_once_in_order() {
     let mut net = Net::new(vec![config(0), config(1)]);
     let sent: Vec<Vec<u8>> = (0..200).map(small).collect();
-    for m in &sent {
-        net.ports[0].send(net.now, addr(1), m).unwrap();
-    }
+    send_all(&mut net, &sent);
     let frames = net.transmit();
     // 1436 payload bytes take 79 records of 18 bytes: 200 messages in 3.
     assert_eq!(frames.len(), 3);
@@ -65,9 +79,7 @@ fn queued_small_messages_share_frames_and_arrive_once_in_order() {
 fn at_most_the_receivers_reassembly_entries_of_messages_fly_at_once() {
     let mut net = Net::new(vec![config(0), config(1)]);
     let sent: Vec<Vec<u8>> = (0..1000).map(small).collect();
-    for m in &sent {
-        net.ports[0].send(net.now, addr(1), m).unwrap();
-    }
+    send_all(&mut net, &sent);
     let frames = net.transmit();
     let carried: usize = frames.iter().map(|f| f.records().len()).sum();
     assert_eq!(
@@ -161,9 +173,7 @@ fn large_and_control_messages_are_not_bundled_but_keep_their_place() {
         small(3),
         small(4),
     ];
-    for m in &sent {
-        net.ports[0].send(net.now, addr(1), m).unwrap();
-    }
+    send_all(&mut net, &sent);
     let frames = net.transmit();
     let shape: Vec<(bool, usize)> = frames
         .iter()
@@ -215,9 +225,7 @@ fn bundles_respect_a_small_mtu() {
 fn a_lost_bundle_is_resent_whole_and_duplicates_deliver_nothing() {
     let mut net = Net::new(vec![config(0), config(1)]);
     let sent: Vec<Vec<u8>> = (0..200).map(small).collect();
-    for m in &sent {
-        net.ports[0].send(net.now, addr(1), m).unwrap();
-    }
+    send_all(&mut net, &sent);
     let frames = net.transmit();
     assert_eq!(frames.len(), 3);
     // The first bundle is lost, the third arrives twice.
@@ -251,29 +259,17 @@ fn a_lost_bundle_is_resent_whole_and_duplicates_deliver_nothing() {
 fn a_bundle_the_ring_cannot_take_is_refused_whole_when_out_of_order() {
     // 16 blocks; an out-of-order message needs 4 blocks of headroom beyond
     // itself (eager limit 1 KiB).
-    let mut c1 = config(1);
-    c1.ring_blocks = 16;
-    c1.eager_limit = 1024;
-    let mut net = Net::with_mtu(vec![config(0), c1], 300);
+    let mut net = small_ring_net(16, 1024);
     let sent: Vec<Vec<u8>> = (0..14).map(|k| pattern(30, k)).collect();
-    for m in &sent {
-        net.ports[0].send(net.now, addr(1), m).unwrap();
-    }
+    send_all(&mut net, &sent);
     let frames = net.transmit();
     assert_eq!(frames.len(), 2, "7 + 7 records");
     // The second bundle arrives first: 7 blocks + 4 headroom fit 16.
     net.deliver(&frames[1..]);
     assert_eq!(net.ports[1].ring_free_blocks(), 9);
     // Had only 10 been free, it would have been refused whole.
-    let mut c1 = config(1);
-    c1.ring_blocks = 10;
-    c1.eager_limit = 1024;
-    let mut small_ring = Net::with_mtu(vec![config(0), c1], 300);
-    for m in &sent {
-        small_ring.ports[0]
-            .send(small_ring.now, addr(1), m)
-            .unwrap();
-    }
+    let mut small_ring = small_ring_net(10, 1024);
+    send_all(&mut small_ring, &sent);
     let f = small_ring.transmit();
     small_ring.deliver(&f[1..]);
     assert_eq!(small_ring.ports[1].ring_free_blocks(), 10, "nothing taken");
@@ -291,14 +287,9 @@ fn a_bundle_the_ring_cannot_take_is_refused_whole_when_out_of_order() {
 fn a_bundle_larger_than_the_free_ring_delivers_in_order_without_duplicates() {
     // The application holds what it gets for a while: a 4-block ring takes
     // a 7-record bundle in instalments; every message still arrives once.
-    let mut c1 = config(1);
-    c1.ring_blocks = 4;
-    c1.eager_limit = 256;
-    let mut net = Net::with_mtu(vec![config(0), c1], 300);
+    let mut net = small_ring_net(4, 256);
     let sent: Vec<Vec<u8>> = (0..14).map(|k| pattern(30, k)).collect();
-    for m in &sent {
-        net.ports[0].send(net.now, addr(1), m).unwrap();
-    }
+    send_all(&mut net, &sent);
     let frames = net.transmit();
     assert_eq!(frames.len(), 2);
     net.deliver(&frames);

@@ -1104,6 +1104,10 @@ impl ShmMethod {
             // the peer's other sends.
             self.lent.retain(|&(to, ..), _| to != *addr);
         }
+        if let ShmEvent::PeerDied { pid, .. } = &ev {
+            // Its shared heap is gone with it: unmap what we kept of it.
+            self.mappings.forget(*pid);
+        }
         Some(ev)
     }
 
@@ -1250,9 +1254,5 @@ impl Method for ShmMethod {
 
     fn finish_wait(&mut self) {
         self.port.finish_wait();
-    }
-
-    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
-        Some(self)
     }
 }
