@@ -6,9 +6,11 @@
 #   * 8 B round trips: `spin` (two cache lines ping-ponged, the floor), BCL
 #     `shm`, and `unix` (a Unix-domain stream socket, the kernel's way),
 #     each a separate bcl-pingpong run; and bcl-shm-lat, which alternates
-#     floor and BCL blocks in the same two threads and keeps the pairs whose
-#     floor did not move (the host moves the vCPUs every few hundred ms, so
-#     separate runs often see different placements);
+#     floor, line-ring (a fresh cache line per message, no protocol: what
+#     any ring pays), bare-ring and BCL blocks in the same two threads and
+#     keeps the groups whose floor did not move (the host moves the vCPUs
+#     every few hundred ms, so separate runs often see different
+#     placements);
 #   * message rate at 16 B (bcl-bw's smallest message: its 16-byte header);
 #   * bandwidth of 4 MiB messages on a normal channel, one message in
 #     flight (one send buffer and one posted buffer: the working set of the
@@ -83,17 +85,18 @@ for r in $(seq 1 "$RUNS"); do
   LAT_RATIO=$(sed -n 's/.*BCL\/floor median \([0-9.]*\) (range \([0-9.]*-[0-9.]*\)).*/\1 [\2]/p' <<<"$LAT")
   LAT_ONEWAY=$(sed -n 's/.*one-way median: floor \([0-9]*\) ns, BCL \([0-9]*\) ns.*/\1 \/ \2/p' <<<"$LAT")
   LAT_KEPT=$(sed -n 's/^kept \([0-9]* of [0-9]*\) pairs.*/\1/p' <<<"$LAT")
+  LAT_BOUNDS=$(sed -n 's/.*line ring [0-9]* ns (\([0-9.]*\) x floor), bare ring [0-9]* ns (\([0-9.]*\) x floor).*/\1 \/ \2/p' <<<"$LAT")
   SPIN=$(p50 "$OUT/pp-spin-$r.json"); SHM=$(p50 "$OUT/pp-shm-$r.json"); UNIX=$(p50 "$OUT/pp-unix-$r.json")
   SHM99=$(p99 "$OUT/pp-shm-$r.json")
   RATE=$(bw_field "$OUT/rate-$r.json" msgs_per_s)
   BW4=$(bw_field "$OUT/bw4m-$r.json" mbytes_per_s)
   BW4TWO=$(bw_field "$OUT/bw4m2-$r.json" mbytes_per_s)
   BW1=$(bw_field "$OUT/bw1m-$r.json" mbytes_per_s)
-  ROW=$(python3 - "$r" "$SPIN" "$SHM" "$SHM99" "$UNIX" "$RATE" "$BW4" "$MC4M" "$BW1" "$MC1M" "$BARE_BEST" "$BARE_MED" "$BW4TWO" "${LAT_ONEWAY:-?}" "${LAT_RATIO:-?}" "${LAT_KEPT:-0}" <<'EOF'
+  ROW=$(python3 - "$r" "$SPIN" "$SHM" "$SHM99" "$UNIX" "$RATE" "$BW4" "$MC4M" "$BW1" "$MC1M" "$BARE_BEST" "$BARE_MED" "$BW4TWO" "${LAT_ONEWAY:-?}" "${LAT_RATIO:-?}" "${LAT_KEPT:-0}" "${LAT_BOUNDS:-?}" <<'EOF'
 import sys
-r, spin, shm, shm99, unix, rate, bw4, mc4, bw1, mc1, bare, bare_med, bw4two, lat_ow, lat_ratio, lat_kept = sys.argv[1:]
+r, spin, shm, shm99, unix, rate, bw4, mc4, bw1, mc1, bare, bare_med, bw4two, lat_ow, lat_ratio, lat_kept, lat_bounds = sys.argv[1:]
 spin, shm, shm99, unix, rate, bw4, mc4, bw1, mc1, bw4two = map(float, (spin, shm, shm99, unix, rate, bw4, mc4, bw1, mc1, bw4two))
-print(f"| {r} | {spin/2:.0f} | {shm/2:.0f} | {shm/spin:.2f} | {lat_ow} | {lat_ratio} ({lat_kept}) | {shm99/2:.0f} | {unix/2:.0f} | {unix/shm:.1f} "
+print(f"| {r} | {spin/2:.0f} | {shm/2:.0f} | {shm/spin:.2f} | {lat_ow} | {lat_ratio} ({lat_kept}) | {lat_bounds} | {shm99/2:.0f} | {unix/2:.0f} | {unix/shm:.1f} "
       f"| {rate/1e6:.2f} | {bw4:.0f} / {mc4:.0f} = {bw4/mc4:.2f} | {bw4two:.0f} / {mc4:.0f} = {bw4two/mc4:.2f} "
       f"| {bare} [{bare_med}] | {bw1:.0f} / {mc1:.0f} = {bw1/mc1:.2f} |")
 EOF
@@ -105,8 +108,8 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 OR=$("$BIN/bcl-or" --sizes 8,1024 --batches 1,16)
 echo "$OR"
 
-HEADER='| run | spin one-way ns (floor) | BCL shm one-way ns | shm / floor (≤ 1.3) | interleaved one-way ns, floor / BCL (≤ 250) | interleaved BCL / floor, median [range] (pairs kept) (≤ 1.3) | shm p99 one-way ns | unix one-way ns | unix / shm | 16 B rate M msg/s (≥ 3) | 4 MiB normal channel, one copy, MB/s / memcpy (≥ 0.8) | 4 MiB normal channel, two copies (--no-shared-heap) / memcpy | bare exchange queue 4 MiB / memcpy, best [median] window | 1 MiB system channel MB/s / memcpy |
-|---|---|---|---|---|---|---|---|---|---|---|---|---|---|'
+HEADER='| run | spin one-way ns (floor) | BCL shm one-way ns | shm / floor (≤ 1.3) | interleaved one-way ns, floor / BCL (≤ 250) | interleaved BCL / floor, median [range] (pairs kept) (≤ 1.3) | interleaved line ring / floor, bare ring / floor | shm p99 one-way ns | unix one-way ns | unix / shm | 16 B rate M msg/s (≥ 3) | 4 MiB normal channel, one copy, MB/s / memcpy (≥ 0.8) | 4 MiB normal channel, two copies (--no-shared-heap) / memcpy | bare exchange queue 4 MiB / memcpy, best [median] window | 1 MiB system channel MB/s / memcpy |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|'
 echo "$HEADER"
 printf '%s' "$ROWS"
 echo "raw JSON: $OUT; load before $LOAD_BEFORE, after $LOAD_AFTER"

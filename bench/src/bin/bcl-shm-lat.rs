@@ -4,19 +4,30 @@
 //! The host moves this VM's two vCPUs between near and far placements every
 //! few hundred milliseconds (the floor jumps between ~0.13 and ~0.3 µs one
 //! way), so two separate runs are often not comparable. Here one client
-//! thread and one echo thread, pinned to two CPUs, alternate blocks of round
-//! trips: a block over the floor (`SpinLink`, two cache lines ping-ponged in
-//! shared memory), then a block over BCL (two endpoints with the shm method,
-//! `Endpoint::send` and `Endpoint::poll_recv_with`), and so on. Each BCL
-//! block is compared with the mean of the floor blocks just before and
-//! after it; a pair whose two floor blocks differ by more than 10 % saw the
-//! placement move and is left out. Both paths are timed by the same code
-//! (two `Instant` readings per round trip).
+//! thread and one echo thread, pinned to two CPUs, cycle through blocks of
+//! round trips over four paths:
+//! * the floor (`SpinLink`, two cache lines ping-ponged in shared memory);
+//! * a line ring (`LineRing`: each message takes the next cache line of a
+//!   ring, with no protocol at all: what any ring pays for fresh lines);
+//! * the bare system ring (two `ShmPort`s, `try_send` and `recv`: the shm
+//!   method's ring without the engine);
+//! * BCL (two endpoints with the shm method, `Endpoint::send` and
+//!   `Endpoint::poll_recv_with`).
 //!
-//! Prints per pair the floor and BCL median round trips and their ratio,
-//! then the median ratio and one-way latencies over the kept pairs.
+//! The line ring, ring and BCL blocks of one group are compared with the
+//! mean of the floor blocks just before and after the group; a group whose
+//! two floor blocks differ by more than 10 % saw the placement move and is
+//! left out. All paths are timed by the same code (two `Instant` readings
+//! per round trip).
+//!
+//! Prints per group the median round trips and the ratios to the floor,
+//! then the median ratios and one-way latencies over the kept groups. Line
+//! ring to floor is what a ring costs on this placement; ring to line ring
+//! is our ring protocol; BCL to ring is the engine.
 
-use bcl::shm::{ShmMethod, SpinLink, SPIN_MAX_MESSAGE};
+use bcl::shm::{
+    LineRing, PeerId, ShmConfig, ShmError, ShmMethod, ShmPort, SpinLink, SPIN_MAX_MESSAGE,
+};
 use bcl::{Endpoint, JobKey, ProcessAddr, ProgressMode};
 use clap::Parser;
 use std::time::{Duration, Instant};
@@ -24,7 +35,8 @@ use std::time::{Duration, Instant};
 #[derive(Parser, Debug)]
 #[command(name = "bcl-shm-lat", version, about)]
 struct Cli {
-    /// Floor/BCL block pairs.
+    /// Block groups (a line-ring, a ring and a BCL block between two floor
+    /// blocks).
     #[arg(long, default_value_t = 40)]
     pairs: usize,
     /// Round trips per block.
@@ -43,7 +55,21 @@ struct Cli {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Path {
     Floor,
+    LineRing,
+    Ring,
     Bcl,
+}
+
+impl Path {
+    /// The cycle: floor, line ring, ring, BCL, floor, ...
+    fn next(self) -> Path {
+        match self {
+            Path::Floor => Path::LineRing,
+            Path::LineRing => Path::Ring,
+            Path::Ring => Path::Bcl,
+            Path::Bcl => Path::Floor,
+        }
+    }
 }
 
 const SWITCH: u8 = 1;
@@ -103,32 +129,58 @@ fn run(cli: &Cli) -> Result<(), String> {
     let (echo_cpu, client_cpu) = pin_cpus(&cli.pin)?;
     let job = JobKey(std::process::id() << 8 ^ 0x4c);
     let (client_addr, echo_addr) = (ProcessAddr::new(1, 1), ProcessAddr::new(1, 2));
+    let (client_ring_addr, echo_ring_addr) = (ProcessAddr::new(1, 3), ProcessAddr::new(1, 4));
     let path = std::env::temp_dir().join(format!("bcl-shm-lat-{}", std::process::id()));
     let echo_link = SpinLink::create(&path).map_err(|e| e.to_string())?;
-    // Each side builds its endpoint in its own thread, so that the two
-    // endpoints' heap memory comes from different allocator arenas and
+    let lines_path = std::env::temp_dir().join(format!("bcl-shm-lat-lines-{}", std::process::id()));
+    let echo_lines = LineRing::create(&lines_path).map_err(|e| e.to_string())?;
+    // Each side builds its endpoint and ring port in its own thread, so
+    // that their heap memory comes from different allocator arenas and
     // shares no cache line (as two processes' would not).
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let echo = std::thread::spawn(move || -> Result<(), String> {
         pin(echo_cpu)?;
         let mut ep = endpoint(job, echo_addr)?;
         ep.add_peer(client_addr, shm_descriptor(client_addr));
+        let mut ring = ring_port(job, echo_ring_addr)?;
         let _ = ready_tx.send(());
-        echo_loop(echo_link, ep, client_addr)
+        let to_client = ring_connect(&mut ring, client_ring_addr)?;
+        echo_loop(Paths {
+            link: echo_link,
+            lines: echo_lines,
+            ring,
+            ring_peer: to_client,
+            ep,
+            ep_peer: client_addr,
+        })
     });
     pin(client_cpu)?;
     let mut client_ep = endpoint(job, client_addr)?;
     client_ep.add_peer(echo_addr, shm_descriptor(echo_addr));
-    let mut client_link = SpinLink::open(&path).map_err(|e| e.to_string())?;
+    let mut client_ring = ring_port(job, client_ring_addr)?;
+    let client_link = SpinLink::open(&path).map_err(|e| e.to_string())?;
+    let client_lines = LineRing::open(&lines_path).map_err(|e| e.to_string())?;
     ready_rx
         .recv_timeout(TIMEOUT)
         .map_err(|_| "the echo thread did not start".to_string())?;
+    let to_echo = ring_connect(&mut client_ring, echo_ring_addr)?;
+    let mut client = Paths {
+        link: client_link,
+        lines: client_lines,
+        ring: client_ring,
+        ring_peer: to_echo,
+        ep: client_ep,
+        ep_peer: echo_addr,
+    };
     let mut msg = vec![0u8; cli.size];
-    // Blocks 0 and 1 warm both paths up (not recorded); then floor, BCL,
-    // floor, ..., floor: pairs + 1 floor blocks around pairs BCL blocks.
+    // Blocks 0 to 3 warm the four paths up (not recorded); then floor,
+    // line ring, ring, BCL, floor, ..., floor: pairs + 1 floor blocks
+    // around pairs groups.
     let mut floors = Vec::new();
+    let mut line_rings = Vec::new();
+    let mut rings = Vec::new();
     let mut bcls = Vec::new();
-    let last_block = 2 * cli.pairs + 2;
+    let last_block = 4 * cli.pairs + 4;
     let mut current = Path::Floor;
     for k in 0..=last_block {
         let mut rtts = Vec::with_capacity(cli.block);
@@ -136,146 +188,176 @@ fn run(cli: &Cli) -> Result<(), String> {
             let last = i + 1 == cli.block;
             msg[0] = if last { SWITCH } else { 0 };
             let t0 = Instant::now();
-            match current {
-                Path::Floor => spin_roundtrip(&mut client_link, &msg)?,
-                Path::Bcl => bcl_roundtrip(&mut client_ep, echo_addr, &msg)?,
-            }
+            client.roundtrip(current, &msg)?;
             rtts.push(t0.elapsed().as_nanos() as u64);
         }
         rtts.sort_unstable();
         let median = rtts[rtts.len() / 2];
-        if k >= 2 {
+        if k >= 4 {
             match current {
                 Path::Floor => floors.push(median),
+                Path::LineRing => line_rings.push(median),
+                Path::Ring => rings.push(median),
                 Path::Bcl => bcls.push(median),
             }
         }
-        current = match current {
-            Path::Floor => Path::Bcl,
-            Path::Bcl => Path::Floor,
-        };
+        current = current.next();
         if k == last_block {
             break;
         }
     }
-    // Stop the echo thread: a zero-length message on its current path.
-    let stop: &[u8] = &[];
-    match current {
-        Path::Floor => while !client_link.try_send(stop).map_err(|e| e.to_string())? {},
-        Path::Bcl => {
-            client_ep.send(echo_addr, stop).map_err(|e| e.to_string())?;
-        }
-    }
+    // Stop the echo thread: a zero-length message on the path it switched
+    // to after the last block.
+    client.send(current, &[])?;
     echo.join()
         .map_err(|_| "the echo thread panicked".to_string())??;
-    report(cli, &floors, &bcls);
+    report(cli, &floors, &line_rings, &rings, &bcls);
     Ok(())
 }
 
-fn spin_roundtrip(link: &mut SpinLink, msg: &[u8]) -> Result<(), String> {
-    while !link.try_send(msg).map_err(|e| e.to_string())? {}
-    let mut buf = [0u8; SPIN_MAX_MESSAGE];
+fn ring_port(job: JobKey, addr: ProcessAddr) -> Result<ShmPort, String> {
+    ShmPort::open(ShmConfig::new(job, addr)).map_err(|e| format!("ring port {addr}: {e}"))
+}
+
+/// Connects to the peer's ring port, waiting for it to exist.
+fn ring_connect(port: &mut ShmPort, to: ProcessAddr) -> Result<PeerId, String> {
     let start = Instant::now();
-    let mut spins = 0u32;
     loop {
-        if link.try_recv(&mut buf).is_some() {
-            return Ok(());
-        }
-        spins = spins.wrapping_add(1);
-        if spins.is_multiple_of(1 << 16) && start.elapsed() > TIMEOUT {
-            return Err("no echo over the spin link".into());
+        match port.connect(to) {
+            Ok(id) => return Ok(id),
+            Err(ShmError::NoSuchPeer { .. } | ShmError::NotReady { .. })
+                if start.elapsed() < TIMEOUT =>
+            {
+                std::thread::sleep(Duration::from_millis(1))
+            }
+            Err(e) => return Err(format!("connecting the ring to {to}: {e}")),
         }
     }
 }
 
-fn bcl_roundtrip(ep: &mut Endpoint, to: ProcessAddr, msg: &[u8]) -> Result<(), String> {
-    ep.send(to, msg).map_err(|e| e.to_string())?;
-    ep.transmit().map_err(|e| e.to_string())?;
-    while ep.poll_send_event().is_some() {}
-    let start = Instant::now();
-    let mut polls = 0u32;
-    loop {
-        if ep
-            .poll_recv_with(|_, _| ())
-            .map_err(|e| e.to_string())?
-            .is_some()
-        {
-            return Ok(());
+/// One thread's ends of the three paths.
+struct Paths {
+    link: SpinLink,
+    lines: LineRing,
+    ring: ShmPort,
+    ring_peer: PeerId,
+    ep: Endpoint,
+    ep_peer: ProcessAddr,
+}
+
+impl Paths {
+    /// Sends `msg` on `path`.
+    fn send(&mut self, path: Path, msg: &[u8]) -> Result<(), String> {
+        match path {
+            Path::Floor => while !self.link.try_send(msg).map_err(|e| e.to_string())? {},
+            Path::LineRing => while !self.lines.try_send(msg).map_err(|e| e.to_string())? {},
+            Path::Ring => loop {
+                match self.ring.try_send(self.ring_peer, msg) {
+                    Ok(()) => break,
+                    Err(bcl::shm::SendError::Full) => {}
+                    Err(e) => return Err(format!("ring send: {e}")),
+                }
+            },
+            Path::Bcl => {
+                self.ep.send(self.ep_peer, msg).map_err(|e| e.to_string())?;
+                self.ep.transmit().map_err(|e| e.to_string())?;
+                while self.ep.poll_send_event().is_some() {}
+            }
         }
-        polls = polls.wrapping_add(1);
-        if polls.is_multiple_of(1 << 16) && start.elapsed() > TIMEOUT {
-            return Err("no echo over BCL".into());
+        Ok(())
+    }
+
+    /// Polls `path` once; a message is copied into `buf` and its length
+    /// returned.
+    fn poll(
+        &mut self,
+        path: Path,
+        buf: &mut [u8; SPIN_MAX_MESSAGE],
+    ) -> Result<Option<usize>, String> {
+        Ok(match path {
+            Path::Floor => self.link.try_recv(buf),
+            Path::LineRing => self.lines.try_recv(buf),
+            Path::Ring => self.ring.recv().map(|m| {
+                let n = m.copy_to(buf);
+                m.release();
+                n
+            }),
+            Path::Bcl => self
+                .ep
+                .poll_recv_with(|_, bytes| {
+                    let n = bytes.len().min(SPIN_MAX_MESSAGE);
+                    buf[..n].copy_from_slice(&bytes[..n]);
+                    n
+                })
+                .map_err(|e| e.to_string())?,
+        })
+    }
+
+    /// One round trip of `msg` on `path` (client side).
+    fn roundtrip(&mut self, path: Path, msg: &[u8]) -> Result<(), String> {
+        self.send(path, msg)?;
+        let mut buf = [0u8; SPIN_MAX_MESSAGE];
+        let start = Instant::now();
+        let mut polls = 0u32;
+        loop {
+            if self.poll(path, &mut buf)?.is_some() {
+                return Ok(());
+            }
+            polls = polls.wrapping_add(1);
+            if polls.is_multiple_of(1 << 16) && start.elapsed() > TIMEOUT {
+                return Err("no echo".into());
+            }
         }
     }
 }
 
 /// Echoes on the current path; a message whose first byte is SWITCH is
 /// echoed and then the path changes; an empty message ends the loop.
-fn echo_loop(mut link: SpinLink, mut ep: Endpoint, client: ProcessAddr) -> Result<(), String> {
+fn echo_loop(mut ends: Paths) -> Result<(), String> {
     let mut current = Path::Floor;
     let mut buf = [0u8; SPIN_MAX_MESSAGE];
-    let mut msg = Vec::with_capacity(SPIN_MAX_MESSAGE);
     loop {
-        match current {
-            Path::Floor => {
-                let n = loop {
-                    if let Some(n) = link.try_recv(&mut buf) {
-                        break n;
-                    }
-                };
-                if n == 0 {
-                    return Ok(());
-                }
-                while !link.try_send(&buf[..n]).map_err(|e| e.to_string())? {}
-                if buf[0] == SWITCH {
-                    current = Path::Bcl;
-                }
+        let n = loop {
+            if let Some(n) = ends.poll(current, &mut buf)? {
+                break n;
             }
-            Path::Bcl => {
-                msg.clear();
-                loop {
-                    let got = ep
-                        .poll_recv_with(|_, bytes| msg.extend_from_slice(bytes))
-                        .map_err(|e| e.to_string())?;
-                    if got.is_some() {
-                        break;
-                    }
-                }
-                if msg.is_empty() {
-                    return Ok(());
-                }
-                ep.send(client, &msg).map_err(|e| e.to_string())?;
-                ep.transmit().map_err(|e| e.to_string())?;
-                while ep.poll_send_event().is_some() {}
-                if msg[0] == SWITCH {
-                    current = Path::Floor;
-                }
-            }
+        };
+        if n == 0 {
+            return Ok(());
+        }
+        ends.send(current, &buf[..n])?;
+        if buf[0] == SWITCH {
+            current = current.next();
         }
     }
 }
 
-fn report(cli: &Cli, floors: &[u64], bcls: &[u64]) {
+fn report(cli: &Cli, floors: &[u64], line_rings: &[u64], rings: &[u64], bcls: &[u64]) {
     println!(
-        "# bcl-shm-lat: {} B, {} pairs of {} round trips, floor = SpinLink, BCL = shm endpoints (send + poll_recv_with); medians, ns",
+        "# bcl-shm-lat: {} B, {} groups of {} round trips; floor = SpinLink, line ring = LineRing (a fresh line per message, no protocol), ring = bare shm system ring (ShmPort), BCL = shm endpoints (send + poll_recv_with); medians, ns",
         cli.size, cli.pairs, cli.block
     );
-    println!("#  pair  floor RTT (before/after)   BCL RTT   BCL/floor");
-    let mut ratios = Vec::new();
-    let mut kept_floor = Vec::new();
-    let mut kept_bcl = Vec::new();
-    for (i, &b) in bcls.iter().enumerate() {
+    println!(
+        "#  group  floor RTT (before/after)   line ring  /floor    ring  /floor     BCL  /floor"
+    );
+    // (floor mean, line ring, ring, BCL) of the kept groups.
+    let mut kept = Vec::new();
+    for i in 0..bcls.len() {
         let (f0, f1) = (floors[i], floors[i + 1]);
         let mean = (f0 + f1) as f64 / 2.0;
         let stable = (f0 as f64 - f1 as f64).abs() / mean <= 0.10;
-        let ratio = b as f64 / mean;
+        let (l, r, b) = (line_rings[i] as f64, rings[i] as f64, bcls[i] as f64);
         println!(
-            "{:>7}  {:>8} / {:<8}  {:>8}   {:>6.2}{}",
+            "{:>8}  {:>8} / {:<8}  {:>10.0} {:>6.2}  {:>7.0} {:>6.2}  {:>7.0} {:>6.2}{}",
             i + 1,
             f0,
             f1,
+            l,
+            l / mean,
+            r,
+            r / mean,
             b,
-            ratio,
+            b / mean,
             if stable {
                 ""
             } else {
@@ -283,35 +365,35 @@ fn report(cli: &Cli, floors: &[u64], bcls: &[u64]) {
             }
         );
         if stable {
-            ratios.push(ratio);
-            kept_floor.push(mean);
-            kept_bcl.push(b as f64);
+            kept.push([mean, l, r, b]);
         }
     }
-    if ratios.is_empty() {
-        println!("no pair with a stable floor: run again (or with a smaller --block)");
+    if kept.is_empty() {
+        println!("no group with a stable floor: run again (or with a smaller --block)");
         return;
     }
-    let median = |v: &mut Vec<f64>| {
+    let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    let (lo, hi) = {
-        let mut r = ratios.clone();
-        r.sort_by(f64::total_cmp);
-        (r[0], r[r.len() - 1])
-    };
-    let r = median(&mut ratios);
-    let f = median(&mut kept_floor);
-    let b = median(&mut kept_bcl);
+    let ratio = |col: usize| median(kept.iter().map(|k| k[col] / k[0]).collect());
+    let one_way = |col: usize| median(kept.iter().map(|k| k[col]).collect()) / 2.0;
+    let bcl_ratios: Vec<f64> = kept.iter().map(|k| k[3] / k[0]).collect();
+    let (lo, hi) = bcl_ratios
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(lo, hi), &x| (lo.min(x), hi.max(x)));
     println!(
-        "kept {} of {} pairs; BCL/floor median {:.2} (range {:.2}-{:.2}); one-way median: floor {:.0} ns, BCL {:.0} ns",
-        kept_bcl.len(),
+        "kept {} of {} pairs; BCL/floor median {:.2} (range {:.2}-{:.2}); one-way median: floor {:.0} ns, BCL {:.0} ns; line ring {:.0} ns ({:.2} x floor), bare ring {:.0} ns ({:.2} x floor)",
+        kept.len(),
         bcls.len(),
-        r,
+        ratio(3),
         lo,
         hi,
-        f / 2.0,
-        b / 2.0
+        one_way(0),
+        one_way(3),
+        one_way(1),
+        ratio(1),
+        one_way(2),
+        ratio(2)
     );
 }

@@ -75,7 +75,7 @@ pub use port::{Incoming, PeerId, ShmConfig, ShmEvent, ShmPort};
 #[cfg(not(loom))]
 pub use segment::{cleanup_stale, segment_name, CleanupReport};
 #[cfg(not(loom))]
-pub use spin::{SpinError, SpinLink, SPIN_MAX_MESSAGE};
+pub use spin::{LineRing, SpinError, SpinLink, LINE_RING_SLOTS, SPIN_MAX_MESSAGE};
 
 #[cfg(not(loom))]
 use bcl_core::ProcessAddr;
