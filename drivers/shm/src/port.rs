@@ -178,6 +178,9 @@ struct Sender {
     died: bool,
     free_after: u64,
     stall: Stall,
+    /// Our link to this sender, if we have one: receiving from it prepares
+    /// a send to it ([`RingProducer::prepare_send`]).
+    reply: Option<PeerId>,
 }
 
 /// The shared-memory side of one endpoint (see the module documentation).
@@ -430,6 +433,11 @@ impl ShmPort {
                 let id = PeerId(self.links.len() as u32);
                 self.links.push(link);
                 self.link_by_addr.insert(addr, id);
+                if let Some(&i) = self.by_addr.get(&addr) {
+                    if let Some(s) = self.senders[i as usize].as_mut().filter(|s| s.addr == addr) {
+                        s.reply = Some(id);
+                    }
+                }
                 id
             }
         };
@@ -637,6 +645,9 @@ impl ShmPort {
                 if let Some(Some(s)) = self.senders.get(usize::from(info.entry)) {
                     if s.src == info.src {
                         let from = s.addr;
+                        if let Some(l) = s.reply.and_then(|p| self.links.get(p.0 as usize)) {
+                            l.producer.prepare_send();
+                        }
                         return Some(Incoming {
                             port: self,
                             from,
@@ -657,6 +668,18 @@ impl ShmPort {
         self.recv_slow()
     }
 
+    /// Prepares a send to the sender in directory entry `entry`, if we have
+    /// a link to it (see [`RingProducer::prepare_send`]).
+    fn prepare_reply(&self, entry: u16) {
+        let reply = self
+            .senders
+            .get(usize::from(entry))
+            .and_then(|s| s.as_ref()?.reply);
+        if let Some(l) = reply.and_then(|p| self.links.get(p.0 as usize)) {
+            l.producer.prepare_send();
+        }
+    }
+
     /// [`recv`](Self::recv) for everything but the fast paths: void and
     /// corrupt slots, a sender's first message.
     #[inline(never)]
@@ -670,11 +693,12 @@ impl ShmPort {
                     }
                     match self.sender_addr(info.entry, info.src) {
                         Some(from) => {
+                            self.prepare_reply(info.entry);
                             return Some(Incoming {
                                 port: self,
                                 from,
                                 len: info.len,
-                            })
+                            });
                         }
                         None => {
                             self.rx.release();
@@ -774,6 +798,7 @@ impl ShmPort {
             died: false,
             free_after: 0,
             stall: Stall::default(),
+            reply: self.link_by_addr.get(&addr).copied(),
         });
         self.by_addr.insert(addr, i);
         Some(addr)
@@ -1367,5 +1392,74 @@ impl Incoming<'_> {
         if port.rx.announce(false) {
             port.wake_space_waiters();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn port(job: JobKey, port: u16) -> ShmPort {
+        let mut cfg = ShmConfig::new(job, ProcessAddr::new(1, port));
+        cfg.geometry.ring_slots = 16;
+        cfg.geometry.dir_entries = 4;
+        cfg.geometry.chunk_size = 4096;
+        cfg.geometry.chunks = 4;
+        ShmPort::open(cfg).unwrap()
+    }
+
+    fn take_one(p: &mut ShmPort) -> Vec<u8> {
+        let m = p.recv().expect("a message");
+        let bytes = m.bytes().to_vec();
+        m.release();
+        bytes
+    }
+
+    /// Receiving from a peer we have a link to prepares that link's next
+    /// slot, whichever came first: the link or the peer's first message.
+    #[test]
+    fn receiving_prepares_the_reply_slot_whatever_came_first() {
+        let job = JobKey(std::process::id() << 8 ^ 0x71);
+        let mut a = port(job, 1);
+        let mut b = port(job, 2);
+        let a_to_b = a.connect(b.local()).unwrap();
+        a.try_send(a_to_b, b"first").unwrap();
+        assert_eq!(take_one(&mut b), b"first", "b has no link to a yet");
+        // The link comes after the sender: connecting finds the sender.
+        let b_to_a = b.connect(a.local()).unwrap();
+        let prepared = |p: &ShmPort, id: PeerId| p.links[id.0 as usize].producer.prepared();
+        assert_eq!(prepared(&b, b_to_a), None);
+        a.try_send(a_to_b, b"second").unwrap();
+        assert_eq!(take_one(&mut b), b"second");
+        assert_eq!(
+            prepared(&b, b_to_a),
+            Some(0),
+            "a's ring tail, where b sends next"
+        );
+        // The sender comes after the link: registering finds the link.
+        b.try_send(b_to_a, b"reply").unwrap();
+        assert_eq!(take_one(&mut a), b"reply");
+        assert_eq!(prepared(&a, a_to_b), Some(2), "a sent two into b's ring");
+        // Messages without an answer in between prepare the same slot.
+        a.try_send(a_to_b, b"third").unwrap();
+        a.try_send(a_to_b, b"fourth").unwrap();
+        assert_eq!(take_one(&mut b), b"third");
+        assert_eq!(take_one(&mut b), b"fourth");
+        assert_eq!(prepared(&b, b_to_a), Some(1));
+        // A ring that looks full is left alone: its tail slot is the
+        // consumer's.
+        // (a has consumed one of b's messages and announced none: 16 slots
+        // from position 0 are b's to fill.)
+        for i in 0..14u8 {
+            b.try_send(b_to_a, &[i]).unwrap();
+        }
+        a.try_send(a_to_b, b"fifth").unwrap();
+        assert_eq!(take_one(&mut b), b"fifth");
+        assert_eq!(prepared(&b, b_to_a), Some(15));
+        b.try_send(b_to_a, b"last").unwrap();
+        assert!(matches!(b.try_send(b_to_a, b"over"), Err(SendError::Full)));
+        a.try_send(a_to_b, b"sixth").unwrap();
+        assert_eq!(take_one(&mut b), b"sixth");
+        assert_eq!(prepared(&b, b_to_a), Some(15), "full: nothing prepared");
     }
 }
