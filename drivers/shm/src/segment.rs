@@ -125,7 +125,7 @@ pub(crate) struct Mapping {
 unsafe impl Send for Mapping {}
 
 impl Mapping {
-    fn map(fd: &OwnedFd, len: usize) -> io::Result<Mapping> {
+    pub(crate) fn map(fd: &OwnedFd, len: usize) -> io::Result<Mapping> {
         // SAFETY: mapping a file we opened read-write, MAP_SHARED, at an
         // address the kernel chooses; the result is checked.
         let p = unsafe {

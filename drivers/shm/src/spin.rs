@@ -23,8 +23,8 @@
 //! every quarter ring. Any ring in which a message takes a fresh cache line
 //! pays at least what this one pays.
 
+use crate::segment::Mapping;
 use std::fs::OpenOptions;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -64,68 +64,74 @@ pub enum SpinError {
     TooLarge(usize),
 }
 
-/// Creates (`create`, mode 0600, sized `len`) or opens (checked to be at
-/// least `len` bytes) the file at `path` and maps `len` bytes of it shared.
-fn map_file(path: &Path, create: bool, len: usize, what: &str) -> Result<*mut u8, SpinError> {
-    let io = |context: &str, source| SpinError::Io {
-        context: format!("{context} {}", path.display()),
-        source,
-    };
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(create)
-        .open(path)
-        .map_err(|e| io(if create { "creating" } else { "opening" }, e))?;
-    if create {
-        use std::os::unix::fs::PermissionsExt;
-        file.set_permissions(std::fs::Permissions::from_mode(0o600))
-            .map_err(|e| io("setting the mode of", e))?;
-        file.set_len(len as u64).map_err(|e| io("sizing", e))?;
-    } else {
-        let have = file.metadata().map_err(|e| io("inspecting", e))?.len();
-        if have < len as u64 {
-            return Err(io(
-                "mapping",
-                std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    format!("not a {what} file ({have} bytes, expected {len})"),
-                ),
-            ));
+/// The file behind a [`SpinLink`] or [`LineRing`], mapped shared: created
+/// (mode 0600) by side 0, which removes it when dropped; opened by side 1.
+struct SharedFile {
+    map: Mapping,
+    /// 0 for the creator, 1 for the other side.
+    side: usize,
+    path: PathBuf,
+}
+
+impl SharedFile {
+    /// Creates (`create`, sized `len`) or opens (checked to be at least
+    /// `len` bytes) the file at `path` and maps `len` bytes of it.
+    fn new(path: &Path, create: bool, len: usize, what: &str) -> Result<SharedFile, SpinError> {
+        let io = |context: &str, source| SpinError::Io {
+            context: format!("{context} {}", path.display()),
+            source,
+        };
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(create)
+            .open(path)
+            .map_err(|e| io(if create { "creating" } else { "opening" }, e))?;
+        if create {
+            use std::os::unix::fs::PermissionsExt;
+            file.set_permissions(std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| io("setting the mode of", e))?;
+            file.set_len(len as u64).map_err(|e| io("sizing", e))?;
+        } else {
+            let have = file.metadata().map_err(|e| io("inspecting", e))?.len();
+            if have < len as u64 {
+                return Err(io(
+                    "mapping",
+                    std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("not a {what} file ({have} bytes, expected {len})"),
+                    ),
+                ));
+            }
+        }
+        let map = Mapping::map(&file.into(), len).map_err(|e| io("mapping", e))?;
+        Ok(SharedFile {
+            map,
+            side: usize::from(!create),
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The mapping's first byte (page-aligned).
+    fn base(&self) -> *mut u8 {
+        self.map.ptr()
+    }
+}
+
+impl Drop for SharedFile {
+    fn drop(&mut self) {
+        if self.side == 0 {
+            let _ = std::fs::remove_file(&self.path);
         }
     }
-    // SAFETY: mapping `len` bytes of a file we opened read-write and sized
-    // to at least `len`, shared, at an address the kernel picks; the result
-    // is checked before use.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            file.as_raw_fd(),
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(io("mapping", std::io::Error::last_os_error()));
-    }
-    Ok(p.cast())
 }
 
 /// One side of a two-line shared-memory link (see the module documentation).
 pub struct SpinLink {
-    base: *mut Line,
-    side: usize,
-    path: PathBuf,
-    owner: bool,
+    file: SharedFile,
     sent: u64,
     consumed: u64,
 }
-
-// SAFETY: the mapping is process-wide and only accessed through atomics; the
-// pointer may move between threads with the value that owns it.
-unsafe impl Send for SpinLink {}
 
 impl SpinLink {
     /// Creates the link's file at `path` (side 0); removed when dropped.
@@ -140,15 +146,12 @@ impl SpinLink {
 
     /// The file's path.
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.file.path
     }
 
     fn map(path: &Path, create: bool) -> Result<SpinLink, SpinError> {
         Ok(SpinLink {
-            base: map_file(path, create, FILE_LEN, "spin link")?.cast(),
-            side: usize::from(!create),
-            path: path.to_path_buf(),
-            owner: create,
+            file: SharedFile::new(path, create, FILE_LEN, "spin link")?,
             sent: 0,
             consumed: 0,
         })
@@ -160,7 +163,7 @@ impl SpinLink {
         // every field is an atomic, valid for any bit pattern (the file
         // starts zeroed), so a shared reference is sound whatever the peer
         // writes.
-        unsafe { &*self.base.add(side) }
+        unsafe { &*self.file.base().cast::<Line>().add(side) }
     }
 
     /// Publishes `msg` if the peer has consumed the previous one; false if
@@ -169,11 +172,11 @@ impl SpinLink {
         if msg.len() > SPIN_MAX_MESSAGE {
             return Err(SpinError::TooLarge(msg.len()));
         }
-        let peer_ack = self.line(1 - self.side).ack.load(Ordering::Acquire);
+        let peer_ack = self.line(1 - self.file.side).ack.load(Ordering::Acquire);
         if peer_ack != self.sent {
             return Ok(false);
         }
-        let mine = self.line(self.side);
+        let mine = self.line(self.file.side);
         for (i, chunk) in msg.chunks(8).enumerate() {
             let mut w = [0u8; 8];
             w[..chunk.len()].copy_from_slice(chunk);
@@ -190,7 +193,7 @@ impl SpinLink {
     /// [`SPIN_MAX_MESSAGE`] bytes are written at most); its length, or
     /// `None` if there is none.
     pub fn try_recv(&mut self, buf: &mut [u8; SPIN_MAX_MESSAGE]) -> Option<usize> {
-        let theirs = self.line(1 - self.side);
+        let theirs = self.line(1 - self.file.side);
         if theirs.seq.load(Ordering::Acquire) == self.consumed {
             return None;
         }
@@ -200,22 +203,11 @@ impl SpinLink {
             chunk.copy_from_slice(&w[..chunk.len()]);
         }
         let consumed = self.consumed + 1;
-        self.line(self.side).ack.store(consumed, Ordering::Release);
+        self.line(self.file.side)
+            .ack
+            .store(consumed, Ordering::Release);
         self.consumed = consumed;
         Some(len)
-    }
-}
-
-impl Drop for SpinLink {
-    fn drop(&mut self) {
-        // SAFETY: unmapping exactly the mapping made in `map`, once; no
-        // reference into it outlives self.
-        unsafe {
-            libc::munmap(self.base.cast(), FILE_LEN);
-        }
-        if self.owner {
-            let _ = std::fs::remove_file(&self.path);
-        }
     }
 }
 
@@ -233,10 +225,7 @@ const LINE_RING_FILE_LEN: usize = 2 * LINE_RING_REGION;
 /// One side of a ring of cache lines per direction (see the module
 /// documentation): a control for latency measurements, not a transport.
 pub struct LineRing {
-    base: *mut u8,
-    side: usize,
-    path: PathBuf,
-    owner: bool,
+    file: SharedFile,
     /// Messages this side has published.
     sent: u64,
     /// The peer's consumed count of our messages, as last read.
@@ -244,10 +233,6 @@ pub struct LineRing {
     /// Messages of the peer this side has consumed.
     got: u64,
 }
-
-// SAFETY: as for SpinLink: a process-wide mapping accessed only through
-// atomics.
-unsafe impl Send for LineRing {}
 
 impl LineRing {
     /// Creates the ring's file at `path` (side 0); removed when dropped.
@@ -262,10 +247,7 @@ impl LineRing {
 
     fn map(path: &Path, create: bool) -> Result<LineRing, SpinError> {
         Ok(LineRing {
-            base: map_file(path, create, LINE_RING_FILE_LEN, "line ring")?,
-            side: usize::from(!create),
-            path: path.to_path_buf(),
-            owner: create,
+            file: SharedFile::new(path, create, LINE_RING_FILE_LEN, "line ring")?,
             sent: 0,
             peer_consumed: 0,
             got: 0,
@@ -278,7 +260,7 @@ impl LineRing {
         // LINE_RING_FILE_LEN-byte, page-aligned mapping, which lives as long
         // as self; it is 8-aligned (LINE_RING_REGION is a multiple of 128),
         // and an atomic is valid for any bit pattern.
-        unsafe { &*(self.base.add(region * LINE_RING_REGION) as *const AtomicU64) }
+        unsafe { &*(self.file.base().add(region * LINE_RING_REGION) as *const AtomicU64) }
     }
 
     /// Line `k mod LINE_RING_SLOTS` of direction `region`.
@@ -289,7 +271,8 @@ impl LineRing {
         // of Line is an atomic, valid for any bit pattern.
         unsafe {
             &*(self
-                .base
+                .file
+                .base()
                 .add(region * LINE_RING_REGION + 128 + i * LINE_RING_STRIDE)
                 as *const Line)
         }
@@ -301,13 +284,14 @@ impl LineRing {
         if msg.len() > SPIN_MAX_MESSAGE {
             return Err(SpinError::TooLarge(msg.len()));
         }
+        let side = self.file.side;
         if self.sent - self.peer_consumed >= LINE_RING_SLOTS as u64 {
-            self.peer_consumed = self.consumed(self.side).load(Ordering::Acquire);
+            self.peer_consumed = self.consumed(side).load(Ordering::Acquire);
             if self.sent - self.peer_consumed >= LINE_RING_SLOTS as u64 {
                 return Ok(false);
             }
         }
-        let line = self.line(self.side, self.sent);
+        let line = self.line(side, self.sent);
         for (i, chunk) in msg.chunks(8).enumerate() {
             let mut w = [0u8; 8];
             w[..chunk.len()].copy_from_slice(chunk);
@@ -322,7 +306,7 @@ impl LineRing {
     /// Takes the peer's next message into `buf`; its length, or `None` if
     /// there is none.
     pub fn try_recv(&mut self, buf: &mut [u8; SPIN_MAX_MESSAGE]) -> Option<usize> {
-        let peer = 1 - self.side;
+        let peer = 1 - self.file.side;
         let line = self.line(peer, self.got);
         if line.seq.load(Ordering::Acquire) != self.got + 1 {
             return None;
@@ -339,19 +323,6 @@ impl LineRing {
             self.consumed(peer).store(self.got, Ordering::Release);
         }
         Some(len)
-    }
-}
-
-impl Drop for LineRing {
-    fn drop(&mut self) {
-        // SAFETY: unmapping exactly the mapping made in `map`, once; no
-        // reference into it outlives self.
-        unsafe {
-            libc::munmap(self.base.cast(), LINE_RING_FILE_LEN);
-        }
-        if self.owner {
-            let _ = std::fs::remove_file(&self.path);
-        }
     }
 }
 
