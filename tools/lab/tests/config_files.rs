@@ -70,14 +70,17 @@ fn shipped_configs_load() {
     assert_eq!(rep.nodes[0].routes[0].dest, "10.77.6.0/24");
 }
 
-/// Writes `src` to a temp file and returns the load error's text and the path.
+/// Writes `src` to a temp file and returns the load error's text and the
+/// path. The file and its directory (one per test: tests run in parallel)
+/// are removed afterwards.
 fn load_err(name: &str, src: &str) -> (String, String) {
-    let dir = std::env::temp_dir().join(format!("bcl-lab-cfg-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("bcl-lab-cfg-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(name);
     std::fs::write(&path, src).unwrap();
     let e = Lab::load(&path).expect_err("must be rejected").to_string();
     std::fs::remove_file(&path).unwrap();
+    std::fs::remove_dir(&dir).unwrap();
     (e, path.display().to_string())
 }
 
