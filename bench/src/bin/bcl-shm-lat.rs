@@ -8,7 +8,8 @@
 //! round trips over four paths:
 //! * the floor (`SpinLink`, two cache lines ping-ponged in shared memory);
 //! * a line ring (`LineRing`: each message takes the next cache line of a
-//!   ring, with no protocol at all: what any ring pays for fresh lines);
+//!   ring, with no protocol and no prefetch: what a ring pays for fresh
+//!   lines);
 //! * the bare system ring (two `ShmPort`s, `try_send` and `recv`: the shm
 //!   method's ring without the engine);
 //! * BCL (two endpoints with the shm method, `Endpoint::send` and
@@ -42,7 +43,7 @@ struct Cli {
     /// Round trips per block.
     #[arg(long, default_value_t = 5000)]
     block: usize,
-    /// Message size in bytes (1 to 48).
+    /// Message size in bytes (1 to 40).
     #[arg(long, default_value_t = 8)]
     size: usize,
     /// CPUs of the echo thread and of the client thread.
@@ -52,7 +53,7 @@ struct Cli {
 
 /// Which path a block uses; the last message of a block tells the echo
 /// thread to switch (first byte 1).
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Path {
     Floor,
     LineRing,
@@ -235,7 +236,7 @@ fn ring_connect(port: &mut ShmPort, to: ProcessAddr) -> Result<PeerId, String> {
     }
 }
 
-/// One thread's ends of the three paths.
+/// One thread's ends of the four paths.
 struct Paths {
     link: SpinLink,
     lines: LineRing,
@@ -305,7 +306,7 @@ impl Paths {
             }
             polls = polls.wrapping_add(1);
             if polls.is_multiple_of(1 << 16) && start.elapsed() > TIMEOUT {
-                return Err("no echo".into());
+                return Err(format!("no echo on the {path:?} path"));
             }
         }
     }

@@ -183,6 +183,15 @@ struct Sender {
     reply: Option<PeerId>,
 }
 
+/// Prepares a send on `reply`, our link to the sender of the message just
+/// received, if we have one (see [`RingProducer::prepare_send`]).
+#[inline]
+fn prepare_reply(links: &[Link], reply: Option<PeerId>) {
+    if let Some(l) = reply.and_then(|p| links.get(p.0 as usize)) {
+        l.producer.prepare_send();
+    }
+}
+
 /// The shared-memory side of one endpoint (see the module documentation).
 pub struct ShmPort {
     cfg: ShmConfig,
@@ -645,9 +654,7 @@ impl ShmPort {
                 if let Some(Some(s)) = self.senders.get(usize::from(info.entry)) {
                     if s.src == info.src {
                         let from = s.addr;
-                        if let Some(l) = s.reply.and_then(|p| self.links.get(p.0 as usize)) {
-                            l.producer.prepare_send();
-                        }
+                        prepare_reply(&self.links, s.reply);
                         return Some(Incoming {
                             port: self,
                             from,
@@ -668,18 +675,6 @@ impl ShmPort {
         self.recv_slow()
     }
 
-    /// Prepares a send to the sender in directory entry `entry`, if we have
-    /// a link to it (see [`RingProducer::prepare_send`]).
-    fn prepare_reply(&self, entry: u16) {
-        let reply = self
-            .senders
-            .get(usize::from(entry))
-            .and_then(|s| s.as_ref()?.reply);
-        if let Some(l) = reply.and_then(|p| self.links.get(p.0 as usize)) {
-            l.producer.prepare_send();
-        }
-    }
-
     /// [`recv`](Self::recv) for everything but the fast paths: void and
     /// corrupt slots, a sender's first message.
     #[inline(never)]
@@ -693,7 +688,11 @@ impl ShmPort {
                     }
                     match self.sender_addr(info.entry, info.src) {
                         Some(from) => {
-                            self.prepare_reply(info.entry);
+                            let reply = self
+                                .senders
+                                .get(usize::from(info.entry))
+                                .and_then(|s| s.as_ref()?.reply);
+                            prepare_reply(&self.links, reply);
                             return Some(Incoming {
                                 port: self,
                                 from,

@@ -54,9 +54,9 @@
 //! fetches the line of the slot it would claim next *for writing*
 //! (PREFETCHW) while the receiver is still busy with the message, so the
 //! publishing stores later find the line owned and the consumer's next read
-//! is a single transfer. Measured with `bcl-shm-lat`'s line ring: 1.49 ->
-//! 1.30 x the floor with the vCPUs on different core complexes, 1.05 ->
-//! 1.02 x on one (docs/PERFORMANCE.md). It is only a hint: no
+//! is a single transfer. Measured with `bcl-shm-lat`: this ring went from
+//! 1.71 to 1.46 x the floor with the vCPUs on different core complexes,
+//! unchanged on one (docs/PERFORMANCE.md). It is only a hint: no
 //! architectural effect, and skipped when the ring looks full.
 //!
 //! Sleeping: the consumer that finds the ring empty sets the `SLEEP` bit

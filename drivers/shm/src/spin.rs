@@ -21,7 +21,9 @@
 //! (256 bytes apart, like the system ring's default slots), with no claim,
 //! no header and no sender check; the reader announces what it consumed
 //! every quarter ring. Any ring in which a message takes a fresh cache line
-//! pays at least what this one pays.
+//! pays at least what this one pays, unless it fetches that line for
+//! writing ahead of time, as the system ring does when it prepares a reply
+//! (`RingProducer::prepare_send`).
 
 use crate::segment::Mapping;
 use std::fs::OpenOptions;
@@ -47,6 +49,32 @@ struct Line {
 }
 
 const _: () = assert!(std::mem::size_of::<Line>() == 64);
+
+impl Line {
+    /// Writes `msg` (at most [`SPIN_MAX_MESSAGE`] bytes, checked by the
+    /// caller) and its length, then publishes it as message number `seq`
+    /// (release).
+    fn publish(&self, msg: &[u8], seq: u64) {
+        for (i, chunk) in msg.chunks(8).enumerate() {
+            let mut w = [0u8; 8];
+            w[..chunk.len()].copy_from_slice(chunk);
+            self.data[i].store(u64::from_le_bytes(w), Ordering::Relaxed);
+        }
+        self.len.store(msg.len() as u64, Ordering::Relaxed);
+        self.seq.store(seq, Ordering::Release);
+    }
+
+    /// Copies the published message into `buf` (after an acquire load of
+    /// `seq` saw it); returns its length.
+    fn read(&self, buf: &mut [u8; SPIN_MAX_MESSAGE]) -> usize {
+        let len = (self.len.load(Ordering::Relaxed) as usize).min(SPIN_MAX_MESSAGE);
+        for (i, chunk) in buf[..len].chunks_mut(8).enumerate() {
+            let w = self.data[i].load(Ordering::Relaxed).to_le_bytes();
+            chunk.copy_from_slice(&w[..chunk.len()]);
+        }
+        len
+    }
+}
 
 /// Why a [`SpinLink`] could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -176,16 +204,8 @@ impl SpinLink {
         if peer_ack != self.sent {
             return Ok(false);
         }
-        let mine = self.line(self.file.side);
-        for (i, chunk) in msg.chunks(8).enumerate() {
-            let mut w = [0u8; 8];
-            w[..chunk.len()].copy_from_slice(chunk);
-            mine.data[i].store(u64::from_le_bytes(w), Ordering::Relaxed);
-        }
-        mine.len.store(msg.len() as u64, Ordering::Relaxed);
-        let seq = self.sent + 1;
-        mine.seq.store(seq, Ordering::Release);
-        self.sent = seq;
+        self.sent += 1;
+        self.line(self.file.side).publish(msg, self.sent);
         Ok(true)
     }
 
@@ -197,11 +217,7 @@ impl SpinLink {
         if theirs.seq.load(Ordering::Acquire) == self.consumed {
             return None;
         }
-        let len = (theirs.len.load(Ordering::Relaxed) as usize).min(SPIN_MAX_MESSAGE);
-        for (i, chunk) in buf[..len].chunks_mut(8).enumerate() {
-            let w = theirs.data[i].load(Ordering::Relaxed).to_le_bytes();
-            chunk.copy_from_slice(&w[..chunk.len()]);
-        }
+        let len = theirs.read(buf);
         let consumed = self.consumed + 1;
         self.line(self.file.side)
             .ack
@@ -291,14 +307,7 @@ impl LineRing {
                 return Ok(false);
             }
         }
-        let line = self.line(side, self.sent);
-        for (i, chunk) in msg.chunks(8).enumerate() {
-            let mut w = [0u8; 8];
-            w[..chunk.len()].copy_from_slice(chunk);
-            line.data[i].store(u64::from_le_bytes(w), Ordering::Relaxed);
-        }
-        line.len.store(msg.len() as u64, Ordering::Relaxed);
-        line.seq.store(self.sent + 1, Ordering::Release);
+        self.line(side, self.sent).publish(msg, self.sent + 1);
         self.sent += 1;
         Ok(true)
     }
@@ -311,11 +320,7 @@ impl LineRing {
         if line.seq.load(Ordering::Acquire) != self.got + 1 {
             return None;
         }
-        let len = (line.len.load(Ordering::Relaxed) as usize).min(SPIN_MAX_MESSAGE);
-        for (i, chunk) in buf[..len].chunks_mut(8).enumerate() {
-            let w = line.data[i].load(Ordering::Relaxed).to_le_bytes();
-            chunk.copy_from_slice(&w[..chunk.len()]);
-        }
+        let len = line.read(buf);
         self.got += 1;
         if self.got.is_multiple_of(LINE_RING_SLOTS as u64 / 4) {
             // Release: our reads of the lines happen before the peer, having
