@@ -28,14 +28,14 @@
 
 use crate::clock::{Clock, MonotonicClock};
 use crate::method_slot::MethodSlot;
+use crate::schedule::{self, Schedule};
 use crate::wait::{Waiter, Woken};
-use bcl_core::method::{Descriptor, Method, MethodError, Route};
+use bcl_core::method::{Descriptor, Method, MethodError, Route, TakeDirect};
 use bcl_core::port::{Port, ReleaseError, SendError};
 use bcl_core::{
     ConfigError, Delivery, JobKey, PortConfig, ProcessAddr, SendEvent, SendFailure, SendHandle,
     Time,
 };
-use bcl_shm::TakeDirect;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
@@ -147,45 +147,33 @@ impl EndpointBuilder {
             return Err(Error::NoMethod);
         }
         let mut port = Port::new(self.cfg)?;
-        let mut methods: Vec<MethodSlot> = self.methods.into_iter().map(MethodSlot::new).collect();
-        for m in &methods {
+        let methods: Vec<MethodSlot> = self.methods.into_iter().map(MethodSlot::new).collect();
+        for (i, m) in methods.iter().enumerate() {
             port.add_method(m.caps())?;
-        }
-        let shm = crate::shm_engine::find(&mut methods);
-        if let Some(side) = &shm {
-            port.set_method_bulk(side.index).map_err(|e| {
-                Error::Method(bcl_core::MethodError::Other {
-                    method: "shm",
-                    reason: e.to_string(),
-                })
-            })?;
+            // A direct method moves transfer data whole.
+            if m.is_direct() {
+                port.set_method_bulk(i as u8)
+                    .map_err(|e| MethodError::Other {
+                        method: m.name(),
+                        reason: e.to_string(),
+                    })?;
+            }
         }
         let fds: Option<Vec<_>> = methods.iter().map(|m| m.readiness_fd()).collect();
         let waiter = match (self.mode, fds) {
             (ProgressMode::Blocking, Some(fds)) => Some(Waiter::new(&fds)?),
             _ => None,
         };
-        let reuse_clock = self.clock.is_none() && self.mode == ProgressMode::BusyPoll;
-        let rx_polls = methods
-            .iter()
-            .map(|m| RxPolls {
-                syscall: m.rx_poll_is_syscall() && self.mode == ProgressMode::BusyPoll,
-                empty_streak: 0,
-            })
-            .collect();
+        let schedule = Schedule::new(&methods, self.mode, self.clock.is_none());
+        let quick = methods.iter().position(MethodSlot::is_direct);
         Ok(Endpoint {
             port,
             waiter,
             stats: EngineStats::default(),
+            has_direct: quick.is_some(),
+            quick,
             methods,
-            shm,
-            reuse_clock,
-            rx_polls,
-            last_now: Time::ZERO,
-            clock_reuse_left: 0,
-            short_rounds: 0,
-            quick_polls: 0,
-            quick_limit: 0,
+            schedule,
             clock: self
                 .clock
                 .unwrap_or_else(|| Arc::new(MonotonicClock::new())),
@@ -210,80 +198,14 @@ pub struct Endpoint {
     send_events: VecDeque<SendEvent>,
     /// Channel events taken from the port while waiting for another one.
     pub(crate) channel_events: VecDeque<bcl_core::ChannelEvent>,
-    /// The shared-memory method's engine side, if the endpoint has one.
-    shm: Option<crate::shm_engine::ShmSide>,
-    /// Busy-polling on the system clock: idle rounds may reuse a reading.
-    reuse_clock: bool,
-    /// Per method: how its receive polls went (see [`RxPolls`]).
-    rx_polls: Vec<RxPolls>,
-    /// The last clock reading of a progress round.
-    last_now: Time,
-    /// Rounds that may still reuse `last_now`.
-    clock_reuse_left: u32,
-    /// Progress rounds in a row that returned right after a shared-memory
-    /// receive (see [`MAX_SHORT_ROUNDS`]).
-    short_rounds: u32,
-    /// Quick polls since the last full round of
-    /// [`Endpoint::poll_recv_with`] (see [`QUICK_POLLS`]).
-    quick_polls: u32,
-    /// Quick polls allowed before the next full round.
-    quick_limit: u32,
+    /// Whether any method has the direct path.
+    has_direct: bool,
+    /// The direct method that [`Endpoint::poll_recv_with`]'s quick polls
+    /// look at (the first one).
+    quick: Option<usize>,
+    /// When the engine does what (see [`crate::schedule`]).
+    schedule: Schedule,
 }
-
-/// Progress rounds in a row that may end right after shared memory brought
-/// messages, skipping timers, transmission and housekeeping that have no
-/// work; the next round then runs them all, so a stream of arrivals cannot
-/// starve them.
-const MAX_SHORT_ROUNDS: u32 = 4;
-
-/// [`Endpoint::poll_recv_with`] on an endpoint with shared memory runs a
-/// full progress round at least every this many calls when it has other
-/// methods or armed timers; the calls in between (*quick polls*) only look
-/// at the head of the shared-memory ring (a few loads). Measured: a full
-/// round is what a message arriving during it waits behind, so fewer of
-/// them shorten the ping-pong; other methods' arrivals then wait at most
-/// this many quick polls (some 100-200 ns). Work queued when a full round
-/// ends (frames behind a full ring, transfers, frames to transmit) allows
-/// no quick polls; work queued by the application between full rounds
-/// waits at most the quick polls left.
-const QUICK_POLLS: u32 = 16;
-
-/// The same for an endpoint whose only method is shared memory and that has
-/// no timer armed: nothing but shared memory can bring work, and shared
-/// memory's own queued work (frames behind a full ring, transfers) always
-/// gets a full round at once. The periodic look for dead peers then comes
-/// every 4096 × this many calls (milliseconds).
-const QUICK_POLLS_SHM_ONLY: u32 = 256;
-
-/// A busy-polling engine's record of one method's receive polls: a method
-/// whose poll is a system call (UDP) and that found nothing
-/// [`IDLE_AFTER_EMPTY_POLLS`] times in a row is polled only every
-/// [`IDLE_POLL_EVERY`] rounds until it delivers again. This is the answer to
-/// BCL-3's polling problem for methods whose arrivals the kernel does not
-/// post into our memory: the cheap methods (shared memory, packet and
-/// AF_XDP rings, VFIO) are looked at every round, and an idle socket costs
-/// an eighth of a system call per round instead of one.
-#[derive(Clone, Copy, Debug)]
-struct RxPolls {
-    syscall: bool,
-    empty_streak: u32,
-}
-
-/// Empty polls after which a system-call method counts as idle.
-const IDLE_AFTER_EMPTY_POLLS: u32 = 8;
-/// An idle system-call method is polled every this many rounds.
-const IDLE_POLL_EVERY: u64 = 8;
-
-/// Rounds of a busy-polling engine with no timer due soon that reuse one
-/// clock reading: reading the clock is a large part of an idle round (and a
-/// fifth of a shared-memory transfer's rounds), and nothing depends on the
-/// time to within a few microseconds unless a timer is near.
-const CLOCK_REUSE_ROUNDS: u32 = 32;
-/// A timer further away than this from the last reading does not need a
-/// fresh one every round (a transfer's stall check is seconds away; a
-/// retransmission timeout, 200 µs or more, is not, so active network peers
-/// read the clock every round and their RTT samples stay exact).
-const CLOCK_REUSE_HORIZON: Duration = Duration::from_millis(1);
 
 /// A random epoch, so a restarted process is told apart from its earlier
 /// incarnation.
@@ -404,69 +326,56 @@ impl Endpoint {
     /// One round of progress: receive, run timers, route new peers,
     /// transmit. Returns the number of frames moved.
     pub fn progress(&mut self) -> Result<usize, Error> {
-        let now = self.round_time();
+        let now = self.schedule.round_time(&*self.clock, &self.port);
         self.stats.rounds += 1;
+        let round = self.stats.rounds;
+        let check_peers = schedule::peer_check_due(round);
         let mut moved = 0;
-        let shm_index = self.shm.as_ref().map(|s| s.index);
+        let mut direct_got = 0;
+        let mut housekeeping = false;
         for (i, m) in self.methods.iter_mut().enumerate() {
             let port = &mut self.port;
             let method = i as u8;
-            if Some(method) == shm_index {
+            if let Some(d) = m.direct() {
+                let got = crate::direct::receive(d, method, port, now, RX_BUDGET);
+                direct_got += got;
+                moved += got;
+                housekeeping |= check_peers || crate::direct::housekeeping_due(d, port);
                 continue;
             }
-            let polls = &mut self.rx_polls[i];
-            if polls.syscall
-                && polls.empty_streak >= IDLE_AFTER_EMPTY_POLLS
-                && !self.stats.rounds.is_multiple_of(IDLE_POLL_EVERY)
-            {
+            if self.schedule.skip_rx(i, round) {
                 continue;
             }
             let n = m.rx_burst(RX_BUDGET, &mut |link, bytes| {
                 port.handle_frame(now, Route { method, link }, bytes);
             })?;
-            polls.empty_streak = if n == 0 {
-                polls.empty_streak.saturating_add(1)
-            } else {
-                0
-            };
+            self.schedule.record_rx(i, n);
             moved += n;
         }
-        let mut housekeeping = self.shm.is_some();
-        if let Some(side) = self.shm.as_mut() {
-            if let Some(shm) = crate::shm_engine::method(&mut self.methods, side) {
-                let got = side.receive(shm, &mut self.port, now, RX_BUDGET);
-                moved += got;
-                housekeeping = side.housekeeping_due(shm, &self.port, self.stats.rounds);
-                // Shared memory brought something and nothing else is
-                // waiting: hand it to the caller now, and leave timers,
-                // transmission and housekeeping (none of which has work) to
-                // the next round. On a ping-pong this takes them off the
-                // path from arrival to reply.
-                if got > 0
-                    && self.short_rounds < MAX_SHORT_ROUNDS
-                    && !housekeeping
-                    && !self.port.has_transmit_work()
-                    && self.port.poll_timeout().is_none_or(|t| t > now)
-                {
-                    self.short_rounds += 1;
-                    return Ok(moved);
-                }
-            }
+        // A direct method brought something and nothing else is waiting:
+        // hand it to the caller now, and leave timers, transmission and
+        // housekeeping (none of which has work) to the next round. On a
+        // ping-pong this takes them off the path from arrival to reply.
+        if self
+            .schedule
+            .end_round_early(direct_got, housekeeping, &self.port, now)
+        {
+            return Ok(moved);
         }
-        self.short_rounds = 0;
         self.port.handle_timeout(now);
         if self.port.has_transmit_work() {
             let sent = self.transmit_at(now)?;
-            // Frames handed to shared memory are reported written there.
-            housekeeping |= sent > 0 && self.shm.is_some();
+            // Frames handed to a direct method are reported written there.
+            housekeeping |= sent > 0 && self.has_direct;
             moved += sent;
         }
         // Skipped in rounds where it has nothing to do: most busy-poll
         // rounds, whose length is the delay before an arrival is seen.
         if housekeeping {
-            if let Some(side) = self.shm.as_mut() {
-                if let Some(shm) = crate::shm_engine::method(&mut self.methods, side) {
-                    moved += side.housekeeping(shm, &mut self.port, now, self.stats.rounds);
+            for (i, m) in self.methods.iter_mut().enumerate() {
+                if let Some(d) = m.direct() {
+                    let port = &mut self.port;
+                    moved += crate::direct::housekeeping(d, i as u8, port, now, check_peers);
                 }
             }
         }
@@ -485,20 +394,6 @@ impl Endpoint {
         }
         let now = self.clock.now();
         self.transmit_at(now)
-    }
-
-    /// The time of a progress round (see [`CLOCK_REUSE_ROUNDS`]).
-    fn round_time(&mut self) -> Time {
-        let horizon = self.last_now + CLOCK_REUSE_HORIZON;
-        if self.clock_reuse_left > 0 && self.port.poll_timeout().is_none_or(|t| t > horizon) {
-            self.clock_reuse_left -= 1;
-            return self.last_now;
-        }
-        self.last_now = self.clock.now();
-        if self.reuse_clock {
-            self.clock_reuse_left = CLOCK_REUSE_ROUNDS;
-        }
-        self.last_now
     }
 
     fn transmit_at(&mut self, now: Time) -> Result<usize, Error> {
@@ -598,11 +493,9 @@ impl Endpoint {
 
     /// Accepts `data` for delivery to `dst` (see [`Port::send`]).
     pub fn send(&mut self, dst: ProcessAddr, data: &[u8]) -> Result<SendHandle, Error> {
-        if let Some(side) = self.shm.as_ref() {
-            if let Some(shm) = crate::shm_engine::method(&mut self.methods, side) {
-                if let Some(h) = side.try_direct(shm, &mut self.port, dst, data) {
-                    return Ok(h);
-                }
+        if self.has_direct {
+            if let Some(h) = crate::direct::try_send(&mut self.methods, &mut self.port, dst, data) {
+                return Ok(h);
             }
         }
         let now = self.clock.now();
@@ -629,11 +522,12 @@ impl Endpoint {
     /// Busy-polling receive with the shortest path: hands the next
     /// system-channel message to `f` and releases it. In order: a message
     /// already delivered to the port; else a direct message at the head of
-    /// the shared-memory ring, read in place (no copy, no progress round);
-    /// else, every [`QUICK_POLLS`]-th call (and every call when the
-    /// endpoint has no shared-memory method), a full
+    /// the first direct method's receive queue, read in place (no copy, no
+    /// progress round); else, every
+    /// [`QUICK_POLLS`](crate::schedule::QUICK_POLLS)-th call (and every
+    /// call when the endpoint has no direct method), a full
     /// [`progress`](Endpoint::progress) round. `None`: nothing this call;
-    /// call again (other work waits at most `QUICK_POLLS` calls).
+    /// call again (other work waits at most that many calls).
     pub fn poll_recv_with<R>(
         &mut self,
         f: impl FnOnce(ProcessAddr, &[u8]) -> R,
@@ -644,24 +538,25 @@ impl Endpoint {
             return Ok(Some(r));
         }
         let mut f = Some(f);
-        if let Some(side) = self.shm.as_ref() {
-            if let Some(shm) = crate::shm_engine::method(&mut self.methods, side) {
-                match shm.take_direct(|from, bytes| f.take().map(|f| f(from, bytes))) {
-                    TakeDirect::Taken(r) => {
+        if let Some(q) = self.quick {
+            if let Some(m) = self.methods[q].direct() {
+                let mut out = None;
+                let took = m.take_direct(&mut |from, bytes| {
+                    out = f.take().map(|f| f(from, bytes));
+                });
+                match took {
+                    TakeDirect::Taken => {
                         self.port.count_direct_delivery();
-                        return Ok(r);
+                        return Ok(out);
                     }
-                    TakeDirect::Empty if self.quick_polls < self.quick_limit => {
-                        self.quick_polls += 1;
-                        return Ok(None);
-                    }
+                    TakeDirect::Empty if self.schedule.quick_poll() => return Ok(None),
                     TakeDirect::Empty | TakeDirect::Other => {}
                 }
             }
         }
-        self.quick_polls = 0;
         self.progress()?;
-        self.quick_limit = self.quick_poll_limit();
+        let limit = self.quick_poll_limit();
+        self.schedule.full_round_done(limit);
         match (self.port.poll_delivery(), f.take()) {
             (Some(d), Some(f)) => {
                 let r = f(d.from, self.port.message(&d).unwrap_or_default());
@@ -672,24 +567,14 @@ impl Endpoint {
         }
     }
 
-    /// How many quick polls may follow a full round (see [`QUICK_POLLS`]):
-    /// none while shared memory or the port has work queued, which the next
-    /// call's full round then does.
+    /// Quick polls allowed after a full round (see
+    /// [`schedule::quick_poll_limit`]).
     fn quick_poll_limit(&mut self) -> u32 {
-        let only_shm = self.methods.len() == 1;
-        let Some(side) = self.shm.as_ref() else {
+        let only = self.methods.len() == 1;
+        let Some(m) = self.quick.and_then(|q| self.methods[q].direct()) else {
             return 0;
         };
-        let Some(shm) = crate::shm_engine::method(&mut self.methods, side) else {
-            return 0;
-        };
-        if shm.has_queued_work() || self.port.has_transmit_work() {
-            0
-        } else if only_shm && self.port.poll_timeout().is_none() {
-            QUICK_POLLS_SHM_ONLY
-        } else {
-            QUICK_POLLS
-        }
+        schedule::quick_poll_limit(m.has_queued_work(), only, &self.port)
     }
 
     /// Gives a delivered message's ring space back.

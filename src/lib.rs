@@ -41,9 +41,10 @@
 pub mod channels;
 pub mod clock;
 pub mod cluster;
+mod direct;
 pub mod endpoint;
 mod method_slot;
-mod shm_engine;
+pub mod schedule;
 pub mod simnet;
 mod wait;
 

@@ -1,45 +1,44 @@
-//! An endpoint's methods, with shared memory held by its concrete type.
+//! An endpoint's methods, each held by what it can do.
 //!
-//! The engine's shortcuts for shared memory (direct messages sent and taken
-//! in place, bulk transfers) need `ShmMethod` itself. Held as `Box<dyn
-//! Method>` it would take a dynamic downcast (two indirect calls) on every
-//! send and every poll, which is a measurable part of an 8-byte message's
-//! path; held here, reaching it is one match. Everything else sees every
-//! method as `dyn Method` through `Deref`.
+//! A method that implements the direct path ([`DirectMethod`]) is kept as
+//! one, so that the engine calls its extension through one vtable call
+//! (no lookup or downcast on every send and poll, which would be a
+//! measurable part of an 8-byte shared-memory message's path); every other
+//! method is a plain [`Method`]. Everything that needs only frames sees
+//! every method as `dyn Method` through `Deref`.
 
-use bcl_core::method::Method;
-use bcl_shm::ShmMethod;
+use bcl_core::method::{DirectMethod, Method};
 use std::ops::{Deref, DerefMut};
 
 /// One of an endpoint's methods.
 pub(crate) enum MethodSlot {
-    /// The shared-memory method.
-    Shm(Box<ShmMethod>),
-    /// Any other method.
-    Other(Box<dyn Method>),
+    /// A method that moves frames only.
+    Frames(Box<dyn Method>),
+    /// A method with the direct path.
+    Direct(Box<dyn DirectMethod>),
 }
 
 impl MethodSlot {
-    /// Holds `m`, by its concrete type if it is the shared-memory method.
+    /// Holds `m` by what it can do (asks it once: [`Method::into_direct`]).
     pub(crate) fn new(m: Box<dyn Method>) -> MethodSlot {
-        let is_shm = (&*m as &dyn std::any::Any).is::<ShmMethod>();
-        if is_shm {
-            let any: Box<dyn std::any::Any> = m;
-            if let Ok(shm) = any.downcast::<ShmMethod>() {
-                return MethodSlot::Shm(shm);
-            }
-            unreachable!("checked to be ShmMethod just above");
+        match m.into_direct() {
+            Ok(d) => MethodSlot::Direct(d),
+            Err(m) => MethodSlot::Frames(m),
         }
-        MethodSlot::Other(m)
     }
 
-    /// The shared-memory method, if this is it.
+    /// The method's direct path, if it has one.
     #[inline]
-    pub(crate) fn shm(&mut self) -> Option<&mut ShmMethod> {
+    pub(crate) fn direct(&mut self) -> Option<&mut dyn DirectMethod> {
         match self {
-            MethodSlot::Shm(m) => Some(m),
-            MethodSlot::Other(_) => None,
+            MethodSlot::Direct(m) => Some(&mut **m),
+            MethodSlot::Frames(_) => None,
         }
+    }
+
+    /// Whether the method has the direct path.
+    pub(crate) fn is_direct(&self) -> bool {
+        matches!(self, MethodSlot::Direct(_))
     }
 }
 
@@ -48,8 +47,8 @@ impl Deref for MethodSlot {
 
     fn deref(&self) -> &(dyn Method + 'static) {
         match self {
-            MethodSlot::Shm(m) => &**m,
-            MethodSlot::Other(m) => &**m,
+            MethodSlot::Frames(m) => &**m,
+            MethodSlot::Direct(m) => &**m,
         }
     }
 }
@@ -57,8 +56,8 @@ impl Deref for MethodSlot {
 impl DerefMut for MethodSlot {
     fn deref_mut(&mut self) -> &mut (dyn Method + 'static) {
         match self {
-            MethodSlot::Shm(m) => &mut **m,
-            MethodSlot::Other(m) => &mut **m,
+            MethodSlot::Frames(m) => &mut **m,
+            MethodSlot::Direct(m) => &mut **m,
         }
     }
 }

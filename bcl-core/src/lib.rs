@@ -34,7 +34,8 @@ pub use event::{
     ChannelEvent, ChannelId, Delivery, RegionId, SendEvent, SendFailure, SendHandle, TransferError,
 };
 pub use method::{
-    Availability, Descriptor, LinkId, Method, MethodCaps, MethodError, Route, TxFrame,
+    Attachment, Availability, Descriptor, DirectMethod, LinkId, Method, MethodCaps, MethodCounters,
+    MethodError, MethodKind, OpenSpec, ProbeResult, Route, Scope, TxFrame,
 };
 pub use port::{ChannelError, Port, Refused, ReleaseError, RouteError, SendError};
 pub use ring::RingSlot;

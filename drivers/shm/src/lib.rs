@@ -65,10 +65,7 @@ pub use exchange::{ExError, PullProgress, PushProgress};
 #[cfg(not(loom))]
 pub use layout::Geometry;
 #[cfg(not(loom))]
-pub use method::{
-    node_identity, probe, DirectError, RxHandler, ShmMethod, ShmMethodStats, TakeDirect,
-    METHOD_NAME,
-};
+pub use method::{node_identity, probe, ShmMethod, ShmMethodStats, METHOD_NAME};
 #[cfg(not(loom))]
 pub use port::{Incoming, PeerId, ShmConfig, ShmEvent, ShmPort};
 

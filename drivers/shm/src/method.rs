@@ -30,13 +30,18 @@
 //! sequence numbers, acknowledgements, retransmission and CRC32C for it. A
 //! full ring or exchange queue is back-pressure, never loss.
 //!
-//! An engine drives receiving with [`ShmMethod::poll_rx`] (frames, direct
-//! messages and transfer data together); the generic
-//! [`Method::rx_burst`] handles frames only and drops other items (counted).
+//! The method is a [`DirectMethod`]: an engine drives receiving with
+//! [`DirectMethod::poll_rx`] (frames, direct messages and transfer data
+//! together) and moves transfers with [`DirectMethod::housekeeping`]; the
+//! generic [`Method::rx_burst`] handles frames only and drops other items
+//! (counted).
 
 use crate::heap::{self, PeerMappings, SharedBytes, SharedRef};
 use crate::{PeerId, PullProgress, ShmConfig, ShmError, ShmEvent, ShmPort};
-use bcl_core::method::{Descriptor, LinkId, Method, MethodCaps, MethodError, TxFrame};
+use bcl_core::method::{
+    Descriptor, DirectError, DirectMethod, LinkId, Method, MethodCaps, MethodCounters, MethodError,
+    RxHandler, TakeDirect, TransferHost, TxFrame,
+};
 use bcl_core::port::{BulkKind, BulkToken, OutboundBulk};
 use bcl_core::{Availability, JobKey, ProcessAddr};
 use rustc_hash::FxHashMap as HashMap;
@@ -128,42 +133,6 @@ pub struct ShmMethodStats {
     pub lost_to_gone_peers: u64,
 }
 
-/// Why a direct message was not sent.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum DirectError {
-    /// Something of this link is queued, or the ring is full: send through
-    /// the port instead (it keeps the order).
-    #[error("the link is busy; send through the port")]
-    Busy,
-    /// Larger than a ring slot.
-    #[error("message too large for a direct message")]
-    TooLarge,
-    /// The peer is gone.
-    #[error("peer {0} is gone")]
-    Gone(ProcessAddr),
-}
-
-/// What the receiving side does with items, implemented by the engine.
-pub trait RxHandler {
-    /// A BCL frame from `link`; false = cannot take it now (keep it).
-    fn frame(&mut self, link: LinkId, bytes: &[u8]) -> bool;
-    /// A whole system-channel message from `from`; false = cannot take it now.
-    fn direct(&mut self, from: ProcessAddr, bytes: &[u8]) -> bool;
-    /// Transfer data announced by `from`: where it goes (`None`: discard).
-    fn bulk_start(
-        &mut self,
-        from: ProcessAddr,
-        kind: BulkKind,
-        channel: u16,
-        transfer: u32,
-        len: u64,
-    ) -> Option<BulkToken>;
-    /// The destination buffer of an accepted transfer (exactly its length).
-    fn bulk_dest(&mut self, token: BulkToken) -> Option<&mut [u8]>;
-    /// All of an accepted transfer's data is in its destination.
-    fn bulk_done(&mut self, token: BulkToken);
-}
-
 /// Something waiting to go to a peer, in order.
 enum Out {
     /// A ring item (tag included) the ring had no room for.
@@ -221,17 +190,6 @@ enum Expected {
     },
 }
 
-/// What [`ShmMethod::take_direct`] found at the head of the ring.
-#[derive(Debug, PartialEq, Eq)]
-pub enum TakeDirect<R> {
-    /// A direct message, handed over: the closure's result.
-    Taken(R),
-    /// Nothing.
-    Empty,
-    /// Something else (a frame, a notice): for [`ShmMethod::poll_rx`].
-    Other,
-}
-
 /// The shared-memory method (see the module documentation).
 pub struct ShmMethod {
     port: ShmPort,
@@ -260,6 +218,8 @@ pub struct ShmMethod {
     /// Whether transfers announced in a sender's shared heap are read from
     /// there (otherwise refused: the sender pushes them).
     read_peer_heaps: bool,
+    /// Housekeeping's list of transfers to push, kept to reuse its memory.
+    to_push: Vec<(LinkId, BulkToken)>,
     stats: ShmMethodStats,
 }
 
@@ -291,6 +251,7 @@ impl ShmMethod {
             pulled: Vec::new(),
             mappings: PeerMappings::default(),
             read_peer_heaps: true,
+            to_push: Vec::new(),
             stats: ShmMethodStats::default(),
         })
     }
@@ -357,46 +318,13 @@ impl ShmMethod {
         self.link(link).map(|l| l.addr)
     }
 
-    /// Sends a whole system-channel message directly, if nothing of the link
-    /// is queued and the ring has room; otherwise says why not (send through
-    /// the port then).
-    pub fn send_direct(&mut self, link: LinkId, data: &[u8]) -> Result<(), DirectError> {
-        if data.len() > self.max_direct() {
-            return Err(DirectError::TooLarge);
-        }
-        let Some(l) = self.links.get(link.0 as usize) else {
-            return Err(DirectError::Busy);
-        };
-        if l.dead {
-            return Err(DirectError::Gone(l.addr));
-        }
-        if !l.pending.is_empty() {
-            return Err(DirectError::Busy);
-        }
-        let (peer, addr) = (l.peer, l.addr);
-        match self.port.try_send_tagged(peer, TAG_DIRECT, data) {
-            Ok(()) => {
-                self.stats.direct_sent += 1;
-                Ok(())
-            }
-            Err(crate::SendError::Full) => {
-                self.stats.backpressure += 1;
-                Err(DirectError::Busy)
-            }
-            Err(_) => {
-                self.mark_dead(link);
-                Err(DirectError::Gone(addr))
-            }
-        }
-    }
-
     /// Takes over an outgoing bulk transfer from the port, whose data is
     /// `src`: its notice goes in order with the link's frames. If `src`
     /// lies in this process's shared heap, the receiver copies it from there
     /// and the transfer is done when it says so ([`ShmMethod::drain_pulled`]);
     /// otherwise the data is pushed (see [`ShmMethod::bulk_to_push`] and
     /// [`ShmMethod::push_bulk`]).
-    pub fn start_bulk(&mut self, b: &OutboundBulk, src: &[u8]) {
+    fn start_bulk(&mut self, b: &OutboundBulk, src: &[u8]) {
         let notice = bulk_notice(b.kind.code(), b.channel, b.transfer, b.len);
         let shared = if b.len >= MIN_SHARED_PULL && src.len() as u64 == b.len {
             heap::locate(src)
@@ -450,7 +378,7 @@ impl ShmMethod {
     /// Reports the transfers whose receivers have copied them from this
     /// process's shared heap: the engine completes them (their buffers are
     /// free).
-    pub fn drain_pulled(&mut self, mut done: impl FnMut(BulkToken)) -> usize {
+    fn drain_pulled(&mut self, mut done: impl FnMut(BulkToken)) -> usize {
         let n = self.pulled.len();
         for t in self.pulled.drain(..) {
             done(t);
@@ -458,46 +386,9 @@ impl ShmMethod {
         n
     }
 
-    /// Whether anything waits for [`ShmMethod::flush`],
-    /// [`ShmMethod::bulk_to_push`], [`ShmMethod::drain_written`] or
-    /// [`ShmMethod::poll_event`]: queued frames or transfers, written counts
-    /// not yet reported, or events.
-    pub fn has_pending_work(&self) -> bool {
-        self.maybe_queued
-            || !self.written_dirty.is_empty()
-            || !self.pulled.is_empty()
-            || self.port.has_events()
-    }
-
-    /// Hands the message at the head of the ring to `f` and releases it, if
-    /// it is a direct message (a whole system-channel message) from a known
-    /// sender: the receive path with no copy and no engine round.
-    #[inline]
-    pub fn take_direct<R>(&mut self, f: impl FnOnce(ProcessAddr, &[u8]) -> R) -> TakeDirect<R> {
-        let Some(m) = self.port.recv() else {
-            return TakeDirect::Empty;
-        };
-        let bytes = m.bytes();
-        if bytes.first() != Some(&TAG_DIRECT) {
-            return TakeDirect::Other;
-        }
-        let r = f(m.from(), &bytes[1..]);
-        m.release();
-        self.stats.direct_received += 1;
-        TakeDirect::Taken(r)
-    }
-
-    /// Whether the method has work of its own besides messages arriving in
-    /// the ring: transfer data owed or being copied, a big frame held,
-    /// anything queued or to report.
-    #[inline]
-    pub fn has_queued_work(&self) -> bool {
-        !self.expected.is_empty() || !self.held.is_empty() || self.has_pending_work()
-    }
-
     /// Bulk transfers whose data is to be pushed now (announced, at the head
     /// of their link's queue): fills `out` with (link, token).
-    pub fn bulk_to_push(&self, out: &mut Vec<(LinkId, BulkToken)>) {
+    fn bulk_to_push(&self, out: &mut Vec<(LinkId, BulkToken)>) {
         out.clear();
         if !self.maybe_queued {
             return;
@@ -517,7 +408,7 @@ impl ShmMethod {
     /// Pushes more of the bulk transfer at the head of `link`'s queue, whose
     /// bytes are `data`. Ok(true) when all is pushed (the transfer is done
     /// for the sender); Err when the peer is gone.
-    pub fn push_bulk(&mut self, link: LinkId, data: &[u8]) -> Result<bool, ProcessAddr> {
+    fn push_bulk(&mut self, link: LinkId, data: &[u8]) -> Result<bool, ProcessAddr> {
         let i = link.0 as usize;
         let Some(l) = self.links.get(i) else {
             return Err(ProcessAddr::default());
@@ -552,7 +443,7 @@ impl ShmMethod {
     }
 
     /// Tries to move what waits on every link.
-    pub fn flush(&mut self) {
+    fn flush(&mut self) {
         if !self.maybe_queued {
             return;
         }
@@ -681,7 +572,7 @@ impl ShmMethod {
     /// Reports, for each link whose count changed, its peer and the number
     /// of BCL frames written to it since the link was made (frames queued
     /// behind back-pressure count only once actually in the peer's ring).
-    pub fn drain_written(&mut self, mut report: impl FnMut(ProcessAddr, u64)) {
+    fn drain_written(&mut self, mut report: impl FnMut(ProcessAddr, u64)) {
         for link in self.written_dirty.drain(..) {
             if let Some(l) = self.links.get_mut(link.0 as usize) {
                 l.dirty = false;
@@ -760,85 +651,6 @@ impl ShmMethod {
         self.links[i].pending.push_back(out);
         self.flush_link(i);
         Ok(())
-    }
-
-    /// Receives up to `budget` items, handing them to `h` in order, and moves
-    /// announced transfer data into its destinations. Returns the items
-    /// handled.
-    pub fn poll_rx(&mut self, budget: usize, h: &mut dyn RxHandler) -> usize {
-        let mut n = self.pull_bulk(h);
-        while n < budget {
-            let Some(m) = self.port.recv() else { break };
-            let from = m.from();
-            let tag = m.bytes().first().copied();
-            // Only frames need the link (a lookup per item would cost more
-            // than the rest of a direct message's handling).
-            let known = match tag {
-                Some(TAG_FRAME) => self.by_addr.get(&from).copied(),
-                _ => None,
-            };
-            match (tag, known) {
-                (Some(TAG_FRAME), Some(link)) => {
-                    if !h.frame(link, &m.bytes()[1..]) {
-                        break;
-                    }
-                    m.release();
-                }
-                (Some(TAG_FRAME), None) => {
-                    // First frame from this sender: connect back, then read
-                    // the item again (it stays first in the ring).
-                    if self.link_for(from).is_err() {
-                        break;
-                    }
-                    continue;
-                }
-                (Some(TAG_DIRECT), _) => {
-                    if !h.direct(from, &m.bytes()[1..]) {
-                        break;
-                    }
-                    m.release();
-                    self.stats.direct_received += 1;
-                }
-                (Some(TAG_BIG_FRAME), _) => {
-                    // Left in the ring until the frame is taken.
-                    // Transfer data announced earlier by this sender comes
-                    // first in its exchange queue.
-                    if self.expected.get(&from).is_some_and(|q| !q.is_empty()) {
-                        break;
-                    }
-                    if !self.take_big_frame(from, h) {
-                        break;
-                    }
-                    if let Some(m) = self.port.recv() {
-                        m.release();
-                    }
-                }
-                (Some(TAG_BULK), _) if m.len() == BULK_NOTICE_LEN => {
-                    let mut notice = [0u8; BULK_NOTICE_LEN];
-                    notice.copy_from_slice(m.bytes());
-                    m.release();
-                    self.on_bulk_notice(from, &notice, h);
-                }
-                (Some(TAG_BULK_SHARED), _) if m.len() == SHARED_NOTICE_LEN => {
-                    let mut notice = [0u8; SHARED_NOTICE_LEN];
-                    notice.copy_from_slice(m.bytes());
-                    m.release();
-                    self.on_shared_notice(from, &notice, h);
-                }
-                (Some(tag @ (TAG_BULK_PULLED | TAG_BULK_REFUSED)), _) if m.len() == ANSWER_LEN => {
-                    let kind = m.bytes()[1];
-                    let transfer = le_u32(&m.bytes()[2..6]);
-                    m.release();
-                    self.on_answer(from, tag, kind, transfer);
-                }
-                _ => {
-                    m.release();
-                    self.stats.dropped += 1;
-                }
-            }
-            n += 1;
-        }
-        n + self.pull_bulk(h)
     }
 
     /// A sender announced transfer data: find where it goes.
@@ -1172,6 +984,183 @@ impl RxHandler for FramesOnly<'_> {
     fn bulk_done(&mut self, _: BulkToken) {}
 }
 
+impl DirectMethod for ShmMethod {
+    fn poll_rx(&mut self, budget: usize, h: &mut dyn RxHandler) -> usize {
+        let mut n = self.pull_bulk(h);
+        while n < budget {
+            let Some(m) = self.port.recv() else { break };
+            let from = m.from();
+            let tag = m.bytes().first().copied();
+            // Only frames need the link (a lookup per item would cost more
+            // than the rest of a direct message's handling).
+            let known = match tag {
+                Some(TAG_FRAME) => self.by_addr.get(&from).copied(),
+                _ => None,
+            };
+            match (tag, known) {
+                (Some(TAG_FRAME), Some(link)) => {
+                    if !h.frame(link, &m.bytes()[1..]) {
+                        break;
+                    }
+                    m.release();
+                }
+                (Some(TAG_FRAME), None) => {
+                    // First frame from this sender: connect back, then read
+                    // the item again (it stays first in the ring).
+                    if self.link_for(from).is_err() {
+                        break;
+                    }
+                    continue;
+                }
+                (Some(TAG_DIRECT), _) => {
+                    if !h.direct(from, &m.bytes()[1..]) {
+                        break;
+                    }
+                    m.release();
+                    self.stats.direct_received += 1;
+                }
+                (Some(TAG_BIG_FRAME), _) => {
+                    // Left in the ring until the frame is taken.
+                    // Transfer data announced earlier by this sender comes
+                    // first in its exchange queue.
+                    if self.expected.get(&from).is_some_and(|q| !q.is_empty()) {
+                        break;
+                    }
+                    if !self.take_big_frame(from, h) {
+                        break;
+                    }
+                    if let Some(m) = self.port.recv() {
+                        m.release();
+                    }
+                }
+                (Some(TAG_BULK), _) if m.len() == BULK_NOTICE_LEN => {
+                    let mut notice = [0u8; BULK_NOTICE_LEN];
+                    notice.copy_from_slice(m.bytes());
+                    m.release();
+                    self.on_bulk_notice(from, &notice, h);
+                }
+                (Some(TAG_BULK_SHARED), _) if m.len() == SHARED_NOTICE_LEN => {
+                    let mut notice = [0u8; SHARED_NOTICE_LEN];
+                    notice.copy_from_slice(m.bytes());
+                    m.release();
+                    self.on_shared_notice(from, &notice, h);
+                }
+                (Some(tag @ (TAG_BULK_PULLED | TAG_BULK_REFUSED)), _) if m.len() == ANSWER_LEN => {
+                    let kind = m.bytes()[1];
+                    let transfer = le_u32(&m.bytes()[2..6]);
+                    m.release();
+                    self.on_answer(from, tag, kind, transfer);
+                }
+                _ => {
+                    m.release();
+                    self.stats.dropped += 1;
+                }
+            }
+            n += 1;
+        }
+        n + self.pull_bulk(h)
+    }
+
+    #[inline]
+    fn take_direct(&mut self, f: &mut dyn FnMut(ProcessAddr, &[u8])) -> TakeDirect {
+        let Some(m) = self.port.recv() else {
+            return TakeDirect::Empty;
+        };
+        let bytes = m.bytes();
+        if bytes.first() != Some(&TAG_DIRECT) {
+            return TakeDirect::Other;
+        }
+        f(m.from(), &bytes[1..]);
+        m.release();
+        self.stats.direct_received += 1;
+        TakeDirect::Taken
+    }
+
+    fn send_direct(&mut self, link: LinkId, data: &[u8]) -> Result<(), DirectError> {
+        if data.len() > self.max_direct() {
+            return Err(DirectError::TooLarge);
+        }
+        let Some(l) = self.links.get(link.0 as usize) else {
+            return Err(DirectError::Busy);
+        };
+        if l.dead {
+            return Err(DirectError::Gone(l.addr));
+        }
+        if !l.pending.is_empty() {
+            return Err(DirectError::Busy);
+        }
+        let (peer, addr) = (l.peer, l.addr);
+        match self.port.try_send_tagged(peer, TAG_DIRECT, data) {
+            Ok(()) => {
+                self.stats.direct_sent += 1;
+                Ok(())
+            }
+            Err(crate::SendError::Full) => {
+                self.stats.backpressure += 1;
+                Err(DirectError::Busy)
+            }
+            Err(_) => {
+                self.mark_dead(link);
+                Err(DirectError::Gone(addr))
+            }
+        }
+    }
+
+    fn housekeeping(&mut self, host: &mut dyn TransferHost, check_peers: bool) -> usize {
+        let mut work = 0;
+        // Transfers the port hands over.
+        while let Some(b) = host.next_transfer() {
+            work += 1;
+            let src = host.transfer_data(b.token).unwrap_or(&[]);
+            self.start_bulk(&b, src);
+        }
+        // Their data, as far as the exchange queues take it.
+        let mut to_push = std::mem::take(&mut self.to_push);
+        self.bulk_to_push(&mut to_push);
+        for &(link, token) in &to_push {
+            let Some(src) = host.transfer_data(token) else {
+                continue;
+            };
+            match self.push_bulk(link, src) {
+                Ok(true) => {
+                    host.transfer_sent(token);
+                    work += 1;
+                }
+                Ok(false) => {}
+                Err(addr) => host.transfer_failed(token, addr),
+            }
+        }
+        self.to_push = to_push;
+        self.flush();
+        // Transfers receivers copied from our shared heap are done.
+        work += self.drain_pulled(|token| host.transfer_sent(token));
+        // Frames to shared-memory peers are delivered once in the peer's ring.
+        self.drain_written(|addr, written| host.frames_written(addr, written));
+        if check_peers {
+            self.check_peers();
+        }
+        while let Some(ev) = self.poll_event() {
+            work += 1;
+            if let ShmEvent::PeerDied { addr, .. } | ShmEvent::PeerClosed { addr } = ev {
+                host.peer_gone(addr);
+            }
+        }
+        work
+    }
+
+    fn has_pending_work(&self) -> bool {
+        self.maybe_queued
+            || !self.written_dirty.is_empty()
+            || !self.pulled.is_empty()
+            || self.port.has_events()
+    }
+
+    #[inline]
+    fn has_queued_work(&self) -> bool {
+        !self.expected.is_empty() || !self.held.is_empty() || self.has_pending_work()
+    }
+}
+
 impl Method for ShmMethod {
     fn name(&self) -> &'static str {
         METHOD_NAME
@@ -1254,5 +1243,33 @@ impl Method for ShmMethod {
 
     fn finish_wait(&mut self) {
         self.port.finish_wait();
+    }
+
+    fn counters(&self) -> MethodCounters {
+        let s = self.stats;
+        MethodCounters {
+            // Received frames are not counted (the port counts what it
+            // gets); direct messages and transfers are, below.
+            tx_frames: s.frames_inline + s.frames_big,
+            detail: vec![
+                ("frames_inline", s.frames_inline),
+                ("frames_big", s.frames_big),
+                ("direct_sent", s.direct_sent),
+                ("direct_received", s.direct_received),
+                ("bulk_sent", s.bulk_sent),
+                ("bulk_received", s.bulk_received),
+                ("bulk_sent_shared", s.bulk_sent_shared),
+                ("bulk_received_shared", s.bulk_received_shared),
+                ("shared_refused", s.shared_refused),
+                ("backpressure", s.backpressure),
+                ("dropped", s.dropped),
+                ("lost_to_gone_peers", s.lost_to_gone_peers),
+            ],
+            ..MethodCounters::default()
+        }
+    }
+
+    fn into_direct(self: Box<Self>) -> Result<Box<dyn DirectMethod>, Box<dyn Method>> {
+        Ok(self)
     }
 }

@@ -13,6 +13,17 @@
 //! frame in place; on transmit it hands the core a buffer of its own (a UMEM
 //! frame, a DMA buffer, a shared-memory slot) to write the frame into. The
 //! interface is batch-oriented: one call moves a burst of frames.
+//!
+//! - [`kind`]: what the registry knows of a method before one is open
+//!   ([`MethodKind`]: name, scope, probe, open, address grammar).
+//! - [`direct`]: the extension for methods that move whole messages and
+//!   transfer data, not only frames ([`DirectMethod`]).
+
+pub mod direct;
+pub mod kind;
+
+pub use direct::{DirectError, DirectMethod, RxHandler, TakeDirect, TransferHost};
+pub use kind::{Attachment, MethodKind, OpenSpec, ProbeResult, Scope};
 
 use std::fmt;
 use std::os::fd::RawFd;
@@ -165,15 +176,59 @@ pub struct TxFrame {
     pub len: usize,
 }
 
+/// What a method counted, in a shape common to all methods.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MethodCounters {
+    /// Frames shown to the core (0 where the method leaves counting them to
+    /// the core).
+    pub rx_frames: u64,
+    /// Frames handed to the medium.
+    pub tx_frames: u64,
+    /// Received frames dropped before the core saw them because they were
+    /// not for this endpoint: another destination, another EtherType, our
+    /// own outgoing frames.
+    pub rx_foreign: u64,
+    /// Received frames dropped before the core saw them because they were
+    /// malformed: cut short, shorter than a link-layer header, from an
+    /// impossible source.
+    pub rx_malformed: u64,
+    /// Frames lost on the way out (a failed kick, a full device queue).
+    pub tx_errors: u64,
+    /// Everything else the method counts, by name, for people.
+    pub detail: Vec<(&'static str, u64)>,
+}
+
+impl MethodCounters {
+    /// Frames the method dropped before the core saw them.
+    pub fn rx_dropped(&self) -> u64 {
+        self.rx_foreign + self.rx_malformed
+    }
+}
+
+/// Turns a boxed method into `Box<dyn Method>`; implemented for every
+/// method, so that [`Method::into_direct`] has a default.
+pub trait IntoBoxedMethod {
+    /// `self` as a `Box<dyn Method>`.
+    fn into_boxed_method(self: Box<Self>) -> Box<dyn Method>;
+}
+
+impl<M: Method> IntoBoxedMethod for M {
+    fn into_boxed_method(self: Box<Self>) -> Box<dyn Method> {
+        self
+    }
+}
+
 /// A transport backend (see the module documentation).
 ///
 /// All calls are non-blocking. A progress engine calls
 /// [`rx_burst`](Method::rx_burst) and [`tx_burst`](Method::tx_burst) in a
 /// loop (busy polling) or sleeps on [`readiness_fd`](Method::readiness_fd)
-/// between rounds (blocking mode). `Any` lets an engine reach a method it
-/// knows by its concrete type (shared memory's direct messages and bulk
-/// transfers).
-pub trait Method: std::any::Any + Send {
+/// between rounds (blocking mode). `Any` lets an application reach its
+/// method's own interface by type (counters, settings); the engine never
+/// does: what only some methods can do is an extension trait
+/// ([`DirectMethod`]) that a method hands over with
+/// [`into_direct`](Method::into_direct).
+pub trait Method: std::any::Any + Send + IntoBoxedMethod {
     /// The method's name: `sim`, `shm`, `afxdp`, `vfio`, `packet` or `udp`.
     fn name(&self) -> &'static str;
 
@@ -240,6 +295,24 @@ pub trait Method: std::any::Any + Send {
     /// Called after the sleep that [`prepare_wait`](Method::prepare_wait)
     /// prepared (or after deciding not to sleep).
     fn finish_wait(&mut self) {}
+
+    /// What the method counted.
+    fn counters(&self) -> MethodCounters {
+        MethodCounters::default()
+    }
+
+    /// How the method was set up, one line each, for people (attach mode,
+    /// queues, fallbacks taken and why).
+    fn notes(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// The method as a [`DirectMethod`] if it is one (it then overrides
+    /// this with `Ok(self)`), else itself back. An engine asks once, when
+    /// the method is added, and keeps whichever it got.
+    fn into_direct(self: Box<Self>) -> Result<Box<dyn DirectMethod>, Box<dyn Method>> {
+        Err(self.into_boxed_method())
+    }
 
     /// Releases the method's resources. Further calls may fail.
     fn shutdown(&mut self) {}
