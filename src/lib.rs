@@ -44,21 +44,26 @@ pub mod cluster;
 mod direct;
 pub mod endpoint;
 mod method_slot;
+pub mod registry;
 pub mod schedule;
 pub mod simnet;
 mod wait;
 
+pub use bcl_afxdp as afxdp;
 pub use bcl_core as core;
 pub use bcl_core::{
     ChannelError, ChannelEvent, ChannelId, Delivery, Descriptor, JobKey, LinkId, Method,
     MethodCaps, NodeId, PortConfig, PortId, PortStats, ProcessAddr, Refused, RegionId, SendEvent,
     SendFailure, SendHandle, Time, TransferError,
 };
+pub use bcl_ether as ether;
 pub use bcl_packet as packet;
 pub use bcl_shm as shm;
 pub use bcl_sim as sim;
 pub use bcl_udp as udp;
+pub use bcl_vfio as vfio;
 pub use channels::{TransferFailed, TransferFailure};
 pub use clock::{Clock, MonotonicClock};
 pub use endpoint::{Endpoint, EndpointBuilder, EngineStats, Error, ProgressMode};
+pub use registry::Registry;
 pub use simnet::SimCluster;

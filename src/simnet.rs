@@ -40,6 +40,7 @@ impl SimCluster {
             faults,
             seed,
             clock: SimClock::Virtual(clock.clone()),
+            ..FabricConfig::default()
         });
         let mut endpoints = Vec::with_capacity(n);
         for i in 0..n {

@@ -5,8 +5,9 @@
 //!
 //! 1. who am I: [`JobInfo::from_env`];
 //! 2. the cluster: `$BCL_CLUSTER` (a resource database) if set, else this
-//!    host's interfaces (fabric = IPv4 subnet; `packet` and `udp` only:
-//!    `afxdp` attaches an XDP program to the NIC, so it needs a
+//!    host's interfaces (fabric = IPv4 subnet; the methods opened on an
+//!    interface or an IP address that are not opt-in: `packet` and `udp`,
+//!    since `afxdp` attaches an XDP program to the NIC and so needs a
 //!    configuration that allows it);
 //! 3. the policy: the file's preference, `$BCL_METHODS` or the file's pin;
 //! 4. which methods on which NIC ([`plan`], [`plan_on`]), opened in policy
@@ -17,11 +18,13 @@
 //! 6. every peer's table goes to the endpoint; methods are chosen on first
 //!    send.
 //!
-//! Two methods can share a NIC: the cluster layer gives `packet` its own
-//! EtherType ([`PACKET_ETHERTYPE`]) because an AF_XDP program takes every
-//! frame of its own (0x88B5) before the kernel's packet sockets see it;
-//! every other frame it passes to the kernel, so a process's `packet` works
-//! on an interface where another process of the node holds `afxdp`.
+//! Every method is planned and opened through the [registry](crate::registry):
+//! what a kind is opened on ([`Attachment`]), whether it owns its NIC and
+//! whether it is opt-in decide the plan; [`MethodKind::open`] opens it.
+//! Two methods can share a NIC: `packet` opened for a job uses its own
+//! EtherType ([`bcl_packet::JOB_ETHERTYPE`]), because an AF_XDP program
+//! takes every frame of its own (0x88B5) before the kernel's packet sockets
+//! see it and passes every other frame to the kernel.
 //!
 //! NICs per process (multi-rail): AF_XDP allows one endpoint per interface,
 //! so a node whose processes should all use `afxdp` on a fabric needs one
@@ -38,13 +41,12 @@ use super::resources::{ClusterConfig, Node};
 use super::select::{Pin, Policy};
 use super::{node_identity, LocalPolicy};
 use crate::endpoint::{Endpoint, ProgressMode};
+use crate::registry::Registry;
+use bcl_core::method::{Attachment, MethodKind, OpenSpec};
 use bcl_core::{JobKey, Method, PortConfig, ProcessAddr};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
-
-/// EtherType of the `packet` method when opened by the cluster layer.
-pub const PACKET_ETHERTYPE: u16 = 0x88B6;
 
 /// A method to open: which, on which interface, on which fabric.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -73,15 +75,21 @@ pub fn plan(
     let mut nics_here: Vec<NicSlot> = Vec::new();
     match (cfg, node) {
         (Some(cfg), Some(node)) => {
-            // A NIC this process drives through VFIO is bound to vfio-pci
-            // and has no kernel interface: only NICs allowing other
-            // methods are looked up among the interfaces; `pci` names the
-            // device for vfio.
+            // A NIC driven from user space (a device kind: vfio) is bound
+            // to its driver and has no kernel interface: only NICs allowing
+            // other methods are looked up among the interfaces; `pci`
+            // names the device for the device kinds.
+            let on_device = |m: &String| {
+                policy
+                    .registry
+                    .get(m)
+                    .is_some_and(|k| k.attachment() == Attachment::Device)
+            };
             let kernel = Node {
                 nics: node
                     .nics
                     .iter()
-                    .filter(|n| n.methods.iter().any(|m| m != "vfio"))
+                    .filter(|n| n.methods.iter().any(|m| !on_device(m)))
                     .cloned()
                     .collect(),
                 ..node.clone()
@@ -94,14 +102,20 @@ pub fn plan(
                     nic.fabric.clone(),
                     nic.methods
                         .iter()
-                        .filter(|m| *m != "vfio")
+                        .filter(|m| !on_device(m))
                         .cloned()
                         .collect(),
                 ));
             }
             for nic in &node.nics {
-                if let (Some(pci), true) = (&nic.pci, nic.methods.iter().any(|m| m == "vfio")) {
-                    nics_here.push((pci.clone(), None, nic.fabric.clone(), vec!["vfio".into()]));
+                let devices: Vec<String> = nic
+                    .methods
+                    .iter()
+                    .filter(|m| on_device(m))
+                    .cloned()
+                    .collect();
+                if let (Some(pci), false) = (&nic.pci, devices.is_empty()) {
+                    nics_here.push((pci.clone(), None, nic.fabric.clone(), devices));
                 }
             }
         }
@@ -117,9 +131,7 @@ pub fn plan(
                         i.name.clone(),
                         i.ipv4.first().map(|a| a.0),
                         f,
-                        // AF_XDP attaches a program to the NIC: only where
-                        // a configuration allows it.
-                        vec!["packet".into(), "udp".into()],
+                        unconfigured_methods(&policy.registry),
                     )),
                 }
             }
@@ -131,132 +143,172 @@ pub fn plan(
     Ok((out, notes))
 }
 
-/// A NIC as the planner sees it: interface, IPv4 address, fabric, methods
-/// allowed on it.
+/// A NIC as the planner sees it: interface (or PCI address), IPv4
+/// address, fabric, methods allowed on it.
 pub type NicSlot = (String, Option<Ipv4Addr>, String, Vec<String>);
 
-/// Whether a method's endpoint owns its interface, so that only one
-/// process of a node can open it there: `afxdp` (its XDP program and
-/// socket map belong to the process that attached them) and `vfio` (the
-/// device is bound to one process).
-pub fn one_process_per_nic(method: &str) -> bool {
-    matches!(method, "afxdp" | "vfio")
+/// The methods used on interfaces found without a configuration: every
+/// kind opened on an interface or an IP address that is not opt-in
+/// (`packet`, `udp`; `afxdp` attaches a program to the NIC, so only where
+/// a configuration allows it).
+fn unconfigured_methods(registry: &Registry) -> Vec<String> {
+    registry
+        .kinds()
+        .filter(|k| {
+            matches!(
+                k.attachment(),
+                Attachment::Interface | Attachment::IpAddress
+            ) && k.opt_in().is_none()
+        })
+        .map(|k| k.name().to_string())
+        .collect()
 }
 
-/// [`plan`] on resolved NICs: `shm` if allowed, the NICs' methods in
-/// policy order; `loopback_udp` puts udp on 127.0.0.1 when no NIC has it.
+/// [`plan`] on resolved NICs: the methods of `policy`'s order that this
+/// process opens, and a note for every method left out. What a method is
+/// opened on ([`MethodKind::attachment`]) decides where:
 ///
-/// Each method is opened at most once per fabric, on one of the fabric's
-/// NICs that allow it, chosen by local rank (as NCCL and UCX assign NICs
-/// by locality):
-///
-/// * a method that owns its NIC ([`one_process_per_nic`]: `afxdp`): local
-///   rank *i* takes the *i*-th such NIC of the fabric; local ranks beyond
-///   the number of NICs do not open it there, and the note says why (not
-///   *i* modulo the count: two processes would then ask for one NIC);
-/// * other fabric methods (`packet`): local rank *i* takes NIC *i* modulo
-///   the count (processes share a NIC; with as many NICs as processes this
-///   is the NIC of the process's `afxdp`);
-/// * `udp`: once, on the first NIC that allows it and has an address.
+/// * once per process ([`Attachment::Process`]: `shm`), if `node_local`
+///   (the node's `shm` setting) allows it;
+/// * on an IP address ([`Attachment::IpAddress`]: `udp`): once, on the
+///   first NIC that allows it and has an address; `unconfigured` (no
+///   cluster configuration) falls back to 127.0.0.1;
+/// * on a NIC ([`Attachment::Interface`], [`Attachment::Device`]): at most
+///   once per fabric, on one of the fabric's NICs that allow it, chosen by
+///   local rank (as NCCL and UCX assign NICs by locality). A method that
+///   owns its NIC ([`MethodKind::owns_nic`]: `afxdp`, `vfio`): local rank
+///   *i* takes the *i*-th such NIC of the fabric; local ranks beyond the
+///   number of NICs do not open it there, and the note says why (not *i*
+///   modulo the count: two processes would then ask for one NIC). Other
+///   methods (`packet`): local rank *i* takes NIC *i* modulo the count
+///   (processes share a NIC; with as many NICs as processes this is the
+///   NIC of the process's `afxdp`);
+/// * never for a job ([`Attachment::InProcess`]: `sim`).
 pub fn plan_on(
     nics_here: &[NicSlot],
-    shm: bool,
-    loopback_udp: bool,
+    node_local: bool,
+    unconfigured: bool,
     local_rank: u32,
     policy: &Policy,
 ) -> (Vec<Planned>, Vec<String>) {
     let mut out: Vec<Planned> = Vec::new();
     let mut notes = Vec::new();
     for method in &policy.order {
-        match method.as_str() {
-            "shm" => {
-                if shm {
+        let Some(kind) = policy.registry.get(method) else {
+            notes.push(format!("{method}: not a method this process knows"));
+            continue;
+        };
+        let m = method.as_str();
+        match kind.attachment() {
+            Attachment::Process => {
+                if node_local {
                     out.push(Planned {
-                        method: "shm".into(),
+                        method: m.to_string(),
                         ifname: None,
                         ip: None,
                         fabric: None,
                     });
                 } else {
-                    notes.push("shm: not allowed on this node (shm = false)".into());
+                    notes.push(format!("{m}: not allowed on this node (shm = false)"));
                 }
             }
-            "udp" => {
+            Attachment::IpAddress => {
                 let first = nics_here
                     .iter()
-                    .find(|(_, ip, _, m)| ip.is_some() && m.iter().any(|x| x == "udp"));
+                    .find(|(_, ip, _, allowed)| ip.is_some() && allowed.iter().any(|x| x == m));
                 match first {
                     Some((ifname, ip, fabric, _)) => out.push(Planned {
-                        method: "udp".into(),
+                        method: m.to_string(),
                         ifname: Some(ifname.clone()),
                         ip: *ip,
                         fabric: Some(fabric.clone()),
                     }),
-                    None if loopback_udp => out.push(Planned {
-                        method: "udp".into(),
+                    None if unconfigured => out.push(Planned {
+                        method: m.to_string(),
                         ifname: Some("lo".into()),
                         ip: Some(Ipv4Addr::LOCALHOST),
                         fabric: Some("loopback".into()),
                     }),
-                    None => notes.push(
-                        "udp: no NIC of this node allows it (or none has an IPv4 address)".into(),
-                    ),
+                    None => notes.push(format!(
+                        "{m}: no NIC of this node allows it (or none has an IPv4 address)"
+                    )),
                 }
             }
-            "sim" => notes.push("sim: in-process only, never opened for a job".into()),
-            m => {
-                // The fabrics in NIC order, each with its NICs allowing m.
-                let mut fabrics: Vec<(&str, Vec<&str>)> = Vec::new();
-                for (ifname, _, fabric, allowed) in nics_here {
-                    if !allowed.iter().any(|x| x == m) {
-                        continue;
-                    }
-                    match fabrics.iter_mut().find(|(f, _)| f == fabric) {
-                        Some((_, list)) => list.push(ifname),
-                        None => fabrics.push((fabric, vec![ifname])),
-                    }
-                }
-                // vfio is there only where a NIC names its PCI device:
-                // nothing to say about nodes without one.
-                if fabrics.is_empty() && m != "vfio" {
-                    notes.push(if loopback_udp && m == "afxdp" {
-                        "afxdp: only where a cluster configuration allows it (it attaches an XDP program to the NIC)".to_string()
-                    } else {
-                        format!("{m}: no NIC of this node allows it")
-                    });
-                }
-                let i = local_rank as usize;
-                for (fabric, list) in fabrics {
-                    let pick = if one_process_per_nic(m) {
-                        list.get(i)
-                    } else {
-                        list.get(i % list.len())
-                    };
-                    let Some(ifname) = pick else {
-                        let held = match list.len() {
-                            1 => format!("its NIC ({}) is held by local rank 0", list[0]),
-                            n => format!(
-                                "its {n} NICs ({}) are held by local ranks 0-{}",
-                                list.join(", "),
-                                n - 1
-                            ),
-                        };
-                        notes.push(format!(
-                            "{m} on fabric {fabric}: not opened by local rank {i}: {held} (one {m} endpoint per interface; local rank i takes the i-th NIC of the fabric)"
-                        ));
-                        continue;
-                    };
-                    out.push(Planned {
-                        method: m.to_string(),
-                        ifname: Some(ifname.to_string()),
-                        ip: None,
-                        fabric: Some(fabric.to_string()),
-                    });
-                }
+            Attachment::InProcess => {
+                notes.push(format!("{m}: in-process only, never opened for a job"))
             }
+            Attachment::Interface | Attachment::Device => plan_nic_method(
+                kind,
+                nics_here,
+                unconfigured,
+                local_rank,
+                &mut out,
+                &mut notes,
+            ),
         }
     }
     (out, notes)
+}
+
+/// [`plan_on`] for one method opened on a NIC (see there).
+fn plan_nic_method(
+    kind: &dyn MethodKind,
+    nics_here: &[NicSlot],
+    unconfigured: bool,
+    local_rank: u32,
+    out: &mut Vec<Planned>,
+    notes: &mut Vec<String>,
+) {
+    let m = kind.name();
+    // The fabrics in NIC order, each with its NICs allowing m.
+    let mut fabrics: Vec<(&str, Vec<&str>)> = Vec::new();
+    for (ifname, _, fabric, allowed) in nics_here {
+        if !allowed.iter().any(|x| x == m) {
+            continue;
+        }
+        match fabrics.iter_mut().find(|(f, _)| f == fabric) {
+            Some((_, list)) => list.push(ifname),
+            None => fabrics.push((fabric, vec![ifname])),
+        }
+    }
+    // A device method is there only where a NIC names its PCI device:
+    // nothing to say about nodes without one.
+    if fabrics.is_empty() && kind.attachment() != Attachment::Device {
+        notes.push(match kind.opt_in() {
+            Some(why) if unconfigured => {
+                format!("{m}: only where a cluster configuration allows it ({why})")
+            }
+            _ => format!("{m}: no NIC of this node allows it"),
+        });
+    }
+    let i = local_rank as usize;
+    for (fabric, list) in fabrics {
+        let pick = if kind.owns_nic() {
+            list.get(i)
+        } else {
+            list.get(i % list.len())
+        };
+        let Some(ifname) = pick else {
+            let held = match list.len() {
+                1 => format!("its NIC ({}) is held by local rank 0", list[0]),
+                n => format!(
+                    "its {n} NICs ({}) are held by local ranks 0-{}",
+                    list.join(", "),
+                    n - 1
+                ),
+            };
+            notes.push(format!(
+                "{m} on fabric {fabric}: not opened by local rank {i}: {held} (one {m} endpoint per interface; local rank i takes the i-th NIC of the fabric)"
+            ));
+            continue;
+        };
+        out.push(Planned {
+            method: m.to_string(),
+            ifname: Some(ifname.to_string()),
+            ip: None,
+            fabric: Some(fabric.to_string()),
+        });
+    }
 }
 
 /// The descriptor table a process of `node` (local rank `local_rank`)
@@ -305,65 +357,57 @@ pub fn config_table(
     (t, notes)
 }
 
-/// Opens one planned method for process `addr` of `job`.
-pub fn open(p: &Planned, job: JobKey, addr: ProcessAddr) -> Result<Box<dyn Method>, String> {
-    let ifname = || p.ifname.clone().ok_or("no interface".to_string());
-    match p.method.as_str() {
-        "shm" => bcl_shm::ShmMethod::open(job, addr)
-            .map(|m| Box::new(m) as Box<dyn Method>)
-            .map_err(|e| e.to_string()),
-        "packet" => bcl_packet::PacketMethod::open(bcl_packet::PacketConfig {
-            ifname: Some(ifname()?),
-            ethertype: PACKET_ETHERTYPE,
-            ..Default::default()
-        })
-        .map(|m| Box::new(m) as Box<dyn Method>)
-        .map_err(|e| e.to_string()),
-        "afxdp" => {
-            let name = ifname()?;
-            if let bcl_core::Availability::NotUsable(why) = bcl_afxdp::probe(&name) {
-                return Err(why);
-            }
-            bcl_afxdp::AfXdpMethod::open(bcl_afxdp::AfXdpConfig::new(name))
-                .map(|m| Box::new(m) as Box<dyn Method>)
-                .map_err(|e| e.to_string())
-        }
-        "vfio" => {
-            // The planner names a vfio NIC by its PCI address.
-            let pci = ifname()?;
-            bcl_vfio::open_nic(&pci, bcl_vfio::VfioMethodConfig::default())
-                .map_err(|e| e.to_string())
-        }
-        "udp" => {
-            let ip = p.ip.ok_or("no IPv4 address")?;
-            bcl_udp::UdpMethod::open(bcl_udp::UdpConfig::new(SocketAddr::new(IpAddr::V4(ip), 0)))
-                .map(|m| Box::new(m) as Box<dyn Method>)
-                .map_err(|e| e.to_string())
-        }
-        other => Err(format!("{other}: the cluster layer cannot open it")),
-    }
+/// Opens one planned method for process `addr` of `job`, through its kind
+/// in `registry`.
+pub fn open(
+    p: &Planned,
+    job: JobKey,
+    addr: ProcessAddr,
+    registry: &Registry,
+) -> Result<Box<dyn Method>, String> {
+    let kind = registry.lookup(&p.method).map_err(|e| e.to_string())?;
+    let mut spec = OpenSpec::new(job, addr);
+    spec.nic = p.ifname.clone();
+    spec.bind = p.ip.map(|ip| SocketAddr::new(IpAddr::V4(ip), 0));
+    kind.open(&spec).map_err(|e| e.to_string())
 }
 
 /// An opened method with its fabric.
 type Opened = (Box<dyn Method>, Option<String>);
 
 /// Opens the methods of a static job file's entry: each at exactly its
-/// address, so peers that read the same file reach it. Only udp addresses
-/// can be fixed in advance (the others are assigned when opened).
-fn open_static(t: &DescriptorTable) -> Result<Vec<Opened>, JoinError> {
+/// address, so peers that read the same file reach it. Only methods opened
+/// on an IP address (udp) can be given their address in advance (the
+/// others are assigned theirs when opened).
+fn open_static(
+    t: &DescriptorTable,
+    job: JobKey,
+    addr: ProcessAddr,
+    registry: &Registry,
+) -> Result<Vec<Opened>, JoinError> {
     let mut out: Vec<Opened> = Vec::new();
     for e in &t.entries {
-        if e.method != "udp" {
-            return Err(JoinError::Config(format!(
-                "static job file: {}: only udp descriptors can be given a fixed address",
-                e.descriptor()
+        let d = e.descriptor();
+        let err = |why: String| JoinError::Config(format!("static job file: {d}: {why}"));
+        let kind = registry.lookup(&e.method).map_err(|x| err(x.to_string()))?;
+        if kind.attachment() != Attachment::IpAddress {
+            let bound: Vec<&str> = registry
+                .kinds()
+                .filter(|k| k.attachment() == Attachment::IpAddress)
+                .map(|k| k.name())
+                .collect();
+            return Err(err(format!(
+                "only {} descriptors can be given a fixed address (the methods bound to an IP address)",
+                bound.join(" or ")
             )));
         }
-        let addr = bcl_udp::parse_address(&e.address)
-            .map_err(|x| JoinError::Config(format!("static job file: {x}")))?;
-        let m = bcl_udp::UdpMethod::open(bcl_udp::UdpConfig::new(addr))
-            .map_err(|x| JoinError::Config(format!("binding {}: {x}", e.descriptor())))?;
-        out.push((Box::new(m), e.fabric.clone()));
+        kind.check_address(&e.address).map_err(err)?;
+        let mut spec = OpenSpec::new(job, addr);
+        spec.bind = Some(e.address.parse().map_err(|_| err("not IP:PORT".into()))?);
+        let m = kind
+            .open(&spec)
+            .map_err(|x| JoinError::Config(format!("binding {d}: {x}")))?;
+        out.push((m, e.fabric.clone()));
     }
     Ok(out)
 }
@@ -394,6 +438,8 @@ pub struct JoinOptions {
     /// Adjusts the port configuration; told the smallest MTU of the opened
     /// methods.
     pub configure: Box<Configure>,
+    /// The methods the process knows (default: [`Registry::builtin`]).
+    pub registry: Registry,
 }
 
 impl Default for JoinOptions {
@@ -402,6 +448,7 @@ impl Default for JoinOptions {
             timeout: Duration::from_secs(30),
             mode: ProgressMode::Blocking,
             configure: Box::new(|_, _| {}),
+            registry: Registry::builtin(),
         }
     }
 }
@@ -432,10 +479,10 @@ pub fn job_key(job_id: &str) -> JobKey {
     JobKey(h.max(1))
 }
 
-/// The policy from a configuration and the environment: `$BCL_METHODS`
-/// overrides the file's pin.
-pub fn policy_from(cfg: Option<&ClusterConfig>) -> Result<Policy, String> {
-    let pin = match Pin::from_env().map_err(|e| e.to_string())? {
+/// The policy over `registry` from a configuration and the environment:
+/// `$BCL_METHODS` overrides the file's pin.
+pub fn policy_from(cfg: Option<&ClusterConfig>, registry: &Registry) -> Result<Policy, String> {
+    let pin = match Pin::from_env(registry).map_err(|e| e.to_string())? {
         Some(p) => Some(p),
         None => cfg.and_then(|c| {
             c.pin.as_ref().map(|m| Pin {
@@ -445,7 +492,7 @@ pub fn policy_from(cfg: Option<&ClusterConfig>) -> Result<Policy, String> {
         }),
     };
     let pref = cfg.map(|c| c.preference.clone()).unwrap_or_default();
-    Ok(Policy::new(&pref, pin))
+    Ok(Policy::new(registry, &pref, pin))
 }
 
 /// Joins the job (see the module documentation).
@@ -453,7 +500,8 @@ pub fn join(opts: JoinOptions) -> Result<Joined, JoinError> {
     let info = JobInfo::from_env()?;
     let cfg = match std::env::var_os("BCL_CLUSTER") {
         Some(p) => Some(
-            ClusterConfig::load(&PathBuf::from(p)).map_err(|e| JoinError::Config(e.to_string()))?,
+            ClusterConfig::load_with(&PathBuf::from(p), &opts.registry)
+                .map_err(|e| JoinError::Config(e.to_string()))?,
         ),
         None => None,
     };
@@ -469,7 +517,7 @@ pub fn join(opts: JoinOptions) -> Result<Joined, JoinError> {
         }
         _ => None,
     };
-    let policy = policy_from(cfg.as_ref()).map_err(JoinError::Config)?;
+    let policy = policy_from(cfg.as_ref(), &opts.registry).map_err(JoinError::Config)?;
     let static_job = match std::env::var_os("BCL_STATIC") {
         Some(file) => {
             let j = StaticJob::load(&PathBuf::from(file))?;
@@ -513,10 +561,10 @@ pub fn join(opts: JoinOptions) -> Result<Joined, JoinError> {
             .addr
             .parse()
             .map_err(|_| JoinError::Config(format!("static file: bad address {:?}", me.addr)))?;
-        methods = open_static(&me.table)?;
+        methods = open_static(&me.table, job, local, &opts.registry)?;
     }
     for p in &planned {
-        match open(p, job, local) {
+        match open(p, job, local, &opts.registry) {
             Ok(m) => methods.push((m, p.fabric.clone())),
             Err(e) => notes.push(format!(
                 "{}{}: cannot open: {e}",
@@ -667,7 +715,11 @@ mod tests {
             notes.iter().any(|n| n.starts_with("udp: no NIC")),
             "{notes:?}"
         );
-        let udp = Policy::new(&[], Some(Pin::parse("udp", "BCL_METHODS=udp").unwrap()));
+        let udp = Policy::new(
+            &Registry::builtin(),
+            &[],
+            Some(Pin::parse("udp", "BCL_METHODS=udp", &Registry::builtin()).unwrap()),
+        );
         let (p, _) = plan(Some(&cfg), cfg.node("a"), &ifs, 0, &udp).unwrap();
         assert_eq!(names(&p), vec!["udp"]);
         assert!(plan(Some(&cfg), cfg.node("a"), &[], 0, &pol)
@@ -718,9 +770,14 @@ mod tests {
             "{notes:?}"
         );
         // Opening a device that is not there says which and why.
-        let e = open(&p_vfio("0000:ff:1f.7"), JobKey(1), ProcessAddr::new(1, 1))
-            .err()
-            .unwrap();
+        let e = open(
+            &p_vfio("0000:ff:1f.7"),
+            JobKey(1),
+            ProcessAddr::new(1, 1),
+            &Registry::builtin(),
+        )
+        .err()
+        .unwrap();
         assert!(e.contains("0000:ff:1f.7"), "{e}");
     }
 

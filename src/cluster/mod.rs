@@ -31,13 +31,6 @@ use descriptor::DescriptorTable;
 use select::{LinkRecord, Policy};
 use std::collections::HashMap;
 
-/// Every method name the resource database and pins accept.
-pub const KNOWN_METHODS: [&str; 6] = ["shm", "vfio", "afxdp", "packet", "udp", "sim"];
-
-/// The default preference: node-local first, then user-space NICs, then
-/// kernel raw Ethernet, then routed UDP.
-pub const DEFAULT_PREFERENCE: [&str; 5] = ["shm", "vfio", "afxdp", "packet", "udp"];
-
 /// This node's identity: processes with equal identities can share memory
 /// (the shared-memory method's definition: boot id plus network namespace,
 /// so that lab nodes, one namespace each, are different nodes).
@@ -213,6 +206,7 @@ pub(crate) fn link(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::registry::Registry;
     use crate::Endpoint;
     use bcl_core::JobKey;
     use bcl_sim::{FabricConfig, SimFabric};
@@ -240,7 +234,11 @@ mod tests {
         let mut a = endpoint(&fabric, 1);
         let mut b = endpoint(&fabric, 2);
         let (ta, tb) = (table(&a, "n1"), table(&b, "n2"));
-        let policy = Policy::new(&["shm".into(), "sim".into(), "udp".into()], None);
+        let policy = Policy::new(
+            &Registry::builtin(),
+            &["shm".into(), "sim".into(), "udp".into()],
+            None,
+        );
         a.set_policy(LocalPolicy {
             table: ta.clone(),
             policy: policy.clone(),
@@ -280,10 +278,10 @@ mod tests {
         let fabric = SimFabric::new(FabricConfig::default());
         let mut a = endpoint(&fabric, 1);
         let b = endpoint(&fabric, 2);
-        let pin = Pin::parse("udp", "BCL_METHODS=udp").unwrap();
+        let pin = Pin::parse("udp", "BCL_METHODS=udp", &Registry::builtin()).unwrap();
         a.set_policy(LocalPolicy {
             table: table(&a, "n1"),
-            policy: Policy::new(&[], Some(pin)),
+            policy: Policy::new(&Registry::builtin(), &[], Some(pin)),
         });
         a.add_peer_table(b.local(), table(&b, "n2"));
         let h = a.send(b.local(), b"x").unwrap();

@@ -32,7 +32,8 @@
 //! process per interface (`afxdp`: [`super::join::plan_on`]). Unknown
 //! fields are errors; every error names the file, the line and the field.
 
-use super::KNOWN_METHODS;
+use crate::registry::Registry;
+use bcl_core::method::Scope;
 use serde::Deserialize;
 use std::net::Ipv4Addr;
 use std::ops::Range;
@@ -155,20 +156,40 @@ pub struct ClusterConfig {
 }
 
 impl ClusterConfig {
-    /// Reads and checks `path`.
+    /// Reads and checks `path` against BCL's methods ([`Registry::builtin`]).
     pub fn load(path: &Path) -> Result<ClusterConfig, ResourceError> {
+        Self::load_with(path, &Registry::builtin())
+    }
+
+    /// Reads and checks the file at `path`; method names must be in
+    /// `registry`.
+    pub fn load_with(path: &Path, registry: &Registry) -> Result<ClusterConfig, ResourceError> {
         let text = std::fs::read_to_string(path).map_err(|e| ResourceError {
             file: path.to_path_buf(),
             line: None,
             field: "-".into(),
             message: format!("cannot read: {e}"),
         })?;
-        Self::parse(path, &text)
+        Self::parse_with(path, &text, registry)
     }
 
-    /// Parses and checks `text`; `file` is named in errors.
+    /// Parses and checks `text` against BCL's methods
+    /// ([`Registry::builtin`]); `file` is named in errors.
     pub fn parse(file: &Path, text: &str) -> Result<ClusterConfig, ResourceError> {
-        let ctx = Ctx { file, src: text };
+        Self::parse_with(file, text, &Registry::builtin())
+    }
+
+    /// Parses and checks `text`; method names must be in `registry`.
+    pub fn parse_with(
+        file: &Path,
+        text: &str,
+        registry: &Registry,
+    ) -> Result<ClusterConfig, ResourceError> {
+        let ctx = Ctx {
+            file,
+            src: text,
+            registry,
+        };
         let raw: RawConfig = toml::from_str(text).map_err(|e| {
             let msg = e.message().trim().to_string();
             let field = msg
@@ -236,6 +257,7 @@ struct RawNic {
 struct Ctx<'a> {
     file: &'a Path,
     src: &'a str,
+    registry: &'a Registry,
 }
 
 impl Ctx<'_> {
@@ -266,21 +288,17 @@ impl Ctx<'_> {
         let mut out: Vec<String> = Vec::new();
         for m in list.get_ref() {
             let name = m.get_ref();
-            if !KNOWN_METHODS.contains(&name.as_str()) {
+            let kind = self
+                .registry
+                .lookup(name)
+                .map_err(|e| self.err(Some(m.span()), field, e.to_string()))?;
+            if network_only && kind.scope() == Scope::Node {
                 return Err(self.err(
                     Some(m.span()),
                     field,
                     format!(
-                        "unknown method {name:?} (known: {})",
-                        KNOWN_METHODS.join(", ")
+                        "{name} is node-local, not a method of a fabric (set `shm` on the node)"
                     ),
-                ));
-            }
-            if network_only && name == "shm" {
-                return Err(self.err(
-                    Some(m.span()),
-                    field,
-                    "shm is node-local, not a method of a fabric (set `shm` on the node)",
                 ));
             }
             if out.contains(name) {
@@ -322,17 +340,10 @@ fn valid_name(s: &str) -> bool {
 }
 
 fn validate(ctx: &Ctx<'_>, raw: RawConfig) -> Result<ClusterConfig, ResourceError> {
-    let network: Vec<String> = KNOWN_METHODS
-        .iter()
-        .filter(|m| **m != "shm" && **m != "sim")
-        .map(|m| m.to_string())
-        .collect();
+    let network = ctx.registry.network_methods();
     let preference = match &raw.preference {
         Some(p) => ctx.methods("preference", p, false)?,
-        None => super::DEFAULT_PREFERENCE
-            .iter()
-            .map(|m| m.to_string())
-            .collect(),
+        None => ctx.registry.default_preference(),
     };
     let pin = match &raw.pin {
         Some(p) => Some(ctx.methods("pin", p, false)?),

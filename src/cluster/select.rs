@@ -5,41 +5,22 @@
 //! [`DescriptorTable`] with the peer's and walks the methods in the
 //! policy's order:
 //!
-//! | method's reach ([`Scope`]) | usable for a peer when |
+//! | method's reach ([`Scope`], from the [registry](crate::registry)) | usable for a peer when |
 //! |---|---|
 //! | node (`shm`) | both tables name the same node |
-//! | fabric (`vfio`, `afxdp`, `packet`, and any method not listed here) | both have an entry on the same fabric (or neither side knows its fabrics) |
+//! | fabric (`vfio`, `afxdp`, `packet`, `sim`) | both have an entry on the same fabric (or neither side knows its fabrics) |
 //! | routed (`udp`) | both have an entry |
 //!
-//! The default order is `shm, vfio, afxdp, packet, udp`; a configuration's
-//! `preference` changes it and a pin (`BCL_METHODS=afxdp,udp`, or `pin` in
-//! the configuration) restricts *and* orders it. The first usable method
-//! whose link opens wins; its reason (and why each preferred method was
-//! passed over) is kept per link, see [`LinkRecord`].
+//! The default order is the registry's (`shm, vfio, afxdp, packet, udp`);
+//! a configuration's `preference` changes it and a pin
+//! (`BCL_METHODS=afxdp,udp`, or `pin` in the configuration) restricts
+//! *and* orders it. Every name must be in the registry. The first usable
+//! method whose link opens wins; its reason (and why each preferred method
+//! was passed over) is kept per link, see [`LinkRecord`].
 
 use super::descriptor::{DescriptorEntry, DescriptorTable};
-use super::{DEFAULT_PREFERENCE, KNOWN_METHODS};
-
-/// How far a method reaches.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Scope {
-    /// Processes of one node only (shared memory).
-    Node,
-    /// One L2 segment (raw Ethernet, a NIC driven from user space).
-    Fabric,
-    /// Anything IP can route to.
-    Routed,
-}
-
-/// The reach of `method`: `shm` is node-local, `udp` routed, everything
-/// else (including methods added later) one fabric.
-pub fn scope(method: &str) -> Scope {
-    match method {
-        "shm" => Scope::Node,
-        "udp" => Scope::Routed,
-        _ => Scope::Fabric,
-    }
-}
+use crate::registry::Registry;
+pub use bcl_core::method::Scope;
 
 /// A restriction and ordering of methods by the user.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -61,8 +42,9 @@ pub struct PinError {
 }
 
 impl Pin {
-    /// Parses a comma-separated list such as `afxdp,udp`.
-    pub fn parse(text: &str, source: &str) -> Result<Pin, PinError> {
+    /// Parses a comma-separated list such as `afxdp,udp` of methods of
+    /// `registry`.
+    pub fn parse(text: &str, source: &str, registry: &Registry) -> Result<Pin, PinError> {
         let err = |message: String| PinError {
             source_name: source.to_string(),
             message,
@@ -74,11 +56,8 @@ impl Pin {
                     "{text:?}: empty method name (expected e.g. afxdp,udp)"
                 )));
             }
-            if !KNOWN_METHODS.contains(&m) {
-                return Err(err(format!(
-                    "unknown method {m:?} (known: {})",
-                    KNOWN_METHODS.join(", ")
-                )));
+            if let Err(e) = registry.lookup(m) {
+                return Err(err(e.to_string()));
             }
             if methods.iter().any(|x| x == m) {
                 return Err(err(format!("{m:?} is listed twice")));
@@ -92,9 +71,9 @@ impl Pin {
     }
 
     /// `$BCL_METHODS`, if set.
-    pub fn from_env() -> Result<Option<Pin>, PinError> {
+    pub fn from_env(registry: &Registry) -> Result<Option<Pin>, PinError> {
         match std::env::var("BCL_METHODS") {
-            Ok(v) => Pin::parse(&v, &format!("BCL_METHODS={v}")).map(Some),
+            Ok(v) => Pin::parse(&v, &format!("BCL_METHODS={v}"), registry).map(Some),
             Err(std::env::VarError::NotPresent) => Ok(None),
             Err(e) => Err(PinError {
                 source_name: "BCL_METHODS".into(),
@@ -104,33 +83,39 @@ impl Pin {
     }
 }
 
-/// The order methods are tried in, and the pin that made it, if any.
+/// The order methods are tried in, the pin that made it (if any), and the
+/// registry that says what each method is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Policy {
     /// Methods in the order they are tried; others are never used.
     pub order: Vec<String>,
     /// The pin, if the order is the user's.
     pub pin: Option<Pin>,
+    /// The method kinds (their scopes decide who reaches whom).
+    pub registry: Registry,
 }
 
 impl Default for Policy {
     fn default() -> Self {
-        Policy::new(&[], None)
+        Policy::new(&Registry::builtin(), &[], None)
     }
 }
 
 impl Policy {
-    /// A policy from a preference order (empty: the default order) and an
-    /// optional pin, which restricts and orders.
-    pub fn new(preference: &[String], pin: Option<Pin>) -> Policy {
+    /// A policy over `registry` from a preference order (empty: the
+    /// registry's default order) and an optional pin, which restricts and
+    /// orders.
+    pub fn new(registry: &Registry, preference: &[String], pin: Option<Pin>) -> Policy {
         let order = match &pin {
             Some(p) => p.methods.clone(),
-            None if preference.is_empty() => {
-                DEFAULT_PREFERENCE.iter().map(|m| m.to_string()).collect()
-            }
+            None if preference.is_empty() => registry.default_preference(),
             None => preference.to_vec(),
         };
-        Policy { order, pin }
+        Policy {
+            order,
+            pin,
+            registry: registry.clone(),
+        }
     }
 
     /// Whether `method` may be used at all.
@@ -179,7 +164,11 @@ pub fn candidates(
             peer: p.clone(),
             reason,
         };
-        match scope(method) {
+        let Some(scope) = policy.registry.scope(method) else {
+            passed.push(format!("{method}: not a method this process knows"));
+            continue;
+        };
+        match scope {
             Scope::Node => {
                 if local.node == peer.node {
                     found.push(pick(
@@ -388,7 +377,7 @@ mod tests {
         // Unknown fabrics on both sides: the descriptor is tried.
         let x = table("n1", &[("sim", "1", None)]);
         let y = table("n2", &[("sim", "2", None)]);
-        let p = Policy::new(&["sim".to_string()], None);
+        let p = Policy::new(&Registry::builtin(), &["sim".to_string()], None);
         assert_eq!(choose(&x, &y, &p).unwrap().0.method, "sim");
     }
 
@@ -397,13 +386,25 @@ mod tests {
         let a1 = afxdp_node("n1", "m1");
         let a1b = afxdp_node("n1", "m1b");
         let a2 = afxdp_node("n2", "m2");
-        let udp = Policy::new(&[], Some(Pin::parse("udp", "BCL_METHODS=udp").unwrap()));
+        let udp = Policy::new(
+            &Registry::builtin(),
+            &[],
+            Some(Pin::parse("udp", "BCL_METHODS=udp", &Registry::builtin()).unwrap()),
+        );
         let (c, why) = choose(&a1, &a1b, &udp).unwrap();
         assert_eq!(c.method, "udp");
         assert!(why.contains("[pinned by BCL_METHODS=udp]"), "{why}");
         let order = Policy::new(
+            &Registry::builtin(),
             &[],
-            Some(Pin::parse("packet,afxdp", "BCL_METHODS=packet,afxdp").unwrap()),
+            Some(
+                Pin::parse(
+                    "packet,afxdp",
+                    "BCL_METHODS=packet,afxdp",
+                    &Registry::builtin(),
+                )
+                .unwrap(),
+            ),
         );
         assert_eq!(choose(&a1, &a2, &order).unwrap().0.method, "packet");
         let u = table("n4", &[("udp", "10.0.1.4:1", Some("B"))]);
@@ -415,18 +416,20 @@ mod tests {
     #[test]
     fn pin_syntax_errors_say_why() {
         assert_eq!(
-            Pin::parse("afxdp, udp", "x").unwrap().methods,
+            Pin::parse("afxdp, udp", "x", &Registry::builtin())
+                .unwrap()
+                .methods,
             vec!["afxdp", "udp"]
         );
-        assert!(Pin::parse("afxdp,,udp", "x")
+        assert!(Pin::parse("afxdp,,udp", "x", &Registry::builtin())
             .unwrap_err()
             .to_string()
             .contains("empty method name"));
-        assert!(Pin::parse("tcp", "BCL_METHODS=tcp")
+        assert!(Pin::parse("tcp", "BCL_METHODS=tcp", &Registry::builtin())
             .unwrap_err()
             .to_string()
             .starts_with("BCL_METHODS=tcp: unknown method \"tcp\""));
-        assert!(Pin::parse("udp,udp", "x")
+        assert!(Pin::parse("udp,udp", "x", &Registry::builtin())
             .unwrap_err()
             .to_string()
             .contains("twice"));

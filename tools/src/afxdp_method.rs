@@ -45,7 +45,7 @@ pub fn interface(spec: &EndSpec) -> Result<String, String> {
     if let Some(i) = &spec.ifname {
         return Ok(i.clone());
     }
-    bcl::packet::choose_interface(None)
+    bcl::ether::choose_interface(None)
         .map(|i| i.name)
         .map_err(|e| format!("choose the interface with --ifname: {e}"))
 }

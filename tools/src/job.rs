@@ -75,6 +75,7 @@ pub fn join(spec: &EndSpec) -> Result<Option<JobEnd>, String> {
             ProgressMode::Blocking
         },
         configure: Box::new(move |cfg, mtu| configure(cfg, mtu, rto_min)),
+        ..JoinOptions::default()
     })
     .map_err(|e| e.to_string())?;
     for n in &joined.notes {

@@ -424,6 +424,7 @@ pub fn open_local_pair(spec: &EndSpec) -> Result<(Served, BoxTransport), String>
                 faults: fault.profile.clone(),
                 seed: fault.seed,
                 clock: SimClock::Real(RealClock::new()),
+                ..FabricConfig::default()
             });
             let s = fabric.endpoint();
             let c = fabric.endpoint();

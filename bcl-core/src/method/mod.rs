@@ -125,6 +125,13 @@ pub enum Availability {
     NotUsable(String),
 }
 
+impl Availability {
+    /// Whether it is [`Availability::Usable`].
+    pub fn is_usable(&self) -> bool {
+        matches!(self, Availability::Usable)
+    }
+}
+
 /// A failure inside a method.
 #[derive(Debug, thiserror::Error)]
 pub enum MethodError {

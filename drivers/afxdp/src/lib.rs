@@ -25,6 +25,7 @@
 pub mod bpf;
 pub mod config;
 pub mod fallback;
+pub mod kind;
 pub mod method;
 pub mod netlink;
 pub mod raw;
@@ -38,6 +39,7 @@ pub use config::{
     format_mac, parse_mac, AfXdpConfig, AfXdpError, AttachMode, BindMode, ModeReport, QueueReport,
     Queues, DEFAULT_ETHERTYPE, ETH_HLEN, XDP_PACKET_HEADROOM,
 };
+pub use kind::AfXdpKind;
 pub use method::{probe, AfXdpMethod, MethodStats, METHOD_NAME};
 pub use raw::RawXsk;
 pub use ring::XdpDesc;

@@ -25,7 +25,7 @@
 use std::os::fd::RawFd;
 
 use bcl_core::method::{
-    Availability, Descriptor, LinkId, Method, MethodCaps, MethodError, TxFrame,
+    Availability, Descriptor, LinkId, Method, MethodCaps, MethodCounters, MethodError, TxFrame,
 };
 use rustc_hash::FxHashMap;
 
@@ -306,6 +306,26 @@ impl Method for AfXdpMethod {
 
     fn readiness_fd(&self) -> Option<RawFd> {
         self.raw.as_ref().map(RawXsk::readiness_fd)
+    }
+
+    fn counters(&self) -> MethodCounters {
+        let s = self.stats;
+        MethodCounters {
+            rx_frames: s.rx_frames,
+            tx_frames: s.tx_frames,
+            rx_foreign: s.rx_other_ethertype + s.rx_not_for_us,
+            rx_malformed: s.rx_runt + s.rx_bad_source,
+            tx_errors: 0,
+            detail: vec![("rx_link_limit", s.rx_link_limit)],
+        }
+    }
+
+    fn notes(&self) -> Vec<String> {
+        self.report
+            .to_string()
+            .lines()
+            .map(|l| l.trim_end().to_string())
+            .collect()
     }
 
     fn shutdown(&mut self) {

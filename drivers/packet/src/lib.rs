@@ -22,14 +22,14 @@
 //! - **Blocking mode**: [`bcl_core::Method::readiness_fd`] is the socket; it
 //!   polls readable while the receive ring holds a frame.
 //! - **Interface**: [`PacketConfig::ifname`], or the only non-loopback
-//!   interface that is up ([`choose_interface`] explains when there are none
-//!   or several).
+//!   interface that is up ([`bcl_ether::choose_interface`] explains when
+//!   there are none or several).
 
-mod iface;
+pub mod kind;
 mod method;
 mod sys;
 
-pub use iface::{choose_interface, interfaces, Interface, InterfaceError, Mac};
+pub use kind::{PacketKind, JOB_ETHERTYPE};
 pub use method::{
     parse_address, probe, PacketConfig, PacketCounters, PacketMethod, PacketStats, ETH_HEADER_LEN,
     METHOD_NAME,

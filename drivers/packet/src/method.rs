@@ -1,13 +1,15 @@
 //! The `packet` method.
 
-use crate::iface::{choose_interface, Interface, Mac};
 use crate::sys::{
     can_open_packet_socket, interface_mtu, OpenError, PacketSocket, PACKET_OTHERHOST,
     PACKET_OUTGOING, RX_MAX_MAC_OFFSET, TP_STATUS_AVAILABLE, TP_STATUS_KERNEL,
     TP_STATUS_SEND_REQUEST, TP_STATUS_USER,
 };
 use bcl_core::wire::{DEFAULT_ETHERTYPE, HEADER_LEN};
-use bcl_core::{Availability, Descriptor, LinkId, Method, MethodCaps, MethodError, TxFrame};
+use bcl_core::{
+    Availability, Descriptor, LinkId, Method, MethodCaps, MethodCounters, MethodError, TxFrame,
+};
+use bcl_ether::{choose_interface, Interface, Mac};
 use std::collections::HashMap;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -422,6 +424,22 @@ impl Method for PacketMethod {
 
     fn readiness_fd(&self) -> Option<RawFd> {
         (!self.closed).then(|| self.sock.fd())
+    }
+
+    fn counters(&self) -> MethodCounters {
+        let s = self.stats();
+        MethodCounters {
+            rx_frames: s.rx_frames,
+            tx_frames: s.tx_frames,
+            rx_foreign: s.rx_foreign,
+            rx_malformed: s.rx_truncated,
+            tx_errors: s.tx_errors,
+            detail: vec![
+                ("rx_ring_drops", s.rx_ring_drops),
+                ("tx_ring_full", s.tx_ring_full),
+                ("links_learned", s.links_learned),
+            ],
+        }
     }
 
     fn shutdown(&mut self) {

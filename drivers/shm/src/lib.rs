@@ -49,6 +49,8 @@ mod loom_models;
 #[cfg(not(loom))]
 pub mod doorbell;
 #[cfg(not(loom))]
+pub mod kind;
+#[cfg(not(loom))]
 pub mod layout;
 #[cfg(not(loom))]
 pub mod method;
@@ -62,6 +64,8 @@ pub mod segment;
 pub mod spin;
 
 pub use exchange::{ExError, PullProgress, PushProgress};
+#[cfg(not(loom))]
+pub use kind::ShmKind;
 #[cfg(not(loom))]
 pub use layout::Geometry;
 #[cfg(not(loom))]

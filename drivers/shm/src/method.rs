@@ -82,6 +82,19 @@ pub fn probe() -> Availability {
     }
 }
 
+/// Parses the address of a `shm:` descriptor, `NODE.PORT@NODEID`: the
+/// process and the node identity ([`node_identity`]) it runs on.
+pub fn parse_address(address: &str) -> Result<(ProcessAddr, &str), String> {
+    let (addr, node) = address
+        .split_once('@')
+        .ok_or_else(|| format!("{address:?} is not NODE.PORT@NODEID"))?;
+    let addr: ProcessAddr = addr.parse().map_err(|e| format!("{e}"))?;
+    if node.is_empty() {
+        return Err(format!("{address:?} has no node identity after '@'"));
+    }
+    Ok((addr, node))
+}
+
 /// This node's identity for shared memory: processes can share segments only
 /// if they run on the same boot of the same machine and see the same
 /// `/dev/shm`; the network namespace is included so that lab "nodes" (one
@@ -1188,11 +1201,7 @@ impl Method for ShmMethod {
         if peer.method != METHOD_NAME {
             return Err(bad("not a shm descriptor"));
         }
-        let (addr, node) = peer
-            .address
-            .split_once('@')
-            .ok_or_else(|| bad("expected NODE.PORT@NODEID"))?;
-        let addr: ProcessAddr = addr.parse().map_err(|_| bad("bad process address"))?;
+        let (addr, node) = parse_address(&peer.address).map_err(|e| bad(&e))?;
         if node != self.node {
             return Err(bad(
                 "the peer is on another node (shared memory is per node)",

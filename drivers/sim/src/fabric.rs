@@ -40,6 +40,11 @@ pub struct FabricConfig {
     pub seed: u64,
     /// When frames become deliverable. Default: a new virtual clock at zero.
     pub clock: SimClock,
+    /// The method name its endpoints report and their descriptors carry.
+    /// Default `sim`; a second fabric under another name gives one
+    /// endpoint two simulated methods (or a registry a second simulated
+    /// kind).
+    pub method_name: &'static str,
 }
 
 impl Default for FabricConfig {
@@ -49,6 +54,7 @@ impl Default for FabricConfig {
             faults: FaultProfile::default(),
             seed: 0,
             clock: SimClock::default(),
+            method_name: METHOD_NAME,
         }
     }
 }
@@ -170,6 +176,7 @@ struct State {
 struct Shared {
     mtu: usize,
     clock: SimClock,
+    name: &'static str,
     state: Mutex<State>,
 }
 
@@ -457,9 +464,15 @@ impl SimFabric {
             shared: Arc::new(Shared {
                 mtu: cfg.mtu,
                 clock: cfg.clock,
+                name: cfg.method_name,
                 state: Mutex::new(state),
             }),
         }
+    }
+
+    /// The method name of the fabric's endpoints.
+    pub fn method_name(&self) -> &'static str {
+        self.shared.name
     }
 
     /// A new endpoint with the next address (0, 1, 2, ...).
@@ -585,7 +598,7 @@ impl SimEndpoint {
     fn check_open(&self) -> Result<(), MethodError> {
         if self.closed {
             Err(MethodError::Other {
-                method: METHOD_NAME,
+                method: self.fabric.shared.name,
                 reason: format!("endpoint {} is shut down", self.address),
             })
         } else {
@@ -626,7 +639,7 @@ impl SimEndpoint {
 
 impl Method for SimEndpoint {
     fn name(&self) -> &'static str {
-        METHOD_NAME
+        self.fabric.shared.name
     }
 
     fn caps(&self) -> MethodCaps {
@@ -638,18 +651,19 @@ impl Method for SimEndpoint {
     }
 
     fn descriptor(&self) -> Descriptor {
-        Descriptor::new(METHOD_NAME, self.address.to_string())
+        Descriptor::new(self.fabric.shared.name, self.address.to_string())
     }
 
     fn open_link(&mut self, peer: &Descriptor) -> Result<LinkId, MethodError> {
         let bad = |reason: String| MethodError::BadDescriptor {
-            method: METHOD_NAME,
+            method: self.fabric.shared.name,
             descriptor: peer.clone(),
             reason,
         };
-        if peer.method != METHOD_NAME {
+        let name = self.fabric.shared.name;
+        if peer.method != name {
             return Err(bad(format!(
-                "it is for method {:?}, not {METHOD_NAME:?}",
+                "it is for method {:?}, not {name:?}",
                 peer.method
             )));
         }
@@ -742,7 +756,7 @@ impl Method for SimEndpoint {
         match too_long {
             None => Ok(sent),
             Some(len) => Err(MethodError::Other {
-                method: METHOD_NAME,
+                method: self.fabric.shared.name,
                 reason: format!(
                     "frame of {len} bytes exceeds the MTU of {mtu} bytes; \
                      discarded it after sending the {sent} frames before it"

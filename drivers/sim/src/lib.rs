@@ -53,7 +53,9 @@
 mod clock;
 mod fabric;
 pub mod fault;
+pub mod kind;
 
 pub use clock::{RealClock, SimClock, VirtualClock};
 pub use fabric::{FabricConfig, FabricStats, SimEndpoint, SimFabric, MAX_TX_BURST, METHOD_NAME};
 pub use fault::{FaultProfile, FaultSpec, FaultSpecError, FaultSpecProblem};
+pub use kind::SimKind;

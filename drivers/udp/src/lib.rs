@@ -26,8 +26,10 @@
 //! ```
 
 mod addr;
+pub mod kind;
 mod method;
 mod sys;
 
 pub use addr::{local_ip, parse_address, LocalIpError};
+pub use kind::UdpKind;
 pub use method::{probe, UdpConfig, UdpMethod, UdpStats, BATCH, METHOD_NAME};

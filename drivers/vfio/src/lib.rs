@@ -27,6 +27,7 @@
 //! accessors (see [`dma`]).
 
 pub mod dma;
+pub mod kind;
 pub mod method;
 pub mod myri10ge;
 pub mod pci;
@@ -36,4 +37,5 @@ pub mod testing;
 pub mod vfio;
 pub mod virtio;
 
+pub use kind::VfioKind;
 pub use method::{open_nic, probe, EthernetDevice, NicMethod, VfioMethod, VfioMethodConfig};

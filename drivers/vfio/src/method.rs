@@ -32,7 +32,7 @@ use std::collections::HashMap;
 use std::os::fd::{AsRawFd, RawFd};
 
 use bcl_core::method::{
-    Availability, Descriptor, LinkId, Method, MethodCaps, MethodError, TxFrame,
+    Availability, Descriptor, LinkId, Method, MethodCaps, MethodCounters, MethodError, TxFrame,
 };
 
 use crate::dma::DmaView;
@@ -467,6 +467,18 @@ impl<N: EthernetDevice + 'static> Method for NicMethod<N> {
 
     fn readiness_fd(&self) -> Option<RawFd> {
         self.nic.interrupt_fd()
+    }
+
+    fn counters(&self) -> MethodCounters {
+        let s = self.stats;
+        MethodCounters {
+            rx_frames: s.rx_frames,
+            tx_frames: s.tx_frames,
+            rx_foreign: s.rx_other_ethertype + s.rx_not_for_us,
+            rx_malformed: s.rx_runt + s.rx_bad_source,
+            tx_errors: 0,
+            detail: vec![("rx_link_limit", s.rx_link_limit)],
+        }
     }
 
     fn shutdown(&mut self) {

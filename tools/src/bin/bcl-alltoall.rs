@@ -89,6 +89,7 @@ fn run(args: &Args) -> Result<(), String> {
             c.ring_block_size = 256;
             c.ring_blocks = 16384;
         }),
+        ..JoinOptions::default()
     })
     .map_err(|e| e.to_string())?;
     let me = joined.info.rank;

@@ -17,7 +17,7 @@ use bcl::cluster::join::{config_table, plan, policy_from};
 use bcl::cluster::nics::{self, NicInfo};
 use bcl::cluster::resources::ClusterConfig;
 use bcl::cluster::select::choose;
-use bcl::core::Availability;
+use bcl::registry::{ProbeRow, Registry};
 use clap::Parser;
 use serde_json::json;
 use std::path::PathBuf;
@@ -48,73 +48,16 @@ struct Args {
     job: bool,
 }
 
-fn availability(a: Availability) -> (bool, String) {
-    match a {
-        Availability::Usable => (true, String::new()),
-        Availability::NotUsable(why) => (false, why),
-    }
-}
-
-/// Each method: usable here, and why not.
-fn probe_methods(ifs: &[NicInfo]) -> Vec<(String, bool, String)> {
-    let mut out = Vec::new();
-    let (ok, why) = availability(bcl::shm::probe());
-    out.push(("shm".to_string(), ok, why));
-    let candidates: Vec<&NicInfo> = ifs
+/// Whether each method of the registry can run here, probed on the
+/// interfaces a method could be opened on (up, not loopback, bridges or
+/// container plumbing).
+fn probe_methods(registry: &Registry, ifs: &[NicInfo]) -> Vec<ProbeRow> {
+    let candidates: Vec<String> = ifs
         .iter()
         .filter(|i| i.excluded.is_none() && i.up)
+        .map(|i| i.name.clone())
         .collect();
-    let mut vfio_notes = Vec::new();
-    let vfio_dir = std::path::Path::new("/sys/bus/pci/drivers/vfio-pci");
-    let devices: Vec<String> = std::fs::read_dir(vfio_dir)
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.contains(':'))
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut vfio_ok = false;
-    for d in &devices {
-        match bcl_vfio::probe(d) {
-            Availability::Usable => {
-                vfio_ok = true;
-                vfio_notes.push(format!("{d}: usable"));
-            }
-            Availability::NotUsable(w) => vfio_notes.push(format!("{d}: {w}")),
-        }
-    }
-    if devices.is_empty() {
-        vfio_notes.push("no PCI device is bound to vfio-pci".into());
-    }
-    out.push(("vfio".into(), vfio_ok, vfio_notes.join("; ")));
-    let mut x_ok = false;
-    let mut x_notes = Vec::new();
-    for i in &candidates {
-        match bcl_afxdp::probe(&i.name) {
-            Availability::Usable => {
-                x_ok = true;
-                x_notes.push(format!("{}: usable", i.name));
-            }
-            Availability::NotUsable(w) => x_notes.push(format!("{}: {w}", i.name)),
-        }
-    }
-    if candidates.is_empty() {
-        x_notes.push(
-            "no interface that is up and not loopback, a bridge or container plumbing".into(),
-        );
-    }
-    out.push(("afxdp".into(), x_ok, x_notes.join("; ")));
-    let (ok, why) = availability(bcl::packet::probe());
-    out.push(("packet".into(), ok, why));
-    let udp = std::net::UdpSocket::bind("0.0.0.0:0");
-    out.push((
-        "udp".into(),
-        udp.is_ok(),
-        udp.err().map(|e| e.to_string()).unwrap_or_default(),
-    ));
-    out.push(("sim".into(), true, "in-process only (tests)".into()));
-    out
+    registry.probe(&candidates)
 }
 
 /// `--job`: one message to and from every other rank opens every link;
@@ -203,9 +146,10 @@ fn run(args: &Args) -> Result<(), String> {
         Some(p) => Some(ClusterConfig::load(p).map_err(|e| e.to_string())?),
         None => None,
     };
-    let policy = policy_from(cfg.as_ref())?;
+    let registry = Registry::builtin();
+    let policy = policy_from(cfg.as_ref(), &registry)?;
     let ifs = nics::interfaces().map_err(|e| format!("listing interfaces: {e}"))?;
-    let methods = probe_methods(&ifs);
+    let methods = probe_methods(&registry, &ifs);
     let node_name = args.node.clone().or_else(|| std::env::var("BCL_NODE").ok());
     let node = match (&cfg, &node_name) {
         (Some(c), Some(n)) => Some(
@@ -276,7 +220,10 @@ fn run(args: &Args) -> Result<(), String> {
     }
     if args.json {
         let v = json!({
-            "methods": methods.iter().map(|(m, ok, why)| json!({"method": m, "usable": ok, "why": why})).collect::<Vec<_>>(),
+            "methods": methods.iter().map(|r| json!({
+                "method": r.method, "usable": r.usable, "why": r.detail,
+                "scope": r.scope.name(), "summary": r.summary,
+            })).collect::<Vec<_>>(),
             "order": policy.order,
             "pin": policy.pin.as_ref().map(|p| p.source.clone()),
             "nics": nic_rows,
@@ -287,8 +234,9 @@ fn run(args: &Args) -> Result<(), String> {
         return Ok(());
     }
     println!("Methods on this host:");
-    for (m, ok, why) in &methods {
-        let state = if *ok { "usable" } else { "not usable" };
+    for r in &methods {
+        let (m, why) = (r.method, &r.detail);
+        let state = if r.usable { "usable" } else { "not usable" };
         if why.is_empty() {
             println!("  {m:<7} {state}");
         } else {

@@ -1,0 +1,89 @@
+//! The `afxdp` method kind, for the method registry.
+
+use crate::config::{parse_mac, AfXdpConfig};
+use crate::method::{probe, AfXdpMethod, METHOD_NAME};
+use bcl_core::method::{
+    Attachment, Availability, Method, MethodError, MethodKind, OpenSpec, ProbeResult, Scope,
+};
+
+/// Kernel-bypass raw Ethernet through AF_XDP sockets.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AfXdpKind;
+
+impl MethodKind for AfXdpKind {
+    fn name(&self) -> &'static str {
+        METHOD_NAME
+    }
+
+    fn summary(&self) -> &'static str {
+        "raw Ethernet through AF_XDP sockets, kernel bypass on XDP-capable NICs (needs root)"
+    }
+
+    fn scope(&self) -> Scope {
+        Scope::Fabric
+    }
+
+    fn attachment(&self) -> Attachment {
+        Attachment::Interface
+    }
+
+    fn owns_nic(&self) -> bool {
+        // Its XDP program and socket map belong to the process that
+        // attached them.
+        true
+    }
+
+    fn opt_in(&self) -> Option<&'static str> {
+        Some("it attaches an XDP program to the NIC")
+    }
+
+    fn family(&self) -> Option<&'static str> {
+        Some("ethernet")
+    }
+
+    fn probe(&self, interfaces: &[String]) -> Vec<ProbeResult> {
+        interfaces
+            .iter()
+            .map(|i| ProbeResult::on(i.clone(), probe(i)))
+            .collect()
+    }
+
+    fn open(&self, spec: &OpenSpec) -> Result<Box<dyn Method>, MethodError> {
+        let ifname = match &spec.nic {
+            Some(n) => n.clone(),
+            None => {
+                bcl_ether::choose_interface(None)
+                    .map_err(|e| MethodError::NotUsable {
+                        method: METHOD_NAME,
+                        reason: e.to_string(),
+                    })?
+                    .name
+            }
+        };
+        if let Availability::NotUsable(reason) = probe(&ifname) {
+            return Err(MethodError::NotUsable {
+                method: METHOD_NAME,
+                reason: format!(
+                    "on {ifname}: {reason} (the packet method sends the same frames through AF_PACKET, without XDP)"
+                ),
+            });
+        }
+        let mut cfg = AfXdpConfig::new(&ifname);
+        if let Some(t) = spec.ethertype {
+            cfg.ethertype = t;
+        }
+        cfg.busy_poll = spec.busy_poll;
+        let m = AfXdpMethod::open(cfg).map_err(|e| MethodError::Other {
+            method: METHOD_NAME,
+            reason: format!("on {ifname}: {e}"),
+        })?;
+        Ok(Box::new(m))
+    }
+
+    fn check_address(&self, address: &str) -> Result<(), String> {
+        let mac = address.split('/').next().unwrap_or_default();
+        parse_mac(mac)
+            .map(drop)
+            .ok_or_else(|| format!("{address:?} is not MAC/IFINDEX (e.g. 02:bc:01:00:00:02/3)"))
+    }
+}
