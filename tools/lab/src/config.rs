@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::net::Ipv4Addr;
-use std::ops::Range;
+use std::ops::{Range, RangeInclusive};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -339,14 +339,20 @@ impl Topology {
 
 // ---------------------------------------------------------------- helpers
 
+/// Whether `s` has 1..=`max` bytes, starts with an ASCII letter or digit
+/// and has only bytes that `allowed` accepts.
+fn is_identifier(s: &str, max: usize, allowed: impl Fn(u8) -> bool) -> bool {
+    !s.is_empty()
+        && s.len() <= max
+        && s.as_bytes()[0].is_ascii_alphanumeric()
+        && s.bytes().all(allowed)
+}
+
 /// Checks a node/switch/link name.
 pub(crate) fn check_name(s: &str) -> Result<(), String> {
-    let ok = !s.is_empty()
-        && s.len() <= NAME_MAX
-        && s.as_bytes()[0].is_ascii_alphanumeric()
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
-    if ok {
+    if is_identifier(s, NAME_MAX, |b| {
+        b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_'
+    }) {
         Ok(())
     } else {
         Err(format!(
@@ -359,12 +365,9 @@ pub(crate) fn check_name(s: &str) -> Result<(), String> {
 /// from the rest of a namespace name, so one lab's names never start with
 /// another lab's `prefix.`.
 pub fn check_prefix(s: &str) -> Result<(), String> {
-    let ok = !s.is_empty()
-        && s.len() <= PREFIX_MAX
-        && s.as_bytes()[0].is_ascii_alphanumeric()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    if ok {
+    if is_identifier(s, PREFIX_MAX, |b| {
+        b.is_ascii_alphanumeric() || b == b'-' || b == b'_'
+    }) {
         Ok(())
     } else {
         Err(format!(
@@ -427,6 +430,14 @@ pub fn format_mac(m: &[u8; 6]) -> String {
     )
 }
 
+/// Splits text at the end of its leading number: "1.5ms" is ("1.5", "ms").
+fn split_number(t: &str) -> (&str, &str) {
+    t.split_at(
+        t.find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(t.len()),
+    )
+}
+
 /// Parses a duration: a number followed by `ns`, `us`, `ms` or `s` ("50us",
 /// "1.5ms"); a bare `0` is zero.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -434,10 +445,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     if t == "0" {
         return Ok(Duration::ZERO);
     }
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
+    let (num, unit) = split_number(t);
     let bad = || {
         format!(
             "bad duration \"{s}\" (use a number and one of ns, us, ms, s: e.g. \"50us\", \"2ms\")"
@@ -462,10 +470,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 /// a bare integer (bits per second). Units are decimal (k = 1000).
 pub fn parse_rate(s: &str) -> Result<u64, String> {
     let t = s.trim().to_ascii_lowercase();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
+    let (num, unit) = split_number(&t);
     let bad = || {
         format!(
             "bad rate \"{s}\" (use a number and one of bit, kbit, mbit, gbit, tbit: e.g. \"1gbit\", \"100mbit\")"
@@ -509,6 +514,56 @@ impl Ctx<'_> {
             msg: msg.into(),
         }
     }
+
+    /// An error on the line of `value`.
+    fn err_at<T>(&self, value: &Spanned<T>, msg: impl Into<String>) -> LabError {
+        self.err(Some(value.span()), msg)
+    }
+
+    /// Runs `check` on a value from the file. A failure is an error on the
+    /// value's line that names the field: `FIELD: why`.
+    fn check<T, U>(
+        &self,
+        value: &Spanned<T>,
+        field: &str,
+        check: impl FnOnce(&T) -> Result<U, String>,
+    ) -> Result<U, LabError> {
+        check(value.get_ref()).map_err(|m| self.err_at(value, format!("{field}: {m}")))
+    }
+
+    /// A number from the file that must lie in `range`. Outside it, the
+    /// error names the field, the value and the range:
+    /// `FIELD = V is out of range (LO..=HI)`.
+    fn in_range(
+        &self,
+        value: &Spanned<u32>,
+        field: &str,
+        range: RangeInclusive<u32>,
+    ) -> Result<u32, LabError> {
+        let v = *value.get_ref();
+        if range.contains(&v) {
+            Ok(v)
+        } else {
+            Err(self.err_at(
+                value,
+                format!(
+                    "{field} = {v} is out of range ({}..={})",
+                    range.start(),
+                    range.end()
+                ),
+            ))
+        }
+    }
+}
+
+/// How messages name a field of `owner` (`link "a-b": mtu`); a file-level
+/// field (empty `owner`) is named alone (`mtu`).
+fn field_of(owner: &str, field: &str) -> String {
+    if owner.is_empty() {
+        field.to_string()
+    } else {
+        format!("{owner}: {field}")
+    }
 }
 
 // ---------------------------------------------------------------- parse + validate
@@ -539,9 +594,182 @@ pub(crate) fn parse(file: &Path, src: &str) -> Result<Topology, LabError> {
     validate(&ctx, cfg)
 }
 
-/// An address given in the file: address, optional prefix length, span.
-type ExplicitAddr = (Ipv4Addr, Option<u8>, Range<usize>);
+/// Checks a parsed file and decides every name, address, MAC and route.
+/// The steps run in this order, each goes through the file's items in order,
+/// and the first broken rule is the error.
+fn validate(ctx: &Ctx<'_>, cfg: FileCfg) -> Result<Topology, LabError> {
+    let prefix = lab_prefix(ctx, &cfg.prefix)?;
+    let mtu = mtu_setting(ctx, &cfg.mtu, "", DEFAULT_MTU)?;
+    let pool = subnet_pool(ctx, &cfg.subnet_pool)?;
+    let mut names = HashMap::new();
+    let mut nodes = declare_nodes(ctx, &cfg.node, &mut names)?;
+    at_least_one_node(ctx, &nodes)?;
+    let mut segments = Vec::new();
+    let mut switches = declare_switches(ctx, &cfg.switch, &mut names, &mut segments)?;
+    let raw = raw_links(ctx, &cfg, mtu)?;
+    let links = attach_links(ctx, &raw, &names, &mut nodes, &mut switches, &mut segments)?;
+    let settings = iface_settings(ctx, &cfg.node, &mut nodes, &links, &segments)?;
+    let segments = assign_subnets(ctx, &nodes, &settings, segments, pool)?;
+    assign_addresses(ctx, &mut nodes, &settings, &links, &segments)?;
+    assign_macs(ctx, &mut nodes, &settings)?;
+    let mut topo = Topology {
+        file: ctx.file.to_path_buf(),
+        prefix,
+        nodes,
+        switches,
+        links,
+        segments,
+    };
+    compute_routes(&mut topo);
+    Ok(topo)
+}
 
+// ---------------------------------------------------------------- file-level settings
+
+/// Valid MTUs: 68 is the least IPv4 allows, 65535 the most a veth takes.
+const MTU_RANGE: RangeInclusive<u32> = 68..=65535;
+/// Valid queue counts of a veth side.
+const QUEUES_RANGE: RangeInclusive<u32> = 1..=64;
+
+/// `prefix` must pass [`check_prefix`]: it starts every namespace name of
+/// the lab, and one lab's names must never start with another's.
+fn lab_prefix(ctx: &Ctx<'_>, prefix: &Option<Spanned<String>>) -> Result<Option<String>, LabError> {
+    prefix
+        .as_ref()
+        .map(|p| ctx.check(p, "prefix", |p| check_prefix(p).map(|()| p.clone())))
+        .transpose()
+}
+
+/// `mtu` of the file, a switch or a link (`owner`), else `default`: within
+/// [`MTU_RANGE`], so a bad value points at its line instead of failing
+/// halfway through `up`.
+fn mtu_setting(
+    ctx: &Ctx<'_>,
+    mtu: &Option<Spanned<u32>>,
+    owner: &str,
+    default: u32,
+) -> Result<u32, LabError> {
+    match mtu {
+        None => Ok(default),
+        Some(v) => ctx.in_range(v, &field_of(owner, "mtu"), MTU_RANGE),
+    }
+}
+
+/// `queues` of a switch or link (`owner`), else 1: within [`QUEUES_RANGE`].
+/// A veth needs at least one TX and one RX queue per side.
+fn queues_setting(
+    ctx: &Ctx<'_>,
+    queues: &Option<Spanned<u32>>,
+    owner: &str,
+) -> Result<u32, LabError> {
+    match queues {
+        None => Ok(1),
+        Some(v) => ctx.in_range(v, &field_of(owner, "queues"), QUEUES_RANGE),
+    }
+}
+
+/// `subnet_pool`, else [`DEFAULT_SUBNET_POOL`]: ADDRESS/LEN of /24 or
+/// larger, since segments without a subnet get one /24 each from it.
+fn subnet_pool(ctx: &Ctx<'_>, pool: &Option<Spanned<String>>) -> Result<Ipv4Cidr, LabError> {
+    let Some(p) = pool else {
+        return Ok(DEFAULT_SUBNET_POOL.parse().expect("constant"));
+    };
+    let c: Ipv4Cidr = ctx.check(p, "subnet_pool", |s| s.parse())?;
+    if c.prefix_len > 24 {
+        return Err(ctx.err_at(
+            p,
+            "subnet_pool: must be /24 or larger (one /24 is carved per segment)",
+        ));
+    }
+    Ok(c.network())
+}
+
+// ---------------------------------------------------------------- nodes and switches
+
+/// What a node or switch name refers to.
+#[derive(Debug, Clone, Copy)]
+enum Named {
+    Node(usize),
+    Switch(usize),
+}
+
+/// Takes a node or switch name: it must pass [`check_name`] and be unused
+/// by nodes and switches alike, since both become namespaces `PREFIX.NAME`
+/// and links name their endpoints by it. `kind` names the field (`node
+/// name: ...`); `duplicate` gives the message for a name already taken.
+fn claim_name(
+    ctx: &Ctx<'_>,
+    names: &mut HashMap<String, Named>,
+    name: &Spanned<String>,
+    kind: &str,
+    named: Named,
+    duplicate: impl FnOnce(&str) -> String,
+) -> Result<String, LabError> {
+    let n = name.get_ref();
+    ctx.check(name, &format!("{kind} name"), |s| check_name(s))?;
+    if names.contains_key(n) {
+        return Err(ctx.err_at(name, duplicate(n)));
+    }
+    names.insert(n.clone(), named);
+    Ok(n.clone())
+}
+
+/// The `[[node]]`s, each under a name taken by [`claim_name`].
+fn declare_nodes(
+    ctx: &Ctx<'_>,
+    cfg: &[NodeCfg],
+    names: &mut HashMap<String, Named>,
+) -> Result<Vec<Node>, LabError> {
+    let mut nodes = Vec::new();
+    for (i, n) in cfg.iter().enumerate() {
+        let name = claim_name(ctx, names, &n.name, "node", Named::Node(i), |name| {
+            format!("node \"{name}\" is defined twice (duplicate node)")
+        })?;
+        nodes.push(Node {
+            name,
+            router: n.router,
+            ifaces: Vec::new(),
+            routes: Vec::new(),
+        });
+    }
+    Ok(nodes)
+}
+
+/// A topology has at least one node: without one there is nothing to run
+/// a program in, and an empty file would load as a lab of nothing.
+fn at_least_one_node(ctx: &Ctx<'_>, nodes: &[Node]) -> Result<(), LabError> {
+    if nodes.is_empty() {
+        return Err(ctx.err(None, "no [[node]] is defined"));
+    }
+    Ok(())
+}
+
+/// The `[[switch]]`es, each under a name taken by [`claim_name`] and on a
+/// segment of its own (all links to a switch are on its segment).
+fn declare_switches(
+    ctx: &Ctx<'_>,
+    cfg: &[SwitchCfg],
+    names: &mut HashMap<String, Named>,
+    segments: &mut Vec<SegmentDraft>,
+) -> Result<Vec<Switch>, LabError> {
+    let mut switches = Vec::new();
+    for (i, s) in cfg.iter().enumerate() {
+        let name = claim_name(ctx, names, &s.name, "switch", Named::Switch(i), |name| {
+            format!("switch \"{name}\": the name is already used by a node or switch")
+        })?;
+        switches.push(Switch {
+            segment: new_segment(segments, &name, &s.subnet),
+            name,
+            ports: Vec::new(),
+        });
+    }
+    Ok(switches)
+}
+
+// ---------------------------------------------------------------- links
+
+/// A link as the file states or implies it, before its endpoints are
+/// resolved: a `[[link]]`, or one port of a switch member.
 struct RawLink {
     name: Spanned<String>,
     ends: Vec<Spanned<String>>,
@@ -549,6 +777,7 @@ struct RawLink {
     mtu: u32,
     subnet: Option<Spanned<String>>,
     impair: Option<ImpairCfg>,
+    /// How messages name the link: `link "a-b"`, `switch "sw": member "a"`.
     what: String,
     /// The port number of a switch member's further port (2, 3, ...); such
     /// a link may attach its node to the switch's segment again, and its
@@ -556,317 +785,215 @@ struct RawLink {
     port: Option<u32>,
 }
 
-fn validate(ctx: &Ctx<'_>, cfg: FileCfg) -> Result<Topology, LabError> {
-    let prefix = match &cfg.prefix {
-        Some(p) => {
-            check_prefix(p.get_ref())
-                .map_err(|m| ctx.err(Some(p.span()), format!("prefix: {m}")))?;
-            Some(p.get_ref().clone())
-        }
-        None => None,
-    };
-    let check_mtu = |m: &Option<Spanned<u32>>, what: &str, dflt: u32| -> Result<u32, LabError> {
-        match m {
-            None => Ok(dflt),
-            Some(v) if (68..=65535).contains(v.get_ref()) => Ok(*v.get_ref()),
-            Some(v) => Err(ctx.err(
-                Some(v.span()),
-                format!("{what}mtu = {} is out of range (68..=65535)", v.get_ref()),
-            )),
-        }
-    };
-    let check_queues = |q: &Option<Spanned<u32>>, what: &str| -> Result<u32, LabError> {
-        match q {
-            None => Ok(1),
-            Some(v) if (1..=64).contains(v.get_ref()) => Ok(*v.get_ref()),
-            Some(v) => Err(ctx.err(
-                Some(v.span()),
-                format!("{what}queues = {} is out of range (1..=64)", v.get_ref()),
-            )),
-        }
-    };
-    let mtu = check_mtu(&cfg.mtu, "", DEFAULT_MTU)?;
-    let pool = match &cfg.subnet_pool {
-        Some(p) => {
-            let c: Ipv4Cidr = p
-                .get_ref()
-                .parse()
-                .map_err(|m| ctx.err(Some(p.span()), format!("subnet_pool: {m}")))?;
-            if c.prefix_len > 24 {
-                return Err(ctx.err(
-                    Some(p.span()),
-                    "subnet_pool: must be /24 or larger (one /24 is carved per segment)",
-                ));
-            }
-            c.network()
-        }
-        None => DEFAULT_SUBNET_POOL.parse().expect("constant"),
-    };
-
-    // Nodes and switches share one name space (both become namespaces).
-    let mut names: HashMap<String, Range<usize>> = HashMap::new();
-    let mut nodes: Vec<Node> = Vec::new();
-    for n in &cfg.node {
-        let name = n.name.get_ref();
-        check_name(name).map_err(|m| ctx.err(Some(n.name.span()), format!("node name: {m}")))?;
-        if names.contains_key(name) {
-            return Err(ctx.err(
-                Some(n.name.span()),
-                format!("node \"{name}\" is defined twice (duplicate node)"),
-            ));
-        }
-        names.insert(name.clone(), n.name.span());
-        nodes.push(Node {
-            name: name.clone(),
-            router: n.router,
-            ifaces: Vec::new(),
-            routes: Vec::new(),
-        });
-    }
-    if nodes.is_empty() {
-        return Err(ctx.err(None, "no [[node]] is defined"));
-    }
-    let mut switches: Vec<Switch> = Vec::new();
-    for s in &cfg.switch {
-        let name = s.name.get_ref();
-        check_name(name).map_err(|m| ctx.err(Some(s.name.span()), format!("switch name: {m}")))?;
-        if names.contains_key(name) {
-            return Err(ctx.err(
-                Some(s.name.span()),
-                format!("switch \"{name}\": the name is already used by a node or switch"),
-            ));
-        }
-        names.insert(name.clone(), s.name.span());
-        switches.push(Switch {
-            name: name.clone(),
-            segment: 0,
-            ports: Vec::new(),
-        });
-    }
-    let mut ends_by_name: HashMap<String, (bool, usize)> = HashMap::new();
-    for (i, n) in nodes.iter().enumerate() {
-        ends_by_name.insert(n.name.clone(), (true, i));
-    }
-    for (i, s) in switches.iter().enumerate() {
-        ends_by_name.insert(s.name.clone(), (false, i));
-    }
-    let lookup_end = |n: &str| -> Option<(bool, usize)> { ends_by_name.get(n).copied() };
-
-    // All links: explicit ones first, then one per switch member.
-    let mut raw: Vec<RawLink> = Vec::new();
+/// All links: the `[[link]]`s first, then those of each switch's members.
+/// Addresses follow this order.
+fn raw_links(ctx: &Ctx<'_>, cfg: &FileCfg, mtu: u32) -> Result<Vec<RawLink>, LabError> {
+    let mut raw = Vec::new();
     for l in &cfg.link {
-        let ends = l.endpoints.get_ref().clone();
-        let lname = match &l.name {
-            Some(n) => n.clone(),
-            None if ends.len() == 2 => Spanned::new(
-                l.endpoints.span(),
-                format!("{}-{}", ends[0].get_ref(), ends[1].get_ref()),
-            ),
-            None => Spanned::new(l.endpoints.span(), "?".to_string()),
-        };
-        let what = format!("link \"{}\"", lname.get_ref());
-        if ends.len() != 2 {
-            return Err(ctx.err(
-                Some(l.endpoints.span()),
-                format!(
-                    "{what}: endpoints must name exactly two nodes or switches, found {}",
-                    ends.len()
-                ),
-            ));
-        }
-        check_name(lname.get_ref())
-            .map_err(|m| ctx.err(Some(lname.span()), format!("{what}: name: {m}")))?;
-        raw.push(RawLink {
-            queues: check_queues(&l.queues, &format!("{what}: "))?,
-            mtu: check_mtu(&l.mtu, &format!("{what}: "), mtu)?,
-            name: lname,
-            ends,
-            subnet: l.subnet.clone(),
-            impair: l.impair.clone(),
-            what,
-            port: None,
-        });
+        raw.push(declared_link(ctx, l, mtu)?);
     }
-    for (si, s) in cfg.switch.iter().enumerate() {
-        let what = format!("switch \"{}\"", s.name.get_ref());
-        let smtu = check_mtu(&s.mtu, &format!("{what}: "), mtu)?;
-        let squeues = check_queues(&s.queues, &format!("{what}: "))?;
-        let mut seen = HashSet::new();
-        for m in &s.members {
-            if !seen.insert(m.get_ref().clone()) {
-                return Err(ctx.err(
-                    Some(m.span()),
-                    format!("{what}: member \"{}\" is listed twice", m.get_ref()),
-                ));
-            }
-            raw.push(RawLink {
-                name: Spanned::new(m.span(), format!("{}-{}", switches[si].name, m.get_ref())),
-                ends: vec![m.clone(), s.name.clone()],
-                queues: squeues,
-                mtu: smtu,
-                subnet: None,
-                impair: None,
-                what: format!("{what}: member \"{}\"", m.get_ref()),
-                port: None,
-            });
-        }
-        // Further ports of a member: after every member's first port, so
-        // adding ports never renumbers the others (addresses follow link
-        // order).
-        let mut extra: Vec<(&Spanned<String>, u32)> = Vec::new();
-        for (node, count) in &s.ports {
-            let Some(m) = s.members.iter().find(|m| m.get_ref() == node) else {
-                return Err(ctx.err(
-                    Some(count.span()),
-                    format!("{what}: ports: \"{node}\" is not a member of the switch"),
-                ));
-            };
-            if !(1..=PORTS_MAX).contains(count.get_ref()) {
-                return Err(ctx.err(
-                    Some(count.span()),
-                    format!(
-                        "{what}: ports.{node} = {} is out of range (1..={PORTS_MAX})",
-                        count.get_ref()
-                    ),
-                ));
-            }
-            extra.push((m, *count.get_ref()));
-        }
-        // Member order, then port order: a1-2, a2-2, a1-3, ...
-        extra.sort_by_key(|(m, _)| s.members.iter().position(|x| x == *m));
-        for k in 2..=PORTS_MAX {
-            for (m, _) in extra.iter().filter(|(_, c)| *c >= k) {
-                raw.push(RawLink {
-                    name: Spanned::new(
-                        m.span(),
-                        format!("{}-{}-{k}", switches[si].name, m.get_ref()),
-                    ),
-                    ends: vec![(*m).clone(), s.name.clone()],
-                    queues: squeues,
-                    mtu: smtu,
-                    subnet: None,
-                    impair: None,
-                    what: format!("{what}: port {k} of member \"{}\"", m.get_ref()),
-                    port: Some(k),
-                });
-            }
-        }
+    for s in &cfg.switch {
+        raw.extend(member_links(ctx, s, mtu)?);
     }
+    Ok(raw)
+}
 
-    // Resolve endpoints, build segments.
-    let mut link_names: HashSet<String> = HashSet::new();
-    let mut links: Vec<Link> = Vec::new();
-    let mut segments: Vec<Segment> = Vec::new();
-    let mut seg_subnet_cfg: Vec<Option<Spanned<String>>> = Vec::new();
-    for (si, s) in cfg.switch.iter().enumerate() {
-        switches[si].segment = segments.len();
-        segments.push(Segment {
-            name: s.name.get_ref().clone(),
-            subnet: pool,
-        });
-        seg_subnet_cfg.push(s.subnet.clone());
+/// A `[[link]]`, named by its `name` or else "ENDPOINT0-ENDPOINT1". Its
+/// endpoints are two (see [`two_endpoints`]), its name passes [`check_name`]
+/// (the name is that of its segment, its impairment namespace and what
+/// `iface.on` refers to), and its queues and MTU are in range.
+fn declared_link(ctx: &Ctx<'_>, l: &LinkCfg, default_mtu: u32) -> Result<RawLink, LabError> {
+    let ends = l.endpoints.get_ref().clone();
+    let name = match &l.name {
+        Some(n) => n.clone(),
+        None if ends.len() == 2 => Spanned::new(
+            l.endpoints.span(),
+            format!("{}-{}", ends[0].get_ref(), ends[1].get_ref()),
+        ),
+        None => Spanned::new(l.endpoints.span(), "?".to_string()),
+    };
+    let what = format!("link \"{}\"", name.get_ref());
+    two_endpoints(ctx, &what, &l.endpoints)?;
+    ctx.check(&name, &field_of(&what, "name"), |s| check_name(s))?;
+    Ok(RawLink {
+        queues: queues_setting(ctx, &l.queues, &what)?,
+        mtu: mtu_setting(ctx, &l.mtu, &what, default_mtu)?,
+        name,
+        ends,
+        subnet: l.subnet.clone(),
+        impair: l.impair.clone(),
+        what,
+        port: None,
+    })
+}
+
+/// A link has exactly two endpoints: it is one veth pair (or two, through
+/// an impairment namespace) between two namespaces.
+fn two_endpoints(
+    ctx: &Ctx<'_>,
+    what: &str,
+    endpoints: &Spanned<Vec<Spanned<String>>>,
+) -> Result<(), LabError> {
+    let n = endpoints.get_ref().len();
+    if n != 2 {
+        return Err(ctx.err_at(
+            endpoints,
+            format!("{what}: endpoints must name exactly two nodes or switches, found {n}"),
+        ));
     }
+    Ok(())
+}
+
+/// The links of a switch: one per member (`SWITCH-MEMBER`), then the
+/// further ports of [`further_ports`] (`SWITCH-MEMBER-N`). Its queues and
+/// MTU are in range and apply to all of them; each member is listed once
+/// (see [`member_listed_once`]).
+fn member_links(ctx: &Ctx<'_>, s: &SwitchCfg, default_mtu: u32) -> Result<Vec<RawLink>, LabError> {
+    let what = format!("switch \"{}\"", s.name.get_ref());
+    let mtu = mtu_setting(ctx, &s.mtu, &what, default_mtu)?;
+    let queues = queues_setting(ctx, &s.queues, &what)?;
+    let link = |m: &Spanned<String>, port: Option<u32>| {
+        let (name, link_what) = match port {
+            None => (
+                format!("{}-{}", s.name.get_ref(), m.get_ref()),
+                format!("{what}: member \"{}\"", m.get_ref()),
+            ),
+            Some(k) => (
+                format!("{}-{}-{k}", s.name.get_ref(), m.get_ref()),
+                format!("{what}: port {k} of member \"{}\"", m.get_ref()),
+            ),
+        };
+        RawLink {
+            name: Spanned::new(m.span(), name),
+            ends: vec![m.clone(), s.name.clone()],
+            queues,
+            mtu,
+            subnet: None,
+            impair: None,
+            what: link_what,
+            port,
+        }
+    };
+    let mut seen = HashSet::new();
+    let mut links = Vec::new();
+    for m in &s.members {
+        member_listed_once(ctx, &what, &mut seen, m)?;
+        links.push(link(m, None));
+    }
+    for (m, k) in further_ports(ctx, &what, s)? {
+        links.push(link(m, Some(k)));
+    }
+    Ok(links)
+}
+
+/// A switch lists each member once: each listing is a link `SWITCH-MEMBER`,
+/// so a second one would repeat its name; more ports come from `ports`.
+fn member_listed_once(
+    ctx: &Ctx<'_>,
+    what: &str,
+    seen: &mut HashSet<String>,
+    member: &Spanned<String>,
+) -> Result<(), LabError> {
+    if !seen.insert(member.get_ref().clone()) {
+        return Err(ctx.err_at(
+            member,
+            format!("{what}: member \"{}\" is listed twice", member.get_ref()),
+        ));
+    }
+    Ok(())
+}
+
+/// A switch's `ports`: each key is a member, each count 1..=[`PORTS_MAX`].
+/// Returns the ports beyond each member's first as (member, port number),
+/// in member order, then port order (a1-2, a2-2, a1-3, ...): they come
+/// after every member's first port, so adding ports never renumbers the
+/// others (addresses follow link order).
+fn further_ports<'a>(
+    ctx: &Ctx<'_>,
+    what: &str,
+    s: &'a SwitchCfg,
+) -> Result<Vec<(&'a Spanned<String>, u32)>, LabError> {
+    let mut counts: Vec<(&Spanned<String>, u32)> = Vec::new();
+    for (node, count) in &s.ports {
+        let Some(m) = s.members.iter().find(|m| m.get_ref() == node) else {
+            return Err(ctx.err_at(
+                count,
+                format!("{what}: ports: \"{node}\" is not a member of the switch"),
+            ));
+        };
+        let field = field_of(what, &format!("ports.{node}"));
+        counts.push((m, ctx.in_range(count, &field, 1..=PORTS_MAX)?));
+    }
+    counts.sort_by_key(|(m, _)| s.members.iter().position(|x| x == *m));
+    let mut ports = Vec::new();
+    for k in 2..=PORTS_MAX {
+        ports.extend(counts.iter().filter(|(_, c)| *c >= k).map(|(m, _)| (*m, k)));
+    }
+    Ok(ports)
+}
+
+// ---------------------------------------------------------------- segments and attachment
+
+/// A segment before its subnet is decided: its name and the `subnet` the
+/// file gives it, if any.
+struct SegmentDraft {
+    name: String,
+    subnet: Option<Spanned<String>>,
+}
+
+/// Adds a segment; returns its index.
+fn new_segment(
+    segments: &mut Vec<SegmentDraft>,
+    name: &str,
+    subnet: &Option<Spanned<String>>,
+) -> usize {
+    segments.push(SegmentDraft {
+        name: name.to_string(),
+        subnet: subnet.clone(),
+    });
+    segments.len() - 1
+}
+
+/// Resolves every link's endpoints and attaches it: a port on each switch
+/// end, an interface on each node end, and a segment of its own unless it
+/// is on a switch's. Each link passes, in this order, [`link_name_unused`],
+/// [`resolve_endpoints`], [`distinct_endpoints`], [`not_switch_to_switch`],
+/// [`link_segment`], [`attached_once`] for each node end, and
+/// [`impair_params`].
+fn attach_links(
+    ctx: &Ctx<'_>,
+    raw: &[RawLink],
+    names: &HashMap<String, Named>,
+    nodes: &mut [Node],
+    switches: &mut [Switch],
+    segments: &mut Vec<SegmentDraft>,
+) -> Result<Vec<Link>, LabError> {
+    let mut link_names: HashSet<String> = HashSet::new();
     // (node, segment) pairs, to refuse a node attached twice to one segment.
     let mut attached: HashSet<(usize, usize)> = HashSet::new();
-    for r in &raw {
-        if !link_names.insert(r.name.get_ref().clone()) {
-            return Err(ctx.err(
-                Some(r.name.span()),
-                format!(
-                    "{}: a link with this name already exists (set a distinct `name`)",
-                    r.what
-                ),
-            ));
-        }
-        let mut resolved = Vec::new();
-        for e in &r.ends {
-            match lookup_end(e.get_ref()) {
-                Some(x) => resolved.push(x),
-                None => {
-                    return Err(ctx.err(
-                        Some(e.span()),
-                        format!("{}: node \"{}\" is not defined", r.what, e.get_ref()),
-                    ));
-                }
-            }
-        }
-        if r.ends[0].get_ref() == r.ends[1].get_ref() {
-            return Err(ctx.err(
-                Some(r.ends[1].span()),
-                format!("{}: both endpoints are \"{}\"", r.what, r.ends[0].get_ref()),
-            ));
-        }
-        if !resolved[0].0 && !resolved[1].0 {
-            return Err(ctx.err(
-                Some(r.ends[0].span()),
-                format!("{}: links between two switches are not supported", r.what),
-            ));
-        }
+    let mut links: Vec<Link> = Vec::new();
+    for r in raw {
+        link_name_unused(ctx, &mut link_names, r)?;
+        let resolved = resolve_endpoints(ctx, r, names)?;
+        distinct_endpoints(ctx, r)?;
+        not_switch_to_switch(ctx, r, resolved)?;
+        let segment = link_segment(ctx, r, resolved, switches, segments)?;
         let li = links.len();
-        let segment = match resolved.iter().find(|(is_node, _)| !is_node) {
-            Some((_, sw)) => {
-                if let Some(s) = &r.subnet {
-                    return Err(ctx.err(
-                        Some(s.span()),
-                        format!(
-                            "{}: a link to a switch is on the switch's subnet; set `subnet` on the switch",
-                            r.what
-                        ),
-                    ));
-                }
-                switches[*sw].segment
-            }
-            None => {
-                segments.push(Segment {
-                    name: r.name.get_ref().clone(),
-                    subnet: pool,
-                });
-                seg_subnet_cfg.push(r.subnet.clone());
-                segments.len() - 1
-            }
-        };
         let mut ends = [End::Switch { switch: 0, port: 0 }; 2];
-        for (k, (is_node, idx)) in resolved.iter().enumerate() {
-            let peer = r.ends[1 - k].get_ref().clone();
-            ends[k] = if *is_node {
-                if !attached.insert((*idx, segment)) && r.port.is_none() {
-                    return Err(ctx.err(
-                        Some(r.ends[k].span()),
-                        format!(
-                            "{}: node \"{}\" is already attached to segment \"{}\" (for several ports on a switch, set the switch's `ports`)",
-                            r.what,
-                            r.ends[k].get_ref(),
-                            segments[segment].name
-                        ),
-                    ));
+        for (k, end) in resolved.into_iter().enumerate() {
+            ends[k] = match end {
+                Named::Node(node) => {
+                    attached_once(ctx, &mut attached, r, k, node, segment, segments)?;
+                    let iface = add_iface(&mut nodes[node], r, k, li, segment);
+                    End::Node { node, iface }
                 }
-                let node = &mut nodes[*idx];
-                node.ifaces.push(Iface {
-                    ifname: match r.port {
-                        Some(n) => format!("to-{peer}-{n}"),
-                        None => format!("to-{peer}"),
-                    },
-                    mac: [0; 6],
-                    ipv4: Ipv4Cidr {
-                        addr: Ipv4Addr::UNSPECIFIED,
-                        prefix_len: 0,
-                    },
-                    link: li,
-                    segment,
-                    queues: r.queues,
-                    mtu: r.mtu,
-                    peer,
-                });
-                End::Node {
-                    node: *idx,
-                    iface: node.ifaces.len() - 1,
-                }
-            } else {
-                let sw = &mut switches[*idx];
-                sw.ports.push(li);
-                End::Switch {
-                    switch: *idx,
-                    port: sw.ports.len() - 1,
+                Named::Switch(switch) => {
+                    let sw = &mut switches[switch];
+                    sw.ports.push(li);
+                    End::Switch {
+                        switch,
+                        port: sw.ports.len() - 1,
+                    }
                 }
             };
         }
@@ -883,148 +1010,411 @@ fn validate(ctx: &Ctx<'_>, cfg: FileCfg) -> Result<Topology, LabError> {
             segment,
         });
     }
+    Ok(links)
+}
 
-    // Per-node interface overrides.
-    let mut explicit_addr: Vec<Option<ExplicitAddr>> = Vec::new();
-    let mut iface_ids: Vec<(usize, usize)> = Vec::new(); // flat index -> (node, iface)
-    let mut flat: HashMap<(usize, usize), usize> = HashMap::new();
-    for (ni, n) in nodes.iter().enumerate() {
-        for ii in 0..n.ifaces.len() {
-            flat.insert((ni, ii), iface_ids.len());
-            iface_ids.push((ni, ii));
-            explicit_addr.push(None);
-        }
+/// Link names are unique: a link's name names its segment and impairment
+/// namespace, and `iface.on` refers to it.
+fn link_name_unused(
+    ctx: &Ctx<'_>,
+    link_names: &mut HashSet<String>,
+    r: &RawLink,
+) -> Result<(), LabError> {
+    if !link_names.insert(r.name.get_ref().clone()) {
+        return Err(ctx.err_at(
+            &r.name,
+            format!(
+                "{}: a link with this name already exists (set a distinct `name`)",
+                r.what
+            ),
+        ));
     }
-    let mut explicit_mac: Vec<Option<([u8; 6], Range<usize>)>> = vec![None; iface_ids.len()];
-    for (ni, ncfg) in cfg.node.iter().enumerate() {
+    Ok(())
+}
+
+/// Both endpoints of a link are defined nodes or switches.
+fn resolve_endpoints(
+    ctx: &Ctx<'_>,
+    r: &RawLink,
+    names: &HashMap<String, Named>,
+) -> Result<[Named; 2], LabError> {
+    let resolve = |e: &Spanned<String>| {
+        names.get(e.get_ref()).copied().ok_or_else(|| {
+            ctx.err_at(
+                e,
+                format!("{}: node \"{}\" is not defined", r.what, e.get_ref()),
+            )
+        })
+    };
+    Ok([resolve(&r.ends[0])?, resolve(&r.ends[1])?])
+}
+
+/// The two endpoints of a link differ: a link connects two namespaces.
+fn distinct_endpoints(ctx: &Ctx<'_>, r: &RawLink) -> Result<(), LabError> {
+    if r.ends[0].get_ref() == r.ends[1].get_ref() {
+        return Err(ctx.err_at(
+            &r.ends[1],
+            format!("{}: both endpoints are \"{}\"", r.what, r.ends[0].get_ref()),
+        ));
+    }
+    Ok(())
+}
+
+/// At least one end of a link is a node: each switch is one segment with
+/// one subnet, and joining two would make them one.
+fn not_switch_to_switch(ctx: &Ctx<'_>, r: &RawLink, resolved: [Named; 2]) -> Result<(), LabError> {
+    if let [Named::Switch(_), Named::Switch(_)] = resolved {
+        return Err(ctx.err_at(
+            &r.ends[0],
+            format!("{}: links between two switches are not supported", r.what),
+        ));
+    }
+    Ok(())
+}
+
+/// The segment of a link: its switch's, or a new one of its own. A link to
+/// a switch sets no `subnet`, since it is on the switch's subnet.
+fn link_segment(
+    ctx: &Ctx<'_>,
+    r: &RawLink,
+    resolved: [Named; 2],
+    switches: &[Switch],
+    segments: &mut Vec<SegmentDraft>,
+) -> Result<usize, LabError> {
+    let switch = resolved.iter().find_map(|e| match e {
+        Named::Switch(s) => Some(*s),
+        Named::Node(_) => None,
+    });
+    match switch {
+        Some(sw) => {
+            if let Some(s) = &r.subnet {
+                return Err(ctx.err_at(
+                    s,
+                    format!(
+                        "{}: a link to a switch is on the switch's subnet; set `subnet` on the switch",
+                        r.what
+                    ),
+                ));
+            }
+            Ok(switches[sw].segment)
+        }
+        None => Ok(new_segment(segments, r.name.get_ref(), &r.subnet)),
+    }
+}
+
+/// A node is on a segment once, except through a switch's `ports` (see
+/// [`further_ports`]), which names and numbers the further interfaces.
+/// `attached` records the (node, segment) pairs seen.
+fn attached_once(
+    ctx: &Ctx<'_>,
+    attached: &mut HashSet<(usize, usize)>,
+    r: &RawLink,
+    k: usize,
+    node: usize,
+    segment: usize,
+    segments: &[SegmentDraft],
+) -> Result<(), LabError> {
+    if !attached.insert((node, segment)) && r.port.is_none() {
+        return Err(ctx.err_at(
+            &r.ends[k],
+            format!(
+                "{}: node \"{}\" is already attached to segment \"{}\" (for several ports on a switch, set the switch's `ports`)",
+                r.what,
+                r.ends[k].get_ref(),
+                segments[segment].name
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Adds to `node` the interface of end `k` of link `li`, named after the
+/// peer (`to-PEER`, or `to-SWITCH-N` for a further port); its address and
+/// MAC are decided later. Returns the interface's index.
+fn add_iface(node: &mut Node, r: &RawLink, k: usize, li: usize, segment: usize) -> usize {
+    let peer = r.ends[1 - k].get_ref().clone();
+    node.ifaces.push(Iface {
+        ifname: match r.port {
+            Some(n) => format!("to-{peer}-{n}"),
+            None => format!("to-{peer}"),
+        },
+        mac: [0; 6],
+        ipv4: Ipv4Cidr {
+            addr: Ipv4Addr::UNSPECIFIED,
+            prefix_len: 0,
+        },
+        link: li,
+        segment,
+        queues: r.queues,
+        mtu: r.mtu,
+        peer,
+    });
+    node.ifaces.len() - 1
+}
+
+// ---------------------------------------------------------------- interface settings
+
+/// An `iface.ipv4` as given: the address and its prefix length, if any.
+#[derive(Debug, Clone, Copy)]
+struct GivenAddr {
+    addr: Ipv4Addr,
+    prefix_len: Option<u8>,
+}
+
+/// What a `[[node.iface]]` sets on one interface besides its name.
+#[derive(Debug, Clone, Default)]
+struct IfaceSettings {
+    ipv4: Option<Spanned<GivenAddr>>,
+    mac: Option<Spanned<[u8; 6]>>,
+}
+
+/// Applies each node's `[[node.iface]]`: the target interface (see
+/// [`iface_target`] and [`configured_once`]), then its `ifname` (which must
+/// pass [`check_ifname`]), `mac` ([`parse_mac`]) and `ipv4`
+/// ([`parse_iface_ipv4`]). Then the node's interface names pass
+/// [`iface_names`]. Returns the MACs and addresses given, per node and
+/// interface.
+fn iface_settings(
+    ctx: &Ctx<'_>,
+    cfg: &[NodeCfg],
+    nodes: &mut [Node],
+    links: &[Link],
+    segments: &[SegmentDraft],
+) -> Result<Vec<Vec<IfaceSettings>>, LabError> {
+    let mut settings = Vec::new();
+    for (ncfg, node) in cfg.iter().zip(nodes.iter_mut()) {
         let nwhat = format!("node \"{}\"", ncfg.name.get_ref());
+        let mut given = vec![IfaceSettings::default(); node.ifaces.len()];
         let mut done = HashSet::new();
         for ic in &ncfg.iface {
-            let on = ic.on.get_ref();
-            // `on` names a link of this node, or a segment (switch) it is on.
-            let found: Vec<usize> = nodes[ni]
-                .ifaces
-                .iter()
-                .enumerate()
-                .filter(|(_, f)| links[f.link].name == *on || segments[f.segment].name == *on)
-                .map(|(i, _)| i)
-                .collect();
-            let ii = match found.as_slice() {
-                [i] => *i,
-                [] => {
-                    return Err(ctx.err(
-                        Some(ic.on.span()),
-                        format!("{nwhat}: iface.on = \"{on}\": the node has no link or switch of that name"),
-                    ));
-                }
-                _ => {
-                    return Err(ctx.err(
-                        Some(ic.on.span()),
-                        format!("{nwhat}: iface.on = \"{on}\" is ambiguous; name the link"),
-                    ));
-                }
-            };
-            if !done.insert(ii) {
-                return Err(ctx.err(
-                    Some(ic.on.span()),
-                    format!("{nwhat}: interface on \"{on}\" is configured twice"),
-                ));
-            }
-            let f = flat[&(ni, ii)];
+            let ii = iface_target(ctx, &nwhat, &ic.on, node, links, segments)?;
+            configured_once(ctx, &nwhat, &mut done, ii, &ic.on)?;
             if let Some(n) = &ic.ifname {
-                check_ifname(n.get_ref())
-                    .map_err(|m| ctx.err(Some(n.span()), format!("{nwhat}: iface.ifname: {m}")))?;
-                nodes[ni].ifaces[ii].ifname = n.get_ref().clone();
+                ctx.check(n, &field_of(&nwhat, "iface.ifname"), |s| check_ifname(s))?;
+                node.ifaces[ii].ifname = n.get_ref().clone();
             }
             if let Some(m) = &ic.mac {
-                let mac = parse_mac(m.get_ref())
-                    .map_err(|e| ctx.err(Some(m.span()), format!("{nwhat}: iface.mac: {e}")))?;
-                explicit_mac[f] = Some((mac, m.span()));
+                let mac = ctx.check(m, &field_of(&nwhat, "iface.mac"), |s| parse_mac(s))?;
+                given[ii].mac = Some(Spanned::new(m.span(), mac));
             }
             if let Some(a) = &ic.ipv4 {
-                let s = a.get_ref();
-                let parsed = if s.contains('/') {
-                    s.parse::<Ipv4Cidr>().map(|c| (c.addr, Some(c.prefix_len)))
-                } else {
-                    s.parse::<Ipv4Addr>()
-                        .map(|a| (a, None))
-                        .map_err(|_| format!("\"{s}\" is not an IPv4 address"))
-                };
-                let (addr, len) = parsed
-                    .map_err(|e| ctx.err(Some(a.span()), format!("{nwhat}: iface.ipv4: {e}")))?;
-                explicit_addr[f] = Some((addr, len, a.span()));
+                let addr =
+                    ctx.check(a, &field_of(&nwhat, "iface.ipv4"), |s| parse_iface_ipv4(s))?;
+                given[ii].ipv4 = Some(Spanned::new(a.span(), addr));
             }
         }
-        // Default names and length checks.
-        let mut seen: HashMap<String, ()> = HashMap::new();
-        for f in &nodes[ni].ifaces {
-            if let Err(m) = check_ifname(&f.ifname) {
-                return Err(ctx.err(
-                    Some(ncfg.name.span()),
-                    format!(
-                        "{nwhat}: link \"{}\": {m}; shorten the peer's name or set [[node.iface]] ifname",
-                        links[f.link].name
-                    ),
-                ));
-            }
-            if seen.insert(f.ifname.clone(), ()).is_some() {
-                return Err(ctx.err(
-                    Some(ncfg.name.span()),
-                    format!(
-                        "{nwhat}: two interfaces are named \"{}\"; set [[node.iface]] ifname",
-                        f.ifname
-                    ),
-                ));
-            }
-        }
+        iface_names(ctx, &nwhat, &ncfg.name, node, links)?;
+        settings.push(given);
     }
+    Ok(settings)
+}
 
-    // Subnets: explicit, else from an explicit address with a length, else the pool.
-    let mut fixed: Vec<Option<Ipv4Cidr>> = vec![None; segments.len()];
-    for (si, sc) in seg_subnet_cfg.iter().enumerate() {
-        if let Some(s) = sc {
-            let c: Ipv4Cidr = s.get_ref().parse().map_err(|m| {
-                ctx.err(
-                    Some(s.span()),
-                    format!("\"{}\": subnet: {m}", segments[si].name),
-                )
-            })?;
-            if c.prefix_len > 30 {
-                return Err(ctx.err(
-                    Some(s.span()),
-                    format!(
-                        "\"{}\": subnet {c} is too small (at most /30)",
-                        segments[si].name
-                    ),
-                ));
-            }
-            fixed[si] = Some(c.network());
+/// `iface.on` names exactly one interface of the node: a link of the node,
+/// or a switch it is on (with several ports on it, the link must be named).
+/// Returns the interface's index.
+fn iface_target(
+    ctx: &Ctx<'_>,
+    nwhat: &str,
+    on: &Spanned<String>,
+    node: &Node,
+    links: &[Link],
+    segments: &[SegmentDraft],
+) -> Result<usize, LabError> {
+    let name = on.get_ref();
+    let found: Vec<usize> = node
+        .ifaces
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| links[f.link].name == *name || segments[f.segment].name == *name)
+        .map(|(i, _)| i)
+        .collect();
+    match found.as_slice() {
+        [i] => Ok(*i),
+        [] => Err(ctx.err_at(
+            on,
+            format!("{nwhat}: iface.on = \"{name}\": the node has no link or switch of that name"),
+        )),
+        _ => Err(ctx.err_at(
+            on,
+            format!("{nwhat}: iface.on = \"{name}\" is ambiguous; name the link"),
+        )),
+    }
+}
+
+/// One `[[node.iface]]` per interface: two would contradict each other.
+/// `done` holds the interfaces already configured.
+fn configured_once(
+    ctx: &Ctx<'_>,
+    nwhat: &str,
+    done: &mut HashSet<usize>,
+    iface: usize,
+    on: &Spanned<String>,
+) -> Result<(), LabError> {
+    if !done.insert(iface) {
+        return Err(ctx.err_at(
+            on,
+            format!(
+                "{nwhat}: interface on \"{}\" is configured twice",
+                on.get_ref()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Parses an `iface.ipv4`: an address, with or without a prefix length.
+fn parse_iface_ipv4(s: &str) -> Result<GivenAddr, String> {
+    if s.contains('/') {
+        s.parse::<Ipv4Cidr>().map(|c| GivenAddr {
+            addr: c.addr,
+            prefix_len: Some(c.prefix_len),
+        })
+    } else {
+        s.parse::<Ipv4Addr>()
+            .map(|addr| GivenAddr {
+                addr,
+                prefix_len: None,
+            })
+            .map_err(|_| format!("\"{s}\" is not an IPv4 address"))
+    }
+}
+
+/// Every interface name of a node, derived (`to-PEER`) or given, passes
+/// [`check_ifname`], and no two are equal: they share the node's namespace.
+/// The error points at the node, whose `[[node.iface]]` ifname fixes it.
+fn iface_names(
+    ctx: &Ctx<'_>,
+    nwhat: &str,
+    node_name: &Spanned<String>,
+    node: &Node,
+    links: &[Link],
+) -> Result<(), LabError> {
+    let mut seen = HashSet::new();
+    for f in &node.ifaces {
+        if let Err(m) = check_ifname(&f.ifname) {
+            return Err(ctx.err_at(
+                node_name,
+                format!(
+                    "{nwhat}: link \"{}\": {m}; shorten the peer's name or set [[node.iface]] ifname",
+                    links[f.link].name
+                ),
+            ));
+        }
+        if !seen.insert(&f.ifname) {
+            return Err(ctx.err_at(
+                node_name,
+                format!(
+                    "{nwhat}: two interfaces are named \"{}\"; set [[node.iface]] ifname",
+                    f.ifname
+                ),
+            ));
         }
     }
-    for (f, ea) in explicit_addr.iter().enumerate() {
-        let (ni, ii) = iface_ids[f];
-        let seg = nodes[ni].ifaces[ii].segment;
-        if let Some((addr, Some(len), span)) = ea {
-            let c = Ipv4Cidr {
-                addr: *addr,
-                prefix_len: *len,
-            }
-            .network();
-            match fixed[seg] {
-                None => fixed[seg] = Some(c),
-                Some(s) if s == c => {}
-                Some(s) => {
-                    return Err(ctx.err(
-                        Some(span.clone()),
-                        format!(
-                            "node \"{}\": iface.ipv4 {addr}/{len} does not match subnet {s} of \"{}\"",
-                            nodes[ni].name, segments[seg].name
-                        ),
-                    ));
-                }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- subnets
+
+/// Decides each segment's subnet: its `subnet` ([`explicit_subnet`]), else
+/// that of an address given with a length ([`subnet_from_address`]), else
+/// the next /24 of the pool ([`next_pool_subnet`]). Subnets given either
+/// way pass [`disjoint_subnets`] first.
+fn assign_subnets(
+    ctx: &Ctx<'_>,
+    nodes: &[Node],
+    settings: &[Vec<IfaceSettings>],
+    drafts: Vec<SegmentDraft>,
+    pool: Ipv4Cidr,
+) -> Result<Vec<Segment>, LabError> {
+    let mut fixed: Vec<Option<Ipv4Cidr>> = Vec::new();
+    for d in &drafts {
+        let subnet = match &d.subnet {
+            Some(s) => Some(explicit_subnet(ctx, &d.name, s)?),
+            None => None,
+        };
+        fixed.push(subnet);
+    }
+    for (node, given) in nodes.iter().zip(settings) {
+        for (f, g) in node.ifaces.iter().zip(given) {
+            if let Some(a) = &g.ipv4 {
+                let segment = &drafts[f.segment].name;
+                subnet_from_address(ctx, &node.name, a, &mut fixed[f.segment], segment)?;
             }
         }
     }
+    disjoint_subnets(ctx, &fixed, &drafts)?;
+    let mut next_pool: u32 = 0;
+    let mut segments = Vec::new();
+    for (d, f) in drafts.into_iter().zip(&fixed) {
+        let subnet = match f {
+            Some(c) => *c,
+            None => next_pool_subnet(ctx, pool, &mut next_pool, &fixed)?,
+        };
+        segments.push(Segment {
+            name: d.name,
+            subnet,
+        });
+    }
+    Ok(segments)
+}
+
+/// A segment's `subnet` is ADDRESS/LEN of at most /30: a smaller one has
+/// no two host addresses.
+fn explicit_subnet(
+    ctx: &Ctx<'_>,
+    segment: &str,
+    subnet: &Spanned<String>,
+) -> Result<Ipv4Cidr, LabError> {
+    let c: Ipv4Cidr = ctx.check(subnet, &format!("\"{segment}\": subnet"), |s| s.parse())?;
+    if c.prefix_len > 30 {
+        return Err(ctx.err_at(
+            subnet,
+            format!("\"{segment}\": subnet {c} is too small (at most /30)"),
+        ));
+    }
+    Ok(c.network())
+}
+
+/// An `iface.ipv4` given with a length fixes its segment's subnet (`fixed`);
+/// one already fixed, by `subnet` or an earlier address, must be the same.
+fn subnet_from_address(
+    ctx: &Ctx<'_>,
+    node: &str,
+    given: &Spanned<GivenAddr>,
+    fixed: &mut Option<Ipv4Cidr>,
+    segment: &str,
+) -> Result<(), LabError> {
+    let GivenAddr { addr, prefix_len } = *given.get_ref();
+    let Some(len) = prefix_len else {
+        return Ok(());
+    };
+    let c = Ipv4Cidr {
+        addr,
+        prefix_len: len,
+    }
+    .network();
+    match *fixed {
+        None => *fixed = Some(c),
+        Some(s) if s == c => {}
+        Some(s) => {
+            return Err(ctx.err_at(
+                given,
+                format!(
+                    "node \"{node}\": iface.ipv4 {addr}/{len} does not match subnet {s} of \"{segment}\""
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Subnets fixed in the file do not overlap: routes to them would be
+/// ambiguous, and two segments could hand out one address.
+fn disjoint_subnets(
+    ctx: &Ctx<'_>,
+    fixed: &[Option<Ipv4Cidr>],
+    segments: &[SegmentDraft],
+) -> Result<(), LabError> {
     for i in 0..fixed.len() {
         for j in 0..i {
             if let (Some(a), Some(b)) = (fixed[i], fixed[j]) {
@@ -1040,217 +1430,235 @@ fn validate(ctx: &Ctx<'_>, cfg: FileCfg) -> Result<Topology, LabError> {
             }
         }
     }
-    let mut next_pool: u32 = 0;
+    Ok(())
+}
+
+/// The next /24 of the pool that overlaps no fixed subnet, counting from
+/// `next`; running out of them is an error, since every segment needs one.
+fn next_pool_subnet(
+    ctx: &Ctx<'_>,
+    pool: Ipv4Cidr,
+    next: &mut u32,
+    fixed: &[Option<Ipv4Cidr>],
+) -> Result<Ipv4Cidr, LabError> {
     let pool_size: u32 = 1u32 << (24 - u32::from(pool.prefix_len));
-    for si in 0..segments.len() {
-        let subnet = match fixed[si] {
-            Some(c) => c,
-            None => loop {
-                if next_pool >= pool_size {
-                    return Err(ctx.err(None, format!("subnet_pool {pool} has no /24 left")));
-                }
-                let c = Ipv4Cidr {
-                    addr: Ipv4Addr::from(u32::from(pool.addr) + ((next_pool + 1) << 8)),
-                    prefix_len: 24,
-                };
-                next_pool += 1;
-                if fixed.iter().flatten().all(|f| !f.overlaps(&c)) && pool.contains(c.addr) {
-                    break c;
-                }
-            },
+    loop {
+        if *next >= pool_size {
+            return Err(ctx.err(None, format!("subnet_pool {pool} has no /24 left")));
+        }
+        let c = Ipv4Cidr {
+            addr: Ipv4Addr::from(u32::from(pool.addr) + ((*next + 1) << 8)),
+            prefix_len: 24,
         };
-        segments[si].subnet = subnet;
+        *next += 1;
+        if fixed.iter().flatten().all(|f| !f.overlaps(&c)) && pool.contains(c.addr) {
+            return Ok(c);
+        }
     }
-    // Addresses: explicit first, then hosts .1, .2, ... in attachment order.
+}
+
+// ---------------------------------------------------------------- addresses and MACs
+
+/// Decides every interface's address: the given ones first (each passes
+/// [`host_address`] and [`address_unused`]), then hosts .1, .2, ... in
+/// link order ([`next_free_host`]).
+fn assign_addresses(
+    ctx: &Ctx<'_>,
+    nodes: &mut [Node],
+    settings: &[Vec<IfaceSettings>],
+    links: &[Link],
+    segments: &[Segment],
+) -> Result<(), LabError> {
     let mut used: HashMap<Ipv4Addr, String> = HashMap::new();
-    for (f, ea) in explicit_addr.iter().enumerate() {
-        let (ni, ii) = iface_ids[f];
-        if let Some((addr, _, span)) = ea {
-            let seg = nodes[ni].ifaces[ii].segment;
-            let subnet = segments[seg].subnet;
-            let host = u32::from(*addr) & !subnet.mask();
-            if !subnet.contains(*addr) || host == 0 || host == !subnet.mask() {
-                return Err(ctx.err(
-                    Some(span.clone()),
-                    format!(
-                        "node \"{}\": iface.ipv4 {addr} is not a host address of subnet {subnet} (\"{}\")",
-                        nodes[ni].name, segments[seg].name
-                    ),
-                ));
+    for (node, given) in nodes.iter_mut().zip(settings) {
+        for (f, g) in node.ifaces.iter_mut().zip(given) {
+            if let Some(a) = &g.ipv4 {
+                let segment = &segments[f.segment];
+                host_address(ctx, &node.name, a, segment)?;
+                address_unused(ctx, &mut used, &node.name, a)?;
+                f.ipv4 = Ipv4Cidr {
+                    addr: a.get_ref().addr,
+                    prefix_len: segment.subnet.prefix_len,
+                };
             }
-            if let Some(other) = used.insert(*addr, nodes[ni].name.clone()) {
-                return Err(ctx.err(
-                    Some(span.clone()),
-                    format!(
-                        "node \"{}\": iface.ipv4 {addr} is also given to node \"{other}\"",
-                        nodes[ni].name
-                    ),
-                ));
-            }
-            nodes[ni].ifaces[ii].ipv4 = Ipv4Cidr {
-                addr: *addr,
-                prefix_len: subnet.prefix_len,
-            };
         }
     }
     let mut next_host: Vec<u32> = vec![1; segments.len()];
-    let mut seg_hosts: Vec<u32> = vec![0; segments.len()];
-    for l in &links {
+    for l in links {
         for e in l.ends {
             if let End::Node { node, iface } = e {
-                let f = flat[&(node, iface)];
-                let seg = l.segment;
-                seg_hosts[seg] += 1;
-                if explicit_addr[f].is_some() {
+                if settings[node][iface].ipv4.is_some() {
                     continue;
                 }
-                let subnet = segments[seg].subnet;
-                let addr = loop {
-                    let host = next_host[seg];
-                    if host >= !subnet.mask() {
-                        return Err(ctx.err(
-                            None,
-                            format!(
-                                "subnet {subnet} of \"{}\" has no address left",
-                                segments[seg].name
-                            ),
-                        ));
-                    }
-                    next_host[seg] += 1;
-                    let a = Ipv4Addr::from(u32::from(subnet.addr) + host);
-                    if !used.contains_key(&a) {
-                        break a;
-                    }
-                };
+                let segment = &segments[l.segment];
+                let addr = next_free_host(ctx, &mut next_host[l.segment], segment, &used)?;
                 used.insert(addr, nodes[node].name.clone());
                 nodes[node].ifaces[iface].ipv4 = Ipv4Cidr {
                     addr,
-                    prefix_len: subnet.prefix_len,
+                    prefix_len: segment.subnet.prefix_len,
                 };
             }
         }
     }
-    // MACs: explicit, else 02:bc:SS:SS:00:HH from segment and host number.
-    let mut macs: HashMap<[u8; 6], String> = HashMap::new();
-    for (f, em) in explicit_mac.iter().enumerate() {
-        if let Some((mac, span)) = em {
-            let (ni, _) = iface_ids[f];
-            if let Some(other) = macs.insert(*mac, nodes[ni].name.clone()) {
-                return Err(ctx.err(
-                    Some(span.clone()),
-                    format!(
-                        "node \"{}\": iface.mac {} is also used by node \"{other}\"",
-                        nodes[ni].name,
-                        format_mac(mac)
-                    ),
-                ));
-            }
-            nodes[ni].ifaces[iface_ids[f].1].mac = *mac;
-        }
-    }
-    for (f, em) in explicit_mac.iter().enumerate() {
-        if em.is_some() {
-            continue;
-        }
-        let (ni, ii) = iface_ids[f];
-        let iface = &nodes[ni].ifaces[ii];
-        let seg = iface.segment as u16 + 1;
-        let host = u32::from(iface.ipv4.addr) & !iface.ipv4.mask();
-        let mut mac = [
-            0x02,
-            0xbc,
-            (seg >> 8) as u8,
-            seg as u8,
-            (host >> 8) as u8,
-            host as u8,
-        ];
-        while macs.contains_key(&mac) {
-            mac[4] = mac[4].wrapping_add(0x80);
-        }
-        macs.insert(mac, nodes[ni].name.clone());
-        nodes[ni].ifaces[ii].mac = mac;
-    }
-
-    let mut topo = Topology {
-        file: ctx.file.to_path_buf(),
-        prefix,
-        nodes,
-        switches,
-        links,
-        segments,
-    };
-    compute_routes(&mut topo);
-    Ok(topo)
+    Ok(())
 }
 
+/// A given `iface.ipv4` is a host address of its segment's subnet: inside
+/// it, and neither its network nor its broadcast address.
+fn host_address(
+    ctx: &Ctx<'_>,
+    node: &str,
+    given: &Spanned<GivenAddr>,
+    segment: &Segment,
+) -> Result<(), LabError> {
+    let addr = given.get_ref().addr;
+    let subnet = segment.subnet;
+    let host = u32::from(addr) & !subnet.mask();
+    if !subnet.contains(addr) || host == 0 || host == !subnet.mask() {
+        return Err(ctx.err_at(
+            given,
+            format!(
+                "node \"{node}\": iface.ipv4 {addr} is not a host address of subnet {subnet} (\"{}\")",
+                segment.name
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// No two interfaces are given one address. `used` maps the addresses
+/// handed out so far to their nodes.
+fn address_unused(
+    ctx: &Ctx<'_>,
+    used: &mut HashMap<Ipv4Addr, String>,
+    node: &str,
+    given: &Spanned<GivenAddr>,
+) -> Result<(), LabError> {
+    let addr = given.get_ref().addr;
+    if let Some(other) = used.insert(addr, node.to_string()) {
+        return Err(ctx.err_at(
+            given,
+            format!("node \"{node}\": iface.ipv4 {addr} is also given to node \"{other}\""),
+        ));
+    }
+    Ok(())
+}
+
+/// The next host address of a segment, counting from `next`, that is not
+/// in `used`; a subnet without one left is an error.
+fn next_free_host(
+    ctx: &Ctx<'_>,
+    next: &mut u32,
+    segment: &Segment,
+    used: &HashMap<Ipv4Addr, String>,
+) -> Result<Ipv4Addr, LabError> {
+    let subnet = segment.subnet;
+    loop {
+        let host = *next;
+        if host >= !subnet.mask() {
+            return Err(ctx.err(
+                None,
+                format!(
+                    "subnet {subnet} of \"{}\" has no address left",
+                    segment.name
+                ),
+            ));
+        }
+        *next += 1;
+        let a = Ipv4Addr::from(u32::from(subnet.addr) + host);
+        if !used.contains_key(&a) {
+            return Ok(a);
+        }
+    }
+}
+
+/// Decides every interface's MAC: the given ones first (each passes
+/// [`mac_unused`]), then one from segment and host number ([`derived_mac`]).
+fn assign_macs(
+    ctx: &Ctx<'_>,
+    nodes: &mut [Node],
+    settings: &[Vec<IfaceSettings>],
+) -> Result<(), LabError> {
+    let mut macs: HashMap<[u8; 6], String> = HashMap::new();
+    for (node, given) in nodes.iter_mut().zip(settings) {
+        for (f, g) in node.ifaces.iter_mut().zip(given) {
+            if let Some(m) = &g.mac {
+                mac_unused(ctx, &mut macs, &node.name, m)?;
+                f.mac = *m.get_ref();
+            }
+        }
+    }
+    for (node, given) in nodes.iter_mut().zip(settings) {
+        for (f, g) in node.ifaces.iter_mut().zip(given) {
+            if g.mac.is_none() {
+                f.mac = derived_mac(f, &macs);
+                macs.insert(f.mac, node.name.clone());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// No two interfaces are given one MAC, so a MAC identifies one interface
+/// (bridges forward by it). `macs` maps the MACs handed out so far to their
+/// nodes.
+fn mac_unused(
+    ctx: &Ctx<'_>,
+    macs: &mut HashMap<[u8; 6], String>,
+    node: &str,
+    given: &Spanned<[u8; 6]>,
+) -> Result<(), LabError> {
+    let mac = given.get_ref();
+    if let Some(other) = macs.insert(*mac, node.to_string()) {
+        return Err(ctx.err_at(
+            given,
+            format!(
+                "node \"{node}\": iface.mac {} is also used by node \"{other}\"",
+                format_mac(mac)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// 02:bc:SS:SS:HH:HH from the interface's segment (counted from 1) and
+/// host number, with the fifth byte stepped by 0x80 until `macs` does not
+/// hold it.
+fn derived_mac(iface: &Iface, macs: &HashMap<[u8; 6], String>) -> [u8; 6] {
+    let seg = iface.segment as u16 + 1;
+    let host = u32::from(iface.ipv4.addr) & !iface.ipv4.mask();
+    let mut mac = [
+        0x02,
+        0xbc,
+        (seg >> 8) as u8,
+        seg as u8,
+        (host >> 8) as u8,
+        host as u8,
+    ];
+    while macs.contains_key(&mac) {
+        mac[4] = mac[4].wrapping_add(0x80);
+    }
+    mac
+}
+
+// ---------------------------------------------------------------- impairment
+
+/// A link's `[link.impair]`: the parameters of each direction (see
+/// [`impair_direction`]) and the seed, by default one derived from the
+/// link name, so runs are reproducible anyway.
 fn impair_params(
     ctx: &Ctx<'_>,
     what: &str,
     i: &ImpairCfg,
     link_name: &str,
 ) -> Result<LinkImpair, LabError> {
-    let dir = |d: &DirCfg, dname: &str| -> Result<ImpairParams, LabError> {
-        let prob = |v: &Option<Spanned<f64>>, field: &str| -> Result<f64, LabError> {
-            match v {
-                None => Ok(0.0),
-                Some(p) if (0.0..=1.0).contains(p.get_ref()) => Ok(*p.get_ref()),
-                Some(p) => Err(ctx.err(
-                    Some(p.span()),
-                    format!(
-                        "{what}: impair{dname}.{field} = {} is not a probability (0.0..=1.0; 10 % is 0.1)",
-                        p.get_ref()
-                    ),
-                )),
-            }
-        };
-        let dur = |v: &Option<Spanned<String>>,
-                   field: &str,
-                   dflt: Duration|
-         -> Result<Duration, LabError> {
-            match v {
-                None => Ok(dflt),
-                Some(s) => parse_duration(s.get_ref()).map_err(|m| {
-                    ctx.err(
-                        Some(s.span()),
-                        format!("{what}: impair{dname}.{field}: {m}"),
-                    )
-                }),
-            }
-        };
-        let rate = match &d.rate {
-            None => 0,
-            Some(s) => parse_rate(s.get_ref())
-                .map_err(|m| ctx.err(Some(s.span()), format!("{what}: impair{dname}.rate: {m}")))?,
-        };
-        let p = ImpairParams {
-            loss: prob(&d.loss, "loss")?,
-            duplicate: prob(&d.duplicate, "duplicate")?,
-            reorder: prob(&d.reorder, "reorder")?,
-            corrupt: prob(&d.corrupt, "corrupt")?,
-            delay_ns: dur(&d.delay, "delay", Duration::ZERO)?.as_nanos() as u64,
-            jitter_ns: dur(&d.jitter, "jitter", Duration::ZERO)?.as_nanos() as u64,
-            rate_bps: rate,
-            burst_bytes: d.burst.as_ref().map(|b| *b.get_ref()).unwrap_or(0),
-            limit_ns: dur(&d.limit, "limit", Duration::from_millis(100))?.as_nanos() as u64,
-        };
-        if let (Some(b), 0) = (&d.burst, rate) {
-            return Err(ctx.err(
-                Some(b.span()),
-                format!("{what}: impair{dname}.burst is set but no rate"),
-            ));
-        }
-        Ok(p)
-    };
     let both = i.both();
-    let fwd = match &i.forward {
-        Some(f) => dir(&both.merged(f), ".forward")?,
-        None => dir(&both, "")?,
+    let direction = |over: &Option<DirCfg>, name: &str| match over {
+        Some(d) => impair_direction(ctx, what, &both.merged(d), name),
+        None => impair_direction(ctx, what, &both, ""),
     };
-    let rev = match &i.reverse {
-        Some(r) => dir(&both.merged(r), ".reverse")?,
-        None => dir(&both, "")?,
-    };
-    // Default seed: stable per link name, so runs are reproducible anyway.
+    let forward = direction(&i.forward, ".forward")?;
+    let reverse = direction(&i.reverse, ".reverse")?;
     let seed = i.seed.unwrap_or_else(|| {
         link_name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
             (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
@@ -1258,9 +1666,74 @@ fn impair_params(
     });
     Ok(LinkImpair {
         seed,
-        forward: fwd,
-        reverse: rev,
+        forward,
+        reverse,
     })
+}
+
+/// One direction's impairment parameters. `dname` is where its fields are
+/// in messages: "" for `[link.impair]`, ".forward" or ".reverse" where the
+/// direction overrides them. Probabilities pass [`probability`], `delay`,
+/// `jitter` and `limit` [`parse_duration`], `rate` [`parse_rate`], and
+/// `burst` [`burst_needs_rate`].
+fn impair_direction(
+    ctx: &Ctx<'_>,
+    what: &str,
+    d: &DirCfg,
+    dname: &str,
+) -> Result<ImpairParams, LabError> {
+    let field = |name: &str| field_of(what, &format!("impair{dname}.{name}"));
+    let duration = |v: &Option<Spanned<String>>, name: &str, default: Duration| match v {
+        None => Ok(default),
+        Some(s) => ctx.check(s, &field(name), |s| parse_duration(s)),
+    };
+    let rate = match &d.rate {
+        None => 0,
+        Some(s) => ctx.check(s, &field("rate"), |s| parse_rate(s))?,
+    };
+    let p = ImpairParams {
+        loss: probability(ctx, &d.loss, &field("loss"))?,
+        duplicate: probability(ctx, &d.duplicate, &field("duplicate"))?,
+        reorder: probability(ctx, &d.reorder, &field("reorder"))?,
+        corrupt: probability(ctx, &d.corrupt, &field("corrupt"))?,
+        delay_ns: duration(&d.delay, "delay", Duration::ZERO)?.as_nanos() as u64,
+        jitter_ns: duration(&d.jitter, "jitter", Duration::ZERO)?.as_nanos() as u64,
+        rate_bps: rate,
+        burst_bytes: d.burst.as_ref().map(|b| *b.get_ref()).unwrap_or(0),
+        limit_ns: duration(&d.limit, "limit", Duration::from_millis(100))?.as_nanos() as u64,
+    };
+    burst_needs_rate(ctx, &d.burst, rate, &field("burst"))?;
+    Ok(p)
+}
+
+/// A probability is 0.0..=1.0 (unset: 0). The message shows the scale,
+/// since "10" for 10 % is the likely mistake.
+fn probability(ctx: &Ctx<'_>, v: &Option<Spanned<f64>>, field: &str) -> Result<f64, LabError> {
+    match v {
+        None => Ok(0.0),
+        Some(p) if (0.0..=1.0).contains(p.get_ref()) => Ok(*p.get_ref()),
+        Some(p) => Err(ctx.err_at(
+            p,
+            format!(
+                "{field} = {} is not a probability (0.0..=1.0; 10 % is 0.1)",
+                p.get_ref()
+            ),
+        )),
+    }
+}
+
+/// `burst` is the depth of the rate limiter's token bucket, so it needs a
+/// `rate`; alone it would be silently ignored.
+fn burst_needs_rate(
+    ctx: &Ctx<'_>,
+    burst: &Option<Spanned<u64>>,
+    rate: u64,
+    field: &str,
+) -> Result<(), LabError> {
+    if let (Some(b), 0) = (burst, rate) {
+        return Err(ctx.err_at(b, format!("{field} is set but no rate")));
+    }
+    Ok(())
 }
 
 /// Installs routes: for every node and every subnet it is not on, a route via
