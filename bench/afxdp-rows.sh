@@ -15,7 +15,7 @@
 #   * bandwidth at 64 KiB: BCL over afxdp (one 64 KiB message per frame)
 #     against kernel TCP (TCP_NODELAY) on the same veth.
 # Prints the table and the ratios against the issue-5 targets; with APPEND=1
-# adds them, with COMMAND, to the AF_XDP section of docs/PERFORMANCE.md.
+# adds them, with COMMAND, to the New runs section of docs/PERFORMANCE.md.
 set -euo pipefail
 BIN=$1 OUT=$2 ITERS=$3 BW_ITERS=$4 APPEND=$5 COMMAND=$6
 LAB=configs/lab/pair-jumbo.toml
@@ -124,7 +124,7 @@ if [ "$APPEND" = 1 ]; then
   python3 - docs/PERFORMANCE.md "$ENTRY" <<'PY'
 import sys, os
 path, entry = sys.argv[1], sys.argv[2]
-head = "## Issue 5: BCL over AF_XDP on veth"
+head = "## New runs"
 intro = """`bench/veth-compare.sh --afxdp-only` (or the AF_XDP part of a full
 `bench/veth-compare.sh` run; the rows are measured by `bench/afxdp-rows.sh`)
 brings up `configs/lab/pair-jumbo.toml` and measures, in one run and busy-poll,
@@ -145,5 +145,5 @@ section = text[start:end].rstrip("\n") + "\n\n" + entry.strip("\n") + "\n"
 text = text[:start] + section + ("\n" + text[end:] if end < len(text) else "")
 open(path, "w").write(text)
 PY
-  echo "appended to docs/PERFORMANCE.md (AF_XDP section)"
+  echo "appended to docs/PERFORMANCE.md (New runs section)"
 fi

@@ -195,7 +195,7 @@ echo "$TABLE"
 
 if [ "$APPEND" = 1 ]; then
   DOC=docs/PERFORMANCE.md
-  if ! grep -q '^## Issue 6: normal channels against kernel TCP' "$DOC"; then
+  if ! grep -q '^## New runs' "$DOC"; then
     cat >> "$DOC" <<'MD'
 
 ## Issue 6: normal channels against kernel TCP, eager/rendezvous crossover, shm against memcpy

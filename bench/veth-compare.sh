@@ -14,7 +14,7 @@
 # kernel UDP (64 B and 1 KiB round trips), the 16 B message rate (the
 # smallest bcl-bw message) of afxdp and afxdp-raw, and 64 KiB bandwidth of
 # afxdp against kernel TCP on the same veth; ratios against the issue-5
-# targets, appended to their own section of docs/PERFORMANCE.md.
+# targets, appended to the New runs section of docs/PERFORMANCE.md.
 #
 #   bench/veth-compare.sh [--iters N] [--bw-iters N] [--no-append] [--afxdp-only | --no-afxdp]
 #
@@ -137,7 +137,7 @@ baseline in the same run and prints the ratio; the command that produced it
 is given with each table. Runs append; older entries stay for comparison.
 MD
   fi
-  if ! grep -q '^## Issue 3: BCL over a veth pair against kernel UDP and TCP' "$DOC"; then
+  if ! grep -q '^## New runs' "$DOC"; then
     cat >> "$DOC" <<'MD'
 
 ## Issue 3: BCL over a veth pair against kernel UDP and TCP

@@ -189,7 +189,7 @@ pub fn plan(opts: &BwOptions, size: usize) -> Plan {
 }
 
 /// Messages in flight on normal and open channels when not given: about
-/// 4 MiB, 2 to 16. Measured on veth (docs/PERFORMANCE.md, issue 6): 16 ×
+/// 4 MiB, 2 to 16. Measured on veth (docs/PERFORMANCE.md, Bandwidth): 16 ×
 /// 64 KiB keeps the pipe full, while many large transfers at once lose
 /// frames at the receiver's ring and retransmit (at 1 MiB over 64 KiB
 /// frames, 16 in flight moved about 0.6 × what 1 or 2 did); two in flight
