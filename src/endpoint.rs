@@ -43,6 +43,15 @@ use std::time::Duration;
 /// Frames taken from one method per progress round, at most.
 const RX_BUDGET: usize = 64;
 
+/// Rounds between two looks at the clock of a waiting call (see
+/// [`Endpoint::progress_until`]).
+const CLOCK_CHECK_ROUNDS: u32 = 64;
+
+/// Calls of [`Endpoint::poll_recv_with`] between two looks at the clock in
+/// [`Endpoint::recv_with_until`]: most of them are quick polls of a few
+/// loads, next to which a clock reading is expensive.
+const QUICK_CLOCK_CHECK_POLLS: u32 = 1024;
+
 /// Anything that can go wrong in an endpoint call.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -611,30 +620,127 @@ impl Endpoint {
         timeout: Duration,
     ) -> Result<(), Error> {
         let deadline = self.clock.now() + timeout;
-        let handle = loop {
-            match self.send(dst, data) {
-                Err(Error::Send(SendError::WouldBlock(_))) if self.clock.now() < deadline => {
-                    self.progress_or_wait(Some(deadline))?;
-                }
-                other => break other?,
-            }
-        };
+        let handle = self.send_until(dst, data, deadline)?;
         let left = deadline.saturating_since(self.clock.now());
         self.wait_send(handle, left)
+    }
+
+    /// Accepts `data` for `dst` like [`Endpoint::send`], making progress
+    /// while the port has as many sends outstanding as it takes
+    /// ([`SendError::WouldBlock`]), until `deadline`. Completion events of
+    /// earlier sends that arrive meanwhile are kept for
+    /// [`Endpoint::poll_send_event`] (and no longer hold the port's room).
+    pub fn send_until(
+        &mut self,
+        dst: ProcessAddr,
+        data: &[u8],
+        deadline: Time,
+    ) -> Result<SendHandle, Error> {
+        let start = self.clock.now();
+        loop {
+            match self.send(dst, data) {
+                Err(Error::Send(SendError::WouldBlock(_))) => {
+                    let now = self.clock.now();
+                    if now >= deadline {
+                        return Err(Error::Timeout(now.saturating_since(start)));
+                    }
+                    while let Some(ev) = self.port.poll_send_event() {
+                        self.send_events.push_back(ev);
+                    }
+                    self.progress_or_wait(Some(deadline))?;
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Makes progress until a message is delivered or `timeout` passes.
     pub fn recv_blocking(&mut self, timeout: Duration) -> Result<Delivery, Error> {
         let deadline = self.clock.now() + timeout;
+        self.recv_until(deadline)?.ok_or(Error::Timeout(timeout))
+    }
+
+    /// Makes progress (sleeping between idle rounds in blocking mode) until
+    /// `ready` returns something, or until `deadline` (`Ok(None)`).
+    /// `ready` sees the endpoint before every round; it is how the waiting
+    /// calls below are written, and how an application waits for a
+    /// condition of its own.
+    pub fn progress_until<R>(
+        &mut self,
+        deadline: Time,
+        mut ready: impl FnMut(&mut Endpoint) -> Result<Option<R>, Error>,
+    ) -> Result<Option<R>, Error> {
+        let mut rounds = 0u32;
         loop {
-            if let Some(d) = self.port.poll_delivery() {
-                return Ok(d);
+            if let Some(r) = ready(self)? {
+                return Ok(Some(r));
             }
-            if self.clock.now() >= deadline {
-                return Err(Error::Timeout(timeout));
+            // Reading the clock every round would slow a busy-polling loop
+            // (a round reads it already when a timer is near).
+            if rounds.is_multiple_of(CLOCK_CHECK_ROUNDS) && self.clock.now() >= deadline {
+                return Ok(None);
             }
+            rounds = rounds.wrapping_add(1);
             self.progress_or_wait(Some(deadline))?;
         }
+    }
+
+    /// Makes progress until a message is delivered (`Some`) or `deadline`
+    /// passes (`None`).
+    pub fn recv_until(&mut self, deadline: Time) -> Result<Option<Delivery>, Error> {
+        self.progress_until(deadline, |ep| Ok(ep.port.poll_delivery()))
+    }
+
+    /// Waits until `deadline` for the next system-channel message, shows it
+    /// to `f` (sender, bytes) and releases it; `Ok(None)` if none came in
+    /// time. A busy-polling endpoint takes the shortest path
+    /// ([`Endpoint::poll_recv_with`]); a blocking one sleeps between idle
+    /// rounds.
+    pub fn recv_with_until<R>(
+        &mut self,
+        deadline: Time,
+        f: impl FnOnce(ProcessAddr, &[u8]) -> R,
+    ) -> Result<Option<R>, Error> {
+        if self.waiter.is_some() {
+            return match self.recv_until(deadline)? {
+                Some(d) => {
+                    let r = f(d.from, self.port.message(&d).unwrap_or_default());
+                    self.port.release(d.slot)?;
+                    Ok(Some(r))
+                }
+                None => Ok(None),
+            };
+        }
+        let mut f = Some(f);
+        let mut polls = 0u32;
+        loop {
+            let mut out = None;
+            let got = self.poll_recv_with(|from, bytes| {
+                out = f.take().map(|f| f(from, bytes));
+            })?;
+            if got.is_some() {
+                return Ok(out);
+            }
+            polls = polls.wrapping_add(1);
+            if polls.is_multiple_of(QUICK_CLOCK_CHECK_POLLS) && self.clock.now() >= deadline {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Makes progress until every accepted send has completed or failed,
+    /// or `deadline` passes; then, up to `deadline`, keeps answering while
+    /// the port has timers armed (a peer's last retransmissions want their
+    /// acknowledgements). Returns whether nothing was left outstanding.
+    /// Send events stay queued for [`Endpoint::poll_send_event`].
+    pub fn flush_until(&mut self, deadline: Time) -> Result<bool, Error> {
+        let done = self
+            .progress_until(deadline, |ep| {
+                Ok((ep.port.outstanding_sends() == 0).then_some(()))
+            })?
+            .is_some();
+        self.progress_until(deadline, |ep| Ok(ep.next_timeout().is_none().then_some(())))?;
+        Ok(done)
     }
 
     /// Shuts the methods down.

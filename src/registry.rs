@@ -52,20 +52,18 @@ pub struct ProbeRow {
 
 impl Registry {
     /// BCL's methods, in the default order of preference.
-    pub fn builtin() -> Registry {
+    pub fn builtin() -> &'static Registry {
         static BUILTIN: OnceLock<Registry> = OnceLock::new();
-        BUILTIN
-            .get_or_init(|| {
-                Registry::from_kinds(vec![
-                    Arc::new(bcl_shm::ShmKind),
-                    Arc::new(bcl_vfio::VfioKind),
-                    Arc::new(bcl_afxdp::AfXdpKind),
-                    Arc::new(bcl_packet::PacketKind),
-                    Arc::new(bcl_udp::UdpKind),
-                    Arc::new(bcl_sim::SimKind::default()),
-                ])
-            })
-            .clone()
+        BUILTIN.get_or_init(|| {
+            Registry::from_kinds(vec![
+                Arc::new(bcl_shm::ShmKind),
+                Arc::new(bcl_vfio::VfioKind),
+                Arc::new(bcl_afxdp::AfXdpKind),
+                Arc::new(bcl_packet::PacketKind),
+                Arc::new(bcl_udp::UdpKind),
+                Arc::new(bcl_sim::SimKind::default()),
+            ])
+        })
     }
 
     /// A registry of exactly `kinds`, in that order.
@@ -216,6 +214,6 @@ impl Eq for Registry {}
 
 impl Default for Registry {
     fn default() -> Self {
-        Registry::builtin()
+        Registry::builtin().clone()
     }
 }

@@ -46,7 +46,7 @@ fn an_extra_kind_is_pinned_configured_opened_selected_and_listed() {
         ..FabricConfig::default()
     });
     let builtin = Registry::builtin();
-    let e = Pin::parse("simnet", "BCL_METHODS=simnet", &builtin).unwrap_err();
+    let e = Pin::parse("simnet", "BCL_METHODS=simnet", builtin).unwrap_err();
     assert!(
         e.to_string()
             .starts_with("BCL_METHODS=simnet: unknown method \"simnet\" (known: shm, vfio, afxdp, packet, udp, sim)"),

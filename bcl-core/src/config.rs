@@ -98,6 +98,16 @@ impl PortConfig {
         }
     }
 
+    /// The largest eager limit frames of `mtu` bytes allow, in whole KiB:
+    /// an eager message is reassembled in the receive window, so it must
+    /// fit in [`RX_WINDOW`] frames ([`PortConfig::validate`] checks the
+    /// same). The ring must also hold it (`ring_block_size ×
+    /// ring_blocks`).
+    pub fn max_eager_limit(mtu: usize) -> usize {
+        let fit = RX_WINDOW as usize * mtu.saturating_sub(HEADER_LEN);
+        fit / 1024 * 1024
+    }
+
     /// Checks that the values can work together and, given a method's MTU,
     /// that the eager limit fits that method's frames.
     pub fn validate(&self, mtu: Option<usize>) -> Result<(), ConfigError> {
@@ -152,5 +162,26 @@ impl PortConfig {
             return bad("max_timeouts", "must be positive".into());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_largest_eager_limit_is_the_largest_that_validates() {
+        for mtu in [200, 1452, 1472, 1500, 9000, 65_507] {
+            let mut cfg = PortConfig::new(ProcessAddr::new(1, 0), JobKey(1));
+            cfg.ring_block_size = 256;
+            cfg.ring_blocks = 1 << 16;
+            cfg.eager_limit = PortConfig::max_eager_limit(mtu);
+            assert_eq!(cfg.eager_limit % 1024, 0);
+            cfg.validate(Some(mtu)).unwrap();
+            cfg.eager_limit += 1024;
+            let e = cfg.validate(Some(mtu)).unwrap_err();
+            assert_eq!(e.field, "eager_limit", "{e}");
+        }
+        assert_eq!(PortConfig::max_eager_limit(HEADER_LEN), 0);
     }
 }

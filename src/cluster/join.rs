@@ -448,7 +448,7 @@ impl Default for JoinOptions {
             timeout: Duration::from_secs(30),
             mode: ProgressMode::Blocking,
             configure: Box::new(|_, _| {}),
-            registry: Registry::builtin(),
+            registry: Registry::builtin().clone(),
         }
     }
 }
@@ -716,9 +716,9 @@ mod tests {
             "{notes:?}"
         );
         let udp = Policy::new(
-            &Registry::builtin(),
+            Registry::builtin(),
             &[],
-            Some(Pin::parse("udp", "BCL_METHODS=udp", &Registry::builtin()).unwrap()),
+            Some(Pin::parse("udp", "BCL_METHODS=udp", Registry::builtin()).unwrap()),
         );
         let (p, _) = plan(Some(&cfg), cfg.node("a"), &ifs, 0, &udp).unwrap();
         assert_eq!(names(&p), vec!["udp"]);
@@ -774,7 +774,7 @@ mod tests {
             &p_vfio("0000:ff:1f.7"),
             JobKey(1),
             ProcessAddr::new(1, 1),
-            &Registry::builtin(),
+            Registry::builtin(),
         )
         .err()
         .unwrap();

@@ -235,7 +235,7 @@ mod tests {
         let mut b = endpoint(&fabric, 2);
         let (ta, tb) = (table(&a, "n1"), table(&b, "n2"));
         let policy = Policy::new(
-            &Registry::builtin(),
+            Registry::builtin(),
             &["shm".into(), "sim".into(), "udp".into()],
             None,
         );
@@ -278,10 +278,10 @@ mod tests {
         let fabric = SimFabric::new(FabricConfig::default());
         let mut a = endpoint(&fabric, 1);
         let b = endpoint(&fabric, 2);
-        let pin = Pin::parse("udp", "BCL_METHODS=udp", &Registry::builtin()).unwrap();
+        let pin = Pin::parse("udp", "BCL_METHODS=udp", Registry::builtin()).unwrap();
         a.set_policy(LocalPolicy {
             table: table(&a, "n1"),
-            policy: Policy::new(&Registry::builtin(), &[], Some(pin)),
+            policy: Policy::new(Registry::builtin(), &[], Some(pin)),
         });
         a.add_peer_table(b.local(), table(&b, "n2"));
         let h = a.send(b.local(), b"x").unwrap();

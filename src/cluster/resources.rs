@@ -158,7 +158,7 @@ pub struct ClusterConfig {
 impl ClusterConfig {
     /// Reads and checks `path` against BCL's methods ([`Registry::builtin`]).
     pub fn load(path: &Path) -> Result<ClusterConfig, ResourceError> {
-        Self::load_with(path, &Registry::builtin())
+        Self::load_with(path, Registry::builtin())
     }
 
     /// Reads and checks the file at `path`; method names must be in
@@ -176,7 +176,7 @@ impl ClusterConfig {
     /// Parses and checks `text` against BCL's methods
     /// ([`Registry::builtin`]); `file` is named in errors.
     pub fn parse(file: &Path, text: &str) -> Result<ClusterConfig, ResourceError> {
-        Self::parse_with(file, text, &Registry::builtin())
+        Self::parse_with(file, text, Registry::builtin())
     }
 
     /// Parses and checks `text`; method names must be in `registry`.

@@ -97,7 +97,7 @@ pub struct Policy {
 
 impl Default for Policy {
     fn default() -> Self {
-        Policy::new(&Registry::builtin(), &[], None)
+        Policy::new(Registry::builtin(), &[], None)
     }
 }
 
@@ -377,7 +377,7 @@ mod tests {
         // Unknown fabrics on both sides: the descriptor is tried.
         let x = table("n1", &[("sim", "1", None)]);
         let y = table("n2", &[("sim", "2", None)]);
-        let p = Policy::new(&Registry::builtin(), &["sim".to_string()], None);
+        let p = Policy::new(Registry::builtin(), &["sim".to_string()], None);
         assert_eq!(choose(&x, &y, &p).unwrap().0.method, "sim");
     }
 
@@ -387,21 +387,21 @@ mod tests {
         let a1b = afxdp_node("n1", "m1b");
         let a2 = afxdp_node("n2", "m2");
         let udp = Policy::new(
-            &Registry::builtin(),
+            Registry::builtin(),
             &[],
-            Some(Pin::parse("udp", "BCL_METHODS=udp", &Registry::builtin()).unwrap()),
+            Some(Pin::parse("udp", "BCL_METHODS=udp", Registry::builtin()).unwrap()),
         );
         let (c, why) = choose(&a1, &a1b, &udp).unwrap();
         assert_eq!(c.method, "udp");
         assert!(why.contains("[pinned by BCL_METHODS=udp]"), "{why}");
         let order = Policy::new(
-            &Registry::builtin(),
+            Registry::builtin(),
             &[],
             Some(
                 Pin::parse(
                     "packet,afxdp",
                     "BCL_METHODS=packet,afxdp",
-                    &Registry::builtin(),
+                    Registry::builtin(),
                 )
                 .unwrap(),
             ),
@@ -416,20 +416,20 @@ mod tests {
     #[test]
     fn pin_syntax_errors_say_why() {
         assert_eq!(
-            Pin::parse("afxdp, udp", "x", &Registry::builtin())
+            Pin::parse("afxdp, udp", "x", Registry::builtin())
                 .unwrap()
                 .methods,
             vec!["afxdp", "udp"]
         );
-        assert!(Pin::parse("afxdp,,udp", "x", &Registry::builtin())
+        assert!(Pin::parse("afxdp,,udp", "x", Registry::builtin())
             .unwrap_err()
             .to_string()
             .contains("empty method name"));
-        assert!(Pin::parse("tcp", "BCL_METHODS=tcp", &Registry::builtin())
+        assert!(Pin::parse("tcp", "BCL_METHODS=tcp", Registry::builtin())
             .unwrap_err()
             .to_string()
             .starts_with("BCL_METHODS=tcp: unknown method \"tcp\""));
-        assert!(Pin::parse("udp,udp", "x", &Registry::builtin())
+        assert!(Pin::parse("udp,udp", "x", Registry::builtin())
             .unwrap_err()
             .to_string()
             .contains("twice"));

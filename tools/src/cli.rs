@@ -14,7 +14,7 @@ impl std::str::FromStr for CpuList {
         parse_cpus(s).map(CpuList)
     }
 }
-use crate::methods::{EndSpec, MethodArg};
+use crate::end::{EndSpec, MethodArg};
 use bcl::sim::FaultSpec;
 use std::path::PathBuf;
 
@@ -36,9 +36,8 @@ pub fn parse_ethertype(text: &str) -> Result<u16, String> {
 /// Options of both tools: the method, where the two ends run, and how.
 #[derive(clap::Args, Debug, Clone)]
 pub struct CommonArgs {
-    /// Transport to measure. The default, shm, runs both ends on this node
-    /// (--local unless another role is given).
-    #[arg(long, value_enum, default_value = "shm")]
+    /// Transport to measure: a BCL method or a baseline (listed by --help).
+    #[arg(long, default_value = "shm", long_help = MethodArg::help())]
     pub method: MethodArg,
 
     /// Busy-poll (spin on the transport: lowest latency, a CPU at 100 %)
@@ -153,7 +152,7 @@ pub enum Role {
 impl CommonArgs {
     /// The role the options select, checked against the method.
     pub fn role(&self) -> Result<Role, String> {
-        if self.fault.is_some() && self.method != MethodArg::Sim {
+        if self.fault.is_some() && !self.method.in_process() {
             return Err("--fault applies to the sim method only (for real wires use a bcl-lab impaired link, e.g. configs/lab/lossy-pair.toml)".into());
         }
         let role = if self.serve {
@@ -162,7 +161,7 @@ impl CommonArgs {
             Role::Connect(d.clone())
         } else if let (Some(f), Some(n)) = (&self.lab, &self.nodes) {
             Role::Lab(f.clone(), n.clone())
-        } else if self.local || matches!(self.method, MethodArg::Sim | MethodArg::Shm) {
+        } else if self.local || self.method.local_by_default() {
             Role::Local
         } else {
             return Err(format!(
@@ -170,8 +169,11 @@ impl CommonArgs {
                 self.method.name()
             ));
         };
-        if self.method == MethodArg::Sim && role != Role::Local {
-            return Err("the sim method runs both ends in this process: use --local".into());
+        if self.method.in_process() && role != Role::Local {
+            return Err(format!(
+                "the {} method runs both ends in this process: use --local",
+                self.method.name()
+            ));
         }
         Ok(role)
     }

@@ -10,7 +10,8 @@
 //! ```
 
 use crate::bcl_transport::BclTransport;
-use crate::methods::{configure, BoxTransport, EndSpec};
+use crate::end::{configure, EndSpec};
+use crate::transport::BoxTransport;
 use bcl::cluster::join::{join as join_job, JoinOptions};
 use bcl::ProgressMode;
 use std::sync::OnceLock;
@@ -111,8 +112,8 @@ pub fn join(spec: &EndSpec) -> Result<Option<JobEnd>, String> {
     let _ = METHOD.set(method);
     let ep = joined.endpoint;
     Ok(Some(if end == 0 {
-        JobEnd::Client(Box::new(BclTransport::new(ep, Some(peer), None)))
+        JobEnd::Client(Box::new(BclTransport::new(ep, Some(peer))))
     } else {
-        JobEnd::Server(Box::new(BclTransport::new(ep, None, None)))
+        JobEnd::Server(Box::new(BclTransport::new(ep, None)))
     }))
 }

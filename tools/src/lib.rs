@@ -1,8 +1,11 @@
 //! Shared code of BCL's command-line tools, one concept per module:
 //!
 //! - [`transport`]: the message [`Transport`](transport::Transport) the
-//!   tools measure; [`bcl_transport`] (BCL on any method) and [`kernel`]
-//!   (the kernel UDP/TCP baselines) implement it.
+//!   tools measure; [`bcl_transport`] (BCL on any method) and the
+//!   baselines — [`kernel`] (kernel UDP/TCP), [`local`] (Unix socket, the
+//!   shared-memory floor), [`afxdp_raw`] (the AF_XDP floor) — implement it.
+//! - [`end`]: the `--method` value (a method of the registry or a
+//!   baseline) and an end's settings.
 //! - [`methods`]: opening an end of a chosen method, as server or client.
 //! - [`launch`]: where the ends run (threads, lab namespaces, pinned CPUs).
 //! - [`cli`]: the command-line options both tools share.
@@ -12,18 +15,18 @@
 //! - [`latency`], [`report`], [`args`]: histograms, the JSON contract and
 //!   tables, argument values.
 
-pub mod afxdp_method;
+pub mod afxdp_raw;
 pub mod args;
 pub mod bcl_transport;
 pub mod bw;
 pub mod cli;
+pub mod end;
 pub mod job;
 pub mod kernel;
 pub mod latency;
 pub mod launch;
-pub mod local_methods;
+pub mod local;
 pub mod methods;
 pub mod pingpong;
 pub mod report;
 pub mod transport;
-pub mod vfio_method;

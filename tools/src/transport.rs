@@ -1,7 +1,10 @@
 //! The message transport the tools measure, whatever carries it: a BCL
-//! endpoint over any method, or a kernel UDP or TCP socket. The timing loops
-//! of `bcl-pingpong` and `bcl-bw` are written once against [`Transport`], so
-//! BCL and the kernel baselines are measured by the same code.
+//! endpoint over any method, or a baseline (kernel UDP or TCP, a Unix
+//! socket, a shared-memory or AF_XDP floor). The timing loops of
+//! `bcl-pingpong` and `bcl-bw` are written once against [`Transport`], so
+//! BCL and the baselines are measured by the same code. What only some
+//! transports can do is a capability: batched sends
+//! ([`Transport::send_queued`]) and channels ([`ChannelTransport`]).
 
 use std::time::Instant;
 
@@ -55,16 +58,56 @@ pub trait Transport {
         format!("{:?}", self.counters())
     }
 
-    /// The BCL endpoint behind this transport, if it is one: its normal and
-    /// open channels carry `bcl-bw --channel normal|open` (the kernel
-    /// baselines have no channels).
-    fn bcl(&mut self) -> Option<&mut crate::bcl_transport::BclTransport> {
-        None
+    /// Queues `msg` without putting it on the wire yet, so that several
+    /// queued small messages can leave together at the next
+    /// [`Transport::transmit`]; a transport that cannot batch sends at once.
+    fn send_queued(&mut self, msg: &[u8], deadline: Instant) -> Result<(), TransportError> {
+        self.send(msg, deadline)
     }
 
-    /// Whether this is a BCL endpoint (with normal and open channels), not
-    /// a baseline.
-    fn has_channels(&self) -> bool {
-        false
+    /// Puts what [`Transport::send_queued`] queued on the wire.
+    fn transmit(&mut self) -> Result<(), TransportError> {
+        Ok(())
     }
+
+    /// The transport's normal and open channels, if it has them (BCL
+    /// endpoints; the baselines have none).
+    fn channels(&mut self) -> Option<&mut dyn ChannelTransport> {
+        None
+    }
+}
+
+/// A transport that can be moved to another thread.
+pub type BoxTransport = Box<dyn Transport + Send>;
+
+/// What [`ChannelTransport::recv_any`] found.
+#[derive(Debug)]
+pub enum Incoming {
+    /// A message on the system channel (shown to the caller's function).
+    Message,
+    /// A channel event: a completion on a normal or open channel.
+    Event(bcl::ChannelEvent),
+}
+
+/// A transport with BCL's normal and open channels: the endpoint they are
+/// called on, the peer, and a wait for messages and channel events alike.
+pub trait ChannelTransport: Transport {
+    /// The endpoint.
+    fn endpoint(&self) -> &bcl::Endpoint;
+
+    /// The endpoint, for channel calls.
+    fn endpoint_mut(&mut self) -> &mut bcl::Endpoint;
+
+    /// The peer: given to a client, learnt by a server from the first
+    /// message.
+    fn peer(&self) -> Option<bcl::ProcessAddr>;
+
+    /// Waits until `deadline` for the next system-channel message (shown to
+    /// `f`) or channel event (returned), whichever comes first; `None` if
+    /// nothing came in time.
+    fn recv_any(
+        &mut self,
+        deadline: Instant,
+        f: &mut dyn FnMut(&[u8]),
+    ) -> Result<Option<Incoming>, TransportError>;
 }

@@ -507,7 +507,7 @@ fn an_interface_afxdp_cannot_use_is_explained() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("afxdp is not usable on bcl-no-such-if"),
+        err.contains("method afxdp is not usable here") && err.contains("bcl-no-such-if"),
         "{err}"
     );
     assert!(err.contains("--method packet"), "{err}");

@@ -1,13 +1,14 @@
 //! The tools' `vfio` transport end to end without hardware: the two ends
-//! of `bcl-pingpong` (`vfio_method::serve_on` and `connect_on`, the code
+//! of `bcl-pingpong` (`methods::serve_on` and `connect_on`, the code
 //! `--method vfio` runs after opening the NIC) over two virtio-net device
 //! models on the in-memory PCI host, joined by a virtual wire, each end in
 //! its own thread as in two processes. The real NICs (QEMU virtio-net
 //! behind VFIO) are exercised by `tests/vm/run.sh`.
 
-use bcl_tools::methods::{EndSpec, MethodArg};
+use bcl::Registry;
+use bcl_tools::end::{EndSpec, MethodArg};
+use bcl_tools::methods::{connect_on, peer_descriptor, serve_on};
 use bcl_tools::pingpong::{run_client, serve_echo, PingOptions, TransportClient};
-use bcl_tools::vfio_method::{connect_on, ethernet_peer, serve_on};
 use bcl_vfio::method::{NicMethod, VfioMethodConfig};
 use bcl_vfio::testing::{InMemoryPci, Wire, WirePort};
 use bcl_vfio::virtio::model::{VirtioNetModel, VirtioNetModelConfig};
@@ -47,7 +48,7 @@ fn nic(addr: &str, mac: [u8; 6], port: WirePort, busy: bool) -> Box<dyn bcl::Met
 fn spec(busy: bool) -> EndSpec {
     EndSpec {
         busy_poll: busy,
-        ..EndSpec::new(MethodArg::Vfio)
+        ..EndSpec::new(MethodArg::bcl("vfio").unwrap())
     }
 }
 
@@ -61,7 +62,9 @@ fn pingpong(busy: bool, peer: impl Fn(&str) -> String) {
     assert_eq!(descriptor, "vfio:52:54:00:bc:20:01@0000:00:02.0");
     let wait = Duration::from_secs(30);
     let echo = std::thread::spawn(move || serve_echo(&mut *server, wait, wait).unwrap());
-    let peer = ethernet_peer(&peer(&descriptor), "vfio").unwrap();
+    let registry = Registry::builtin();
+    let vfio = registry.lookup("vfio").unwrap();
+    let peer = peer_descriptor(registry, vfio, &peer(&descriptor)).unwrap();
     let mut client = connect_on(client_method, &spec(busy), peer).unwrap();
     let opts = PingOptions {
         sizes: vec![1, 8, 1400, 1500, 16 * 1024, 60 * 1024],

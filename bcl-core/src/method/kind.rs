@@ -173,4 +173,11 @@ pub trait MethodKind: Send + Sync {
     /// Checks the address part of a peer's descriptor of this method; the
     /// error says what was expected.
     fn check_address(&self, address: &str) -> Result<(), String>;
+
+    /// The process a descriptor's address names, for methods whose
+    /// addresses name processes rather than NICs or sockets (shared
+    /// memory: `NODE.PORT@NODEID`); `None` otherwise.
+    fn process_of(&self, _address: &str) -> Option<ProcessAddr> {
+        None
+    }
 }

@@ -63,9 +63,7 @@ impl MethodKind for AfXdpKind {
         if let Availability::NotUsable(reason) = probe(&ifname) {
             return Err(MethodError::NotUsable {
                 method: METHOD_NAME,
-                reason: format!(
-                    "on {ifname}: {reason} (the packet method sends the same frames through AF_PACKET, without XDP)"
-                ),
+                reason: format!("{reason} (interface {ifname})"),
             });
         }
         let mut cfg = AfXdpConfig::new(&ifname);

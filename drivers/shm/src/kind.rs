@@ -2,6 +2,7 @@
 
 use crate::method::{parse_address, probe, ShmMethod, METHOD_NAME};
 use bcl_core::method::{Attachment, Method, MethodError, MethodKind, OpenSpec, ProbeResult, Scope};
+use bcl_core::ProcessAddr;
 
 /// Shared memory between processes of one node.
 #[derive(Clone, Copy, Debug, Default)]
@@ -34,5 +35,9 @@ impl MethodKind for ShmKind {
 
     fn check_address(&self, address: &str) -> Result<(), String> {
         parse_address(address).map(drop)
+    }
+
+    fn process_of(&self, address: &str) -> Option<ProcessAddr> {
+        parse_address(address).ok().map(|(a, _)| a)
     }
 }

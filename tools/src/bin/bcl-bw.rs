@@ -5,8 +5,9 @@ use bcl_tools::args::{parse_size, SizeList};
 use bcl_tools::bw::channels::MAX_DEPTH;
 use bcl_tools::bw::{run_receiver, run_sender, BwOptions, BwOutcome, ChannelKind, MIN_SIZE};
 use bcl_tools::cli::{CommonArgs, Role};
+use bcl_tools::end::{Baseline, MethodArg};
 use bcl_tools::launch::{announce, pin_current_thread, run_in_lab, spawn_pinned, split_pins};
-use bcl_tools::methods::{open_client, open_local_pair, open_server, MethodArg};
+use bcl_tools::methods::{open_client, open_local_pair, open_server};
 use bcl_tools::report::{
     bandwidth_table, write_json, BwCounters, BwReport, BwResult, VerifyReport,
 };
@@ -202,16 +203,16 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
         warmup: cli.warmup,
         window: cli.window,
         verify: cli.verify,
-        lossy: c.method == MethodArg::KernelUdp,
+        lossy: c.method == MethodArg::Baseline(Baseline::KernelUdp),
         timeout,
         channel: cli.channel,
         depth: cli.channels,
         volume: cli.volume,
     };
     let pins = c.pins();
-    let check_sizes = |t: &dyn Transport| -> Result<(), String> {
+    let check_sizes = |t: &mut dyn Transport| -> Result<(), String> {
         if cli.channel != ChannelKind::System {
-            return match t.has_channels() {
+            return match t.channels().is_some() {
                 true => Ok(()),
                 false => Err(format!(
                     "--channel {}: method {} is a baseline without BCL's channels (its messages go over one socket or link); leave --channel out",
@@ -221,7 +222,7 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
             };
         }
         match opts.sizes.iter().find(|s| **s > t.max_message()) {
-            Some(s) if t.has_channels() => Err(format!(
+            Some(s) if t.channels().is_some() => Err(format!(
                 "--sizes: {s} bytes exceeds the largest message of BCL's system channel over method {} here ({} bytes, the eager limit: a message must fit one receive window of frames); larger messages go through normal channels: add --channel normal",
                 c.method.name(),
                 t.max_message()
@@ -236,13 +237,19 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
     };
     match job {
         Some(bcl_tools::job::JobEnd::Client(mut t)) => {
-            check_sizes(&*t)?;
+            check_sizes(&mut *t)?;
             let out = run_sender(&mut *t, &opts).map_err(|e| e.to_string())?;
-            return finish(cli, "sender", &out, Some(t.counters()), t.has_channels());
+            return finish(
+                cli,
+                "sender",
+                &out,
+                Some(t.counters()),
+                t.channels().is_some(),
+            );
         }
         Some(bcl_tools::job::JobEnd::Server(mut t)) => {
             let out = run_receiver(&mut *t, wait_client, timeout).map_err(|e| e.to_string())?;
-            return finish(cli, "receiver", &out, None, t.has_channels());
+            return finish(cli, "receiver", &out, None, t.channels().is_some());
         }
         Some(bcl_tools::job::JobEnd::Idle) => return Ok(ExitCode::SUCCESS),
         None => {}
@@ -260,23 +267,29 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
             if c.stats {
                 println!("{}", t.details());
             }
-            finish(cli, "receiver", &out, None, t.has_channels())
+            finish(cli, "receiver", &out, None, t.channels().is_some())
         }
         Role::Connect(descriptor) => {
             if let Some(cpu) = pins.and_then(|p| p.first()) {
                 pin_current_thread(*cpu)?;
             }
             let mut t = open_client(&spec, &descriptor, Instant::now() + timeout)?;
-            check_sizes(&*t)?;
+            check_sizes(&mut *t)?;
             let out = run_sender(&mut *t, &opts).map_err(|e| e.to_string())?;
             if c.stats {
                 println!("{}", t.details());
             }
-            finish(cli, "sender", &out, Some(t.counters()), t.has_channels())
+            finish(
+                cli,
+                "sender",
+                &out,
+                Some(t.counters()),
+                t.channels().is_some(),
+            )
         }
         Role::Local => {
             let (served, mut client) = open_local_pair(&spec)?;
-            check_sizes(&*client)?;
+            check_sizes(&mut *client)?;
             let (server_cpu, client_cpu) = split_pins(pins);
             let stats = c.stats;
             let receiver = spawn_pinned(server_cpu, move || -> Result<BwOutcome, String> {
@@ -304,7 +317,7 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
                 "sender",
                 &out?,
                 Some(client.counters()),
-                client.has_channels(),
+                client.channels().is_some(),
             )
         }
     }

@@ -147,9 +147,9 @@ fn run(args: &Args) -> Result<(), String> {
         None => None,
     };
     let registry = Registry::builtin();
-    let policy = policy_from(cfg.as_ref(), &registry)?;
+    let policy = policy_from(cfg.as_ref(), registry)?;
     let ifs = nics::interfaces().map_err(|e| format!("listing interfaces: {e}"))?;
-    let methods = probe_methods(&registry, &ifs);
+    let methods = probe_methods(registry, &ifs);
     let node_name = args.node.clone().or_else(|| std::env::var("BCL_NODE").ok());
     let node = match (&cfg, &node_name) {
         (Some(c), Some(n)) => Some(

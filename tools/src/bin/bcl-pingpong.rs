@@ -4,9 +4,10 @@
 use bcl_tools::args::SizeList;
 use bcl_tools::cli::{CommonArgs, Role};
 use bcl_tools::launch::{announce, pin_current_thread, run_in_lab, spawn_pinned, split_pins};
-use bcl_tools::methods::{open_client, open_local_pair, open_server, BoxTransport};
+use bcl_tools::methods::{open_client, open_local_pair, open_server};
 use bcl_tools::pingpong::{run_client, serve_echo, ClientOutcome, PingOptions, TransportClient};
 use bcl_tools::report::{latency_table, write_json, PingCounters, PingReport, PingResult};
+use bcl_tools::transport::BoxTransport;
 use bcl_tools::transport::TransportCounters;
 use clap::Parser;
 use std::path::{Path, PathBuf};

@@ -41,8 +41,8 @@ use super::{
     begin_message, control, data_buffer, err, parse_control, request, stamp, BwOptions,
     BwSizeResult, ChannelKind, Plan, SizeState, Verify, ACK, BEGIN_ACK, FREE, NOTICE,
 };
-use crate::bcl_transport::{BclTransport, Incoming};
-use crate::transport::{Transport, TransportError};
+use crate::transport::TransportError;
+use crate::transport::{ChannelTransport, Incoming};
 use bcl::{ChannelEvent, ChannelId, ProcessAddr, RegionId, SendHandle};
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -52,7 +52,7 @@ pub const MAX_DEPTH: usize = 1024;
 
 /// The sender's side of one size on channels.
 struct Tx<'a> {
-    t: &'a mut BclTransport,
+    t: &'a mut dyn ChannelTransport,
     server: ProcessAddr,
     kind: ChannelKind,
     /// Normal: one channel per slot; open: the one open channel.
@@ -240,7 +240,7 @@ impl Tx<'_> {
 
 /// One size on normal or open channels (see the module documentation).
 pub(super) fn send_size(
-    t: &mut BclTransport,
+    t: &mut dyn ChannelTransport,
     opts: &BwOptions,
     size: usize,
     p: Plan,
@@ -365,7 +365,7 @@ impl RxChannels {
     /// returns the words the BEGIN's ACK carries after `[BEGIN_ACK, 0]`.
     pub(super) fn begin(
         &mut self,
-        t: Option<&mut BclTransport>,
+        t: Option<&mut dyn ChannelTransport>,
         kind: ChannelKind,
         size: usize,
         depth: u64,
@@ -443,7 +443,7 @@ impl RxChannels {
     /// buffer re-posted) or a failure.
     pub(super) fn on_event(
         &mut self,
-        t: &mut BclTransport,
+        t: &mut dyn ChannelTransport,
         ev: ChannelEvent,
         state: &mut Option<SizeState>,
         v: &mut Verify,
@@ -514,7 +514,7 @@ impl RxChannels {
     /// slot.
     pub(super) fn on_notice(
         &mut self,
-        t: &mut BclTransport,
+        t: &mut dyn ChannelTransport,
         seq: u64,
         state: &mut Option<SizeState>,
         v: &mut Verify,
@@ -550,7 +550,7 @@ impl RxChannels {
     }
 
     /// Closes the size's channels and gives their memory back.
-    pub(super) fn close(&mut self, t: &mut BclTransport) {
+    pub(super) fn close(&mut self, t: &mut dyn ChannelTransport) {
         match std::mem::take(self) {
             RxChannels::None => {}
             RxChannels::Normal { chans, .. } => {

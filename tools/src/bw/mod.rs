@@ -33,7 +33,7 @@
 
 pub mod channels;
 
-use crate::bcl_transport::Incoming;
+use crate::transport::Incoming;
 use crate::transport::{Transport, TransportCounters, TransportError};
 use std::time::{Duration, Instant};
 
@@ -326,7 +326,7 @@ pub fn run_sender(t: &mut dyn Transport, opts: &BwOptions) -> Result<BwOutcome, 
         let r = match opts.channel {
             ChannelKind::System => send_size_system(t, opts, size, p)?,
             kind => {
-                let b = t.bcl().ok_or_else(|| {
+                let b = t.channels().ok_or_else(|| {
                     err(format!(
                         "--channel {}: only BCL methods have channels",
                         kind.name()
@@ -417,16 +417,12 @@ fn send_size_system(
         let deadline = Instant::now() + opts.timeout;
         for i in 0..p.window {
             stamp(&mut buf, seq, opts.verify);
-            match t.bcl() {
-                // BCL: queue a batch, then one transmit round, so that
-                // small messages leave bundled several to a frame.
-                Some(b) => {
-                    b.send_queued(&buf, deadline)?;
-                    if (i + 1) % SEND_BATCH == 0 || i + 1 == p.window {
-                        b.transmit()?;
-                    }
-                }
-                None => t.send(&buf, deadline)?,
+            // Queue a batch, then one transmit round, so that small
+            // messages leave bundled several to a frame where the transport
+            // can (BCL); others send each at once.
+            t.send_queued(&buf, deadline)?;
+            if (i + 1) % SEND_BATCH == 0 || i + 1 == p.window {
+                t.transmit()?;
             }
             seq += 1;
         }
@@ -557,7 +553,7 @@ pub fn run_receiver(
             }
         };
         let deadline = Instant::now() + wait;
-        let got = match t.bcl() {
+        let got = match t.channels() {
             Some(b) => b.recv_any(deadline, &mut on_message)?,
             None => t
                 .recv(deadline, &mut on_message)?
@@ -574,7 +570,7 @@ pub fn run_receiver(
         }
         if let Some(ev) = event {
             // Only BCL transports have channel events.
-            if let Some(b) = t.bcl() {
+            if let Some(b) = t.channels() {
                 chans.on_event(b, ev, &mut state, &mut v, &mut reply)?;
             }
         }
@@ -599,7 +595,7 @@ pub fn run_receiver(
                     cur_window: 0,
                     cur_count: 0,
                 });
-                let opened = chans.begin(t.bcl(), kind, size, depth, count)?;
+                let opened = chans.begin(t.channels(), kind, size, depth, count)?;
                 served = kind;
                 let mut words = vec![u64::from(BEGIN_ACK), 0];
                 words.extend(opened);
@@ -615,7 +611,7 @@ pub fn run_receiver(
             }
             Some((NOTICE, words)) => {
                 let seq = words.first().copied().unwrap_or(u64::MAX);
-                match t.bcl() {
+                match t.channels() {
                     Some(b) => chans.on_notice(b, seq, &mut state, &mut v, &mut reply)?,
                     None => v.corrupted += 1,
                 }
@@ -629,7 +625,7 @@ pub fn run_receiver(
         }
     }
     close_size(&mut state, &mut v);
-    if let Some(b) = t.bcl() {
+    if let Some(b) = t.channels() {
         chans.close(b);
     }
     let c = t.counters();

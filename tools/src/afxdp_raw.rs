@@ -1,19 +1,18 @@
-//! The tools' AF_XDP transports: `--method afxdp` (BCL over the `afxdp`
-//! method) and `--method afxdp-raw` (bare AF_XDP frames, no BCL protocol:
-//! the floor the protocol's cost is measured against).
+//! The `afxdp-raw` baseline: bare AF_XDP frames, no BCL protocol — the
+//! floor BCL over AF_XDP is measured against.
 //!
-//! Both run on an Ethernet interface (`--ifname`, else the only non-loopback
-//! interface that is up) and put the same Ethernet II frames on the wire,
-//! of `--ethertype` (default 0x88B5), which the XDP program redirects to the
-//! AF_XDP sockets while every other frame goes on to the kernel.
+//! It runs on an Ethernet interface (`--ifname`, else the only
+//! non-loopback interface that is up) and puts the same Ethernet II frames
+//! on the wire as BCL's Ethernet methods, of `--ethertype` (default
+//! 0x88B5), which the XDP program redirects to the AF_XDP socket while
+//! every other frame goes on to the kernel.
 //!
 //! Before anything is opened the interface is probed ([`bcl_afxdp`]'s
 //! `probe`); when AF_XDP cannot run there the error says why (missing
 //! capability, kernel without XDP sockets, interface down, another XDP
-//! program attached, …) and names the `packet` method, which carries the
-//! same frames through AF_PACKET. What was obtained (native or generic XDP,
+//! program attached, …). What was obtained (native or generic XDP,
 //! zero-copy or copy per queue, and why) is printed on standard error as
-//! `# afxdp: …` lines.
+//! `# afxdp-raw: …` lines.
 //!
 //! # `afxdp-raw` frames
 //!
@@ -23,13 +22,10 @@
 //! frames to 60 bytes. A server learns its peer's MAC from the first frame.
 //! Descriptor: `afxdp-raw:MAC/IFINDEX`.
 
-use crate::methods::{endpoint, BoxTransport, EndSpec, CLIENT_ADDR, SERVER_ADDR};
-use crate::transport::{Transport, TransportCounters, TransportError};
+use crate::end::EndSpec;
+use crate::transport::{BoxTransport, Transport, TransportCounters, TransportError};
 use bcl::core::Availability;
-use bcl::{Descriptor, Method};
-use bcl_afxdp::{
-    format_mac, parse_mac, probe, AfXdpConfig, AfXdpMethod, ModeReport, RawXsk, ETH_HLEN,
-};
+use bcl_afxdp::{format_mac, parse_mac, probe, AfXdpConfig, ModeReport, RawXsk, ETH_HLEN};
 use std::time::Instant;
 
 /// Descriptor prefix of `afxdp-raw` servers.
@@ -78,65 +74,20 @@ fn config(spec: &EndSpec, ifname: &str) -> AfXdpConfig {
 /// standard error (standard output carries the `listening:` line).
 fn print_report(report: &ModeReport) {
     for line in report.to_string().lines() {
-        eprintln!("# afxdp: {}", line.trim_end());
+        eprintln!("# afxdp-raw: {}", line.trim_end());
     }
-}
-
-fn open_method(spec: &EndSpec) -> Result<AfXdpMethod, String> {
-    let ifname = interface(spec)?;
-    check_usable(&ifname)?;
-    let m = AfXdpMethod::open(config(spec, &ifname)).map_err(|e| {
-        // The probe passed, yet opening failed: say both.
-        format!("afxdp on {ifname}: {e}")
-    })?;
-    print_report(m.mode_report());
-    Ok(m)
-}
-
-/// Opens the serving end of `--method afxdp`: its descriptor
-/// (`afxdp:MAC/IFINDEX`) and transport.
-pub fn open_bcl_server(spec: &EndSpec) -> Result<(String, BoxTransport), String> {
-    let m = open_method(spec)?;
-    let d = m.descriptor().to_string();
-    let ep = endpoint(SERVER_ADDR, Box::new(m), spec, None)?;
-    Ok((
-        d,
-        Box::new(crate::bcl_transport::BclTransport::new(ep, None, None)),
-    ))
-}
-
-/// Opens the connecting end of `--method afxdp` towards `descriptor` (an
-/// `afxdp:` descriptor; `packet:` is accepted too, the frames are the same).
-pub fn open_bcl_client(spec: &EndSpec, descriptor: &str) -> Result<BoxTransport, String> {
-    let d: Descriptor = descriptor.parse().map_err(|e| format!("--connect: {e}"))?;
-    if d.method != "afxdp" && d.method != "packet" {
-        return Err(format!(
-            "--connect {descriptor:?} is a descriptor of method {:?}, not \"afxdp\" (expected afxdp:MAC/IFINDEX as printed by the server)",
-            d.method
-        ));
-    }
-    // The engine routes a peer by its descriptor's method name.
-    let d = Descriptor::new("afxdp", d.address.clone());
-    let m = open_method(spec)?;
-    let mut ep = endpoint(CLIENT_ADDR, Box::new(m), spec, None)?;
-    ep.add_peer(SERVER_ADDR, d);
-    Ok(Box::new(crate::bcl_transport::BclTransport::new(
-        ep,
-        Some(SERVER_ADDR),
-        None,
-    )))
 }
 
 /// Opens the serving end of `--method afxdp-raw`: its descriptor
 /// (`afxdp-raw:MAC/IFINDEX`) and transport.
-pub fn open_raw_server(spec: &EndSpec) -> Result<(String, BoxTransport), String> {
+pub fn open_server(spec: &EndSpec) -> Result<(String, BoxTransport), String> {
     let t = RawTransport::open(spec, None)?;
     let d = format!("{RAW_NAME}:{}/{}", format_mac(&t.mac), t.xsk.ifindex());
     Ok((d, Box::new(t)))
 }
 
 /// Opens the connecting end of `--method afxdp-raw` towards `descriptor`.
-pub fn open_raw_client(spec: &EndSpec, descriptor: &str) -> Result<BoxTransport, String> {
+pub fn open_client(spec: &EndSpec, descriptor: &str) -> Result<BoxTransport, String> {
     let peer = parse_raw_descriptor(descriptor)?;
     Ok(Box::new(RawTransport::open(spec, Some(peer))?))
 }

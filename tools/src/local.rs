@@ -1,19 +1,13 @@
-//! Transports between processes of one node: BCL over its shared-memory
-//! method (`shm`), and the two baselines it is measured against — a
-//! Unix-domain stream socket (`unix`, what a kernel-based stack would use)
-//! and two cache lines ping-ponged in shared memory (`spin`, the floor no
-//! shared-memory protocol can beat).
+//! The baselines between processes of one node that BCL's shared-memory
+//! method is measured against: a Unix-domain stream socket (`unix`, what a
+//! kernel-based stack would use) and two cache lines ping-ponged in shared
+//! memory (`spin`, the floor no shared-memory protocol can beat).
 //!
-//! Descriptors: `shm:NODE.PORT@NODEID` (the method's own), `unix:PATH` and
-//! `spin:PATH`. Process addresses of shm ends carry the process id in their
-//! port number, so that several runs on one node never meet.
+//! Descriptors: `unix:PATH` and `spin:PATH`.
 
-use crate::bcl_transport::BclTransport;
 use crate::kernel::KernelTcp;
-use crate::methods::{endpoint, BoxTransport, EndSpec};
-use crate::transport::{Transport, TransportCounters, TransportError};
-use bcl::shm::{ShmMethod, SpinLink, SPIN_MAX_MESSAGE};
-use bcl::{Descriptor, ProcessAddr};
+use crate::transport::{BoxTransport, Transport, TransportCounters, TransportError};
+use bcl::shm::{SpinLink, SPIN_MAX_MESSAGE};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -27,40 +21,6 @@ fn unique_name(kind: &str) -> String {
         std::process::id(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     )
-}
-
-/// The BCL address of a shm end: node 2 serves, node 1 connects; the port
-/// is taken from the process id.
-fn shm_addr(node: u32) -> ProcessAddr {
-    ProcessAddr::new(node, (std::process::id() & 0xffff) as u16)
-}
-
-fn bcl_shm_end(spec: &EndSpec, addr: ProcessAddr) -> Result<(bcl::Endpoint, Descriptor), String> {
-    let m = ShmMethod::open(crate::methods::JOB, addr).map_err(|e| e.to_string())?;
-    let d = bcl::Method::descriptor(&m);
-    Ok((endpoint(addr, Box::new(m), spec, None)?, d))
-}
-
-/// The serving end of BCL over shm: its descriptor and transport.
-pub fn open_shm_server(spec: &EndSpec) -> Result<(String, BoxTransport), String> {
-    let (ep, d) = bcl_shm_end(spec, shm_addr(2))?;
-    Ok((d.to_string(), Box::new(BclTransport::new(ep, None, None))))
-}
-
-/// The connecting end of BCL over shm, towards `descriptor`.
-pub fn open_shm_client(spec: &EndSpec, descriptor: &str) -> Result<BoxTransport, String> {
-    let d: Descriptor = descriptor.parse().map_err(|e| format!("--connect: {e}"))?;
-    let server = d
-        .address
-        .split_once('@')
-        .and_then(|(a, _)| a.parse::<ProcessAddr>().ok())
-        .filter(|_| d.method == "shm")
-        .ok_or_else(|| {
-            format!("--connect {descriptor:?}: expected shm:NODE.PORT@NODEID as printed by the server's `listening:` line")
-        })?;
-    let (mut ep, _) = bcl_shm_end(spec, shm_addr(1))?;
-    ep.add_peer(server, d);
-    Ok(Box::new(BclTransport::new(ep, Some(server), None)))
 }
 
 /// A Unix-domain listener waiting for the run's one client; its socket file
@@ -127,7 +87,7 @@ fn descriptor_path<'a>(kind: &str, descriptor: &'a str) -> Result<&'a Path, Stri
 /// Connects to the Unix-domain server at `descriptor`, retrying until
 /// `deadline`.
 pub fn open_unix_client(
-    spec: &EndSpec,
+    busy: bool,
     descriptor: &str,
     deadline: Instant,
 ) -> Result<BoxTransport, String> {
@@ -136,7 +96,7 @@ pub fn open_unix_client(
         match UnixStream::connect(path) {
             Ok(s) => {
                 return Ok(Box::new(
-                    KernelTcp::over_unix(s, spec.busy_poll).map_err(|e| e.to_string())?,
+                    KernelTcp::over_unix(s, busy).map_err(|e| e.to_string())?,
                 ))
             }
             Err(e) if Instant::now() >= deadline => {
