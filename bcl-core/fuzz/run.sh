@@ -11,8 +11,8 @@
 # to rustc; RUSTC_BOOTSTRAP=1 lets the stable toolchain accept them.
 # Builds into $CARGO_TARGET_DIR/fuzz (default target/fuzz). A crashing
 # input is kept in bcl-core/fuzz/artifacts/TARGET/; libFuzzer's output of
-# each run goes to that target's log in the build directory, and its tail
-# is printed when the run fails.
+# each run goes to TARGET.log in the build directory, and is printed, less
+# its progress lines, when the run fails.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -42,7 +42,9 @@ for t in $targets; do
     echo "fuzz/run.sh: $t for ${seconds} s"
     if ! cargo fuzz run --target-dir "$target_dir" "$t" -- \
         -max_total_time="$seconds" -print_final_stats=1 >"$log" 2>&1; then
-        tail -n 60 "$log" >&2
+        # What went wrong (the panic message or sanitizer report comes
+        # first), without libFuzzer's progress lines.
+        grep -av -e '^#[0-9]' -e '^INFO: ' "$log" | head -n 150 >&2
         echo "fuzz/run.sh: $t FAILED (full output: $log; crashing input in bcl-core/fuzz/artifacts/$t/)" >&2
         exit 1
     fi
