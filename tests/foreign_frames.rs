@@ -131,6 +131,7 @@ fn foreign_frames_on_the_packet_wire_are_dropped_and_counted() {
         mixed_size,
         Some(inject),
     );
+    assert_eq!(run.checked, 20_000);
     assert_eq!(run.receiver.messages_delivered, 20_000);
     let b = run.receiver.bad_frames;
     println!("receiver bad frames: {b:?}");
@@ -182,6 +183,7 @@ fn foreign_datagrams_on_the_udp_wire_are_dropped_and_counted() {
         mixed_size,
         Some(inject),
     );
+    assert_eq!(run.checked, 20_000);
     assert_eq!(run.receiver.messages_delivered, 20_000);
     let b = run.receiver.bad_frames;
     println!("receiver bad frames: {b:?}");

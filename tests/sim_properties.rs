@@ -105,6 +105,11 @@ struct Outcome {
     messages_bundled: u64,
     /// DATA frames the senders sent (first sendings).
     data_frames_sent: u64,
+    /// What the fabric did to the frames (faults injected).
+    fabric: bcl::sim::FabricStats,
+    /// Frames every endpoint dropped for a CRC32C mismatch (corruption
+    /// caught, data and acknowledgements alike).
+    bad_checksum: u64,
 }
 
 /// Runs a scenario to the end and checks every property on the way.
@@ -281,6 +286,12 @@ fn run_with(sc: &Scenario, max_outstanding: usize) -> Result<Outcome, TestCaseEr
         receiver_stats: *rx.stats(),
         messages_bundled: senders_stats().map(|s| s.messages_bundled).sum(),
         data_frames_sent: senders_stats().map(|s| s.data_frames_sent).sum(),
+        fabric: c.fabric.stats(),
+        bad_checksum: c
+            .endpoints
+            .iter()
+            .map(|e| e.port().stats().bad_frames.bad_checksum)
+            .sum(),
     })
 }
 
@@ -377,6 +388,22 @@ fn harsh_faults_with_bundles_are_all_repaired() {
     );
     assert!(st.duplicates > 0, "duplicates were dropped: {st:?}");
     assert!(st.ring_full_drops > 0, "the small ring pushed back: {st:?}");
+    assert_harsh_faults_injected_and_caught(&out);
+}
+
+/// Every fault of [`harsh_faults`] happened on the fabric, and the
+/// corrupted frames were caught by the CRC32C.
+fn assert_harsh_faults_injected_and_caught(out: &Outcome) {
+    let f = out.fabric;
+    assert!(
+        f.dropped > 0 && f.duplicated > 0 && f.reordered > 0 && f.corrupted > 0,
+        "every fault was injected: {f}"
+    );
+    assert!(
+        out.bad_checksum > 0,
+        "{} frames corrupted, none caught by the CRC32C",
+        f.corrupted
+    );
 }
 
 /// A fixed, harsh scenario: 30 % loss plus every other fault, four senders,
@@ -402,6 +429,7 @@ fn harsh_faults_are_all_repaired() {
     );
     assert!(st.duplicates > 0, "duplicates were dropped: {st:?}");
     assert!(st.ring_full_drops > 0, "the small ring pushed back: {st:?}");
+    assert_harsh_faults_injected_and_caught(&out);
 }
 
 /// The same seed gives the same run, so a failure can be replayed.

@@ -36,6 +36,7 @@ fn bandwidth_test(wire: Wire, mode: ProgressMode, tag: &str) {
     }
     let lab = lab("pair.toml", tag);
     let run = stream(&lab, wire, mode, 20_000, mixed_size, None);
+    assert_eq!(run.checked, 20_000);
     assert_eq!(run.receiver.messages_delivered, 20_000);
     assert_eq!(run.sender.messages_completed, 20_000);
     assert_eq!(

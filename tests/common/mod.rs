@@ -126,7 +126,10 @@ pub struct Run {
     pub receiver: bcl::PortStats,
     /// The receiver's packet-method counters, for the packet method.
     pub receiver_packet: Option<bcl::packet::PacketStats>,
-    /// Messages checked by the receiving side.
+    /// Messages the checking side compared byte for byte with what was sent
+    /// and found intact (the receiver of a stream, the client of a
+    /// pingpong, which checks each echo): counted as they pass, so a run
+    /// that checked fewer than it sent shows here.
     pub checked: u64,
 }
 
@@ -196,6 +199,7 @@ pub fn stream(
         lab_b.enter("b").unwrap();
         let (mut ep, counters) = endpoint(wire, SERVER, mode);
         tx.send(descriptor(&ep)).unwrap();
+        let mut checked = 0u64;
         for i in 0..count {
             let d = ep
                 .recv_blocking(WAIT)
@@ -212,10 +216,11 @@ pub fn stream(
                 &want[..want.len().min(8)]
             );
             ep.release(d).unwrap();
+            checked += 1;
         }
         serve_until(&mut ep, &done_b);
         assert!(ep.poll_delivery().is_none(), "a message arrived twice");
-        (*ep.port().stats(), counters.map(|c| c.snapshot()))
+        (*ep.port().stats(), counters.map(|c| c.snapshot()), checked)
     });
     let desc = rx.recv().expect("receiver started");
     let injector = during.map(|f| {
@@ -242,12 +247,12 @@ pub fn stream(
     if let Some(i) = injector {
         i.join().expect("injector panicked");
     }
-    let (receiver_stats, receiver_packet) = receiver.join().expect("receiver panicked");
+    let (receiver_stats, receiver_packet, checked) = receiver.join().expect("receiver panicked");
     Run {
         sender: sender_stats.expect("sender panicked"),
         receiver: receiver_stats,
         receiver_packet,
-        checked: count,
+        checked,
     }
 }
 
@@ -285,6 +290,7 @@ pub fn pingpong(
         lab_a.enter("a").unwrap();
         let (mut ep, _) = endpoint(wire, CLIENT, mode);
         ep.add_peer(SERVER, desc);
+        let mut checked = 0u64;
         for i in 0..iters {
             let msg = message(i, size(i));
             send(&mut ep, SERVER, &msg);
@@ -297,17 +303,111 @@ pub fn pingpong(
                 "echo {i} differs"
             );
             ep.release(d).unwrap();
+            checked += 1;
         }
         drain(&mut ep);
-        *ep.port().stats()
+        (*ep.port().stats(), checked)
     });
-    let client_stats = client.join();
+    let client_result = client.join();
     done.store(true, Ordering::Release);
     let (server_stats, server_packet) = server.join().expect("server panicked");
+    let (client_stats, checked) = client_result.expect("client panicked");
     Run {
-        sender: client_stats.expect("client panicked"),
+        sender: client_stats,
         receiver: server_stats,
         receiver_packet: server_packet,
-        checked: iters,
+        checked,
     }
+}
+
+/// The impairment bridges' counters of `lab`, all links and directions,
+/// once they are on disk (a bridge writes them every 100 ms while frames
+/// flow).
+pub fn bridge_counters(lab: &Lab) -> Vec<bcl_lab::ImpairCounters> {
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    lab.impairment_counters().unwrap()
+}
+
+/// The sum of `field` over `counters`.
+pub fn total(
+    counters: &[bcl_lab::ImpairCounters],
+    field: fn(&bcl_lab::ImpairCounters) -> u64,
+) -> u64 {
+    counters.iter().map(field).sum()
+}
+
+/// IPv4 datagrams that `node`'s kernel rejected for a bad checksum: IP
+/// header errors (a flipped header bit fails the header checksum) plus UDP
+/// checksum errors, from the node's `/proc/net/snmp`.
+pub fn kernel_checksum_rejects(lab: &Lab, node: &str) -> u64 {
+    let out = lab
+        .command(node, "cat")
+        .unwrap()
+        .arg("/proc/net/snmp")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cat /proc/net/snmp in {node}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    snmp(&text, "Ip", "InHdrErrors") + snmp(&text, "Udp", "InCsumErrors")
+}
+
+/// Counter `name` of protocol `proto` in `/proc/net/snmp` text (a line of
+/// names followed by a line of values, both starting with `PROTO:`).
+fn snmp(text: &str, proto: &str, name: &str) -> u64 {
+    let prefix = format!("{proto}:");
+    let mut lines = text.lines().filter(|l| l.starts_with(&prefix));
+    let (names, values) = (lines.next(), lines.next());
+    let (Some(names), Some(values)) = (names, values) else {
+        panic!("no {proto} lines in /proc/net/snmp:\n{text}");
+    };
+    let at = names
+        .split_whitespace()
+        .position(|n| n == name)
+        .unwrap_or_else(|| panic!("no {proto} {name} in /proc/net/snmp:\n{text}"));
+    values.split_whitespace().nth(at).unwrap().parse().unwrap()
+}
+
+/// Checks that the impairment bridge of `lab` corrupted frames during the
+/// run and that every layer that should catch them did. Over the packet
+/// method nothing below BCL checks a veth frame (no Ethernet FCS), so our
+/// CRC32C must have caught corrupted frames (`bad_checksum` of `ports`,
+/// the run's ports on both sides). Over udp the receiving kernels' IP and
+/// UDP checksums catch every flipped bit first (counted in the nodes'
+/// `/proc/net/snmp`), so no damaged datagram ever reaches BCL. Returns the
+/// bridge's counters for the caller's further checks.
+pub fn assert_corruption_injected_and_caught(
+    lab: &Lab,
+    wire: Wire,
+    ports: &[bcl::PortStats],
+) -> Vec<bcl_lab::ImpairCounters> {
+    let imp = bridge_counters(lab);
+    let corrupted = total(&imp, |c| c.corrupted);
+    assert!(corrupted > 0, "the bridge corrupted no frame: {imp:?}");
+    let crc: u64 = ports.iter().map(|p| p.bad_frames.bad_checksum).sum();
+    match wire {
+        Wire::Packet => {
+            println!("corrupted by the bridge: {corrupted}; caught by our CRC32C: {crc}");
+            assert!(
+                crc > 0,
+                "the bridge corrupted {corrupted} frames, our CRC32C caught none: {ports:?}"
+            );
+        }
+        Wire::Udp => {
+            let kernel: u64 = lab
+                .nodes()
+                .iter()
+                .map(|n| kernel_checksum_rejects(lab, n))
+                .sum();
+            println!(
+                "corrupted by the bridge: {corrupted}; caught by the kernels' IP/UDP \
+                 checksums: {kernel}; by our CRC32C: {crc}"
+            );
+            assert!(
+                kernel > 0,
+                "the bridge corrupted {corrupted} frames, the kernels' checksums caught none"
+            );
+            assert_eq!(crc, 0, "a damaged datagram got past the kernel's checksums");
+        }
+    }
+    imp
 }

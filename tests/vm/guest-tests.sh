@@ -16,6 +16,13 @@
 #   BCL_VM_EXTRA_BINS)
 # To add a test, add a line here (and, for a new binary, name it in
 # BCL_VM_EXTRA_BINS, e.g. in the environment of run.sh or in vm.rs).
+#
+# The host expects every line that starts with `run ` to run and pass, once:
+# run.sh and drivers/vfio/tests/vm.rs count those lines and fail unless the
+# guest's `guest-tests: ran N passed N` has that N. So each test is one
+# top-level line starting with `run `, never inside a condition, a loop or
+# a function (a test that does not apply here passes with a SKIP line, as
+# `mixed` does).
 
 # serve_connect TOOL "SERVER ARGS" "CLIENT ARGS": runs TOOL SERVER_ARGS
 # --serve in the background, passes the descriptor of its `listening:` line

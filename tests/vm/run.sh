@@ -7,9 +7,12 @@
 # --method vfio between the two NICs, and against BCL on AF_PACKET on the
 # host side of the tap).
 #
-# Exit status: 0 when the guest reports "BCL-VM-RESULT: PASS"; 1 when a test
-# failed, the guest crashed or timed out; 2 when the harness could not run
-# (cannot install packages, no kernel, build failed).
+# Exit status: 0 when the guest reports "BCL-VM-RESULT: PASS" and that it
+# ran and passed every test of the list ("guest-tests: ran N passed N", N
+# the number of lines of the list that start with `run `); 1 when a test
+# failed, fewer or more tests ran than the list has, the guest crashed or
+# timed out; 2 when the harness could not run (cannot install packages, no
+# kernel, build failed).
 #
 # What it does (everything cached, so reruns take seconds plus the boot):
 #   1. installs qemu-system-x86 and busybox-static with apt-get if missing
@@ -68,6 +71,10 @@ GUEST_BINS="bcl-vfio bcl-pingpong bcl-bw bcl-run bcl-alltoall ${BCL_VM_EXTRA_BIN
 MIXED=${BCL_VM_MIXED:-1}
 HOST_METHOD=${BCL_VM_HOST_METHOD:-packet}
 TESTS=${BCL_VM_TESTS:-$VM/guest-tests.sh}
+[ -f "$TESTS" ] || { printf 'run.sh: ERROR: no test list %s\n' "$TESTS" >&2; exit 2; }
+# Every line of the list that starts with `run ` is one test the guest must
+# run and pass (guest-tests.sh says so to whoever adds one).
+EXPECTED_TESTS=$(grep -c '^run ' "$TESTS" || true)
 RUST_TARGET=x86_64-unknown-linux-gnu
 
 # The two NICs, each behind its own PCIe root port (so they are PCI Express
@@ -453,9 +460,24 @@ if [ "$HOST_OK" = 0 ]; then
   exit 1
 fi
 case "$result" in
-  *"RESULT: PASS"*) log "PASS: $result"; exit 0 ;;
+  *"RESULT: PASS"*) ;;
   *"RESULT: FAIL"*) log "FAIL: $result"; exit 1 ;;
   *) log "FAIL: the guest printed no result (kernel panic or crash?); last console lines:"
      tail -n 20 "$LOG" | sed 's/^/run.sh:   /' >&2
      exit 1 ;;
 esac
+# How many tests the guest ran and passed, against the list's count: a list
+# cut short, a test that never ran or ran twice fails the run even when
+# every test that did run passed.
+counts=$(grep -a '^guest-tests: ran ' "$LOG" | tail -1 | tr -d '\r' || true)
+if [ -z "$counts" ]; then
+  log "FAIL: the guest did not say how many tests it ran (expected $EXPECTED_TESTS); result: ${result:-none}"
+  exit 1
+fi
+if [ "$counts" != "guest-tests: ran $EXPECTED_TESTS passed $EXPECTED_TESTS" ]; then
+  log "FAIL: the guest reported '$counts', but $(basename "$TESTS") has $EXPECTED_TESTS tests that must all run and pass"
+  exit 1
+fi
+log "PASS: $result; all $EXPECTED_TESTS tests of $(basename "$TESTS") ran and passed"
+exit 0
+

@@ -82,7 +82,17 @@ fn normal_channels_over_a_faulty_sim_wire() {
         "1",
     ]);
     check(&v, "normal", &[65536, 1 << 20], 12, &[3, 3]);
+    assert_faults_repaired(&v);
+}
+
+/// The faults of [`FAULTS`] happened and were dealt with: lost frames were
+/// sent again, and corrupted ones were dropped (the simulated fabric
+/// corrupts, duplicates and reorders, but makes no malformed frame of its
+/// own: bad frames are the corrupted ones the CRC32C caught).
+fn assert_faults_repaired(v: &Value) {
+    println!("counters: {}", v["counters"]);
     assert!(v["counters"]["retransmits"].as_u64().unwrap() > 0, "{v}");
+    assert!(v["counters"]["bad_frames"].as_u64().unwrap() > 0, "{v}");
 }
 
 /// An open channel through a faulty simulated wire: puts into a ring of
@@ -108,6 +118,7 @@ fn an_open_channel_over_a_faulty_sim_wire() {
         "1",
     ]);
     check(&v, "open", &[65536, 1 << 20], 9, &[2, 2]);
+    assert_faults_repaired(&v);
 }
 
 /// Over udp on loopback, with the default number of channels (about 4 MiB

@@ -8,6 +8,9 @@
 //! rank's NIC from the resource database (`bcl-alltoall`, verified), and
 //! the same tools between a guest NIC on vfio and BCL on AF_PACKET on the
 //! host side of a tap (in a network namespace of its own), both ways.
+//! Passes only when the guest ran and passed as many tests as the list has
+//! `run` lines (the guest's `guest-tests: ran N passed N`), so a list cut
+//! short or a test that silently never ran fails it.
 //!
 //! Needs root (apt-get for qemu-system-x86 and busybox-static, the kernel
 //! cache in /var/cache/bcl-vm, the namespace and the tap). Set
@@ -15,8 +18,34 @@
 //! cannot run.
 
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+
+/// The guest's test list: `$BCL_VM_TESTS` (which run.sh runs instead when
+/// set), else tests/vm/guest-tests.sh.
+fn test_list() -> PathBuf {
+    match std::env::var_os("BCL_VM_TESTS") {
+        Some(p) => PathBuf::from(p),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/vm/guest-tests.sh"),
+    }
+}
+
+/// The number of tests in a guest test list: its lines that start with
+/// `run ` (one test per line, as the list's header requires).
+fn count_tests(list: &str) -> usize {
+    list.lines().filter(|l| l.starts_with("run ")).count()
+}
+
+/// The guest's `guest-tests: ran N passed M` line, from run.sh's stderr,
+/// where the guest console's lines start with `  | `.
+fn guest_counts(stderr: &str) -> Option<&str> {
+    stderr
+        .lines()
+        .rev()
+        .filter_map(|l| l.strip_prefix("  | "))
+        .map(str::trim_end)
+        .find(|l| l.starts_with("guest-tests: ran "))
+}
 
 #[test]
 fn vfio_guest_runs_all_guest_tests() {
@@ -35,6 +64,12 @@ fn vfio_guest_runs_all_guest_tests() {
     );
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/vm/run.sh");
     assert!(script.exists(), "{} is missing", script.display());
+    let list = test_list();
+    let expected = count_tests(
+        &std::fs::read_to_string(&list)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", list.display())),
+    );
+    assert!(expected > 0, "{} has no `run` line", list.display());
     let out = Command::new("bash")
         .arg(&script)
         .output()
@@ -56,5 +91,27 @@ fn vfio_guest_runs_all_guest_tests() {
     assert!(
         stderr.contains("BCL-VM-RESULT: PASS"),
         "run.sh exited 0 without the guest's PASS marker"
+    );
+    let counts = guest_counts(&stderr).unwrap_or_else(|| {
+        panic!("the guest did not say how many tests it ran (expected {expected})")
+    });
+    eprintln!("guest: {counts}; {} has {expected} tests", list.display());
+    assert_eq!(
+        counts,
+        format!("guest-tests: ran {expected} passed {expected}"),
+        "every test of {} must run and pass",
+        list.display()
+    );
+}
+
+#[test]
+fn guest_counts_are_read_from_the_console_only() {
+    let stderr = "run.sh: FAIL: the guest reported 'guest-tests: ran 1 passed 1'\n  \
+                  | BCL-VM-TEST PASS a\n  | guest-tests: ran 2 passed 1\r\n  | done\n";
+    assert_eq!(guest_counts(stderr), Some("guest-tests: ran 2 passed 1"));
+    assert_eq!(guest_counts("run.sh: guest-tests: ran 1 passed 1\n"), None);
+    assert_eq!(
+        count_tests("# run x\nrun a true\n  run b true\nrun c sh -c 'run d'\n"),
+        2
     );
 }
