@@ -28,23 +28,34 @@
 # messages/s) and appends them, with command, date, commit and load, to
 # docs/PERFORMANCE.md unless --no-append.
 #
-#   bench/shm-compare.sh [--runs N] [--iters N] [--no-append]
+# With --against DIR (another build's target/release), it measures only the
+# 8 B latency A/B instead: this build's and DIR's bcl-pingpong --method shm
+# alternating, --runs x 5 pairs (bench/ab.sh), median ratio and range.
+#
+#   bench/shm-compare.sh [--runs N] [--iters N] [--no-append] [--against DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 RUNS=3
 ITERS=200000
 APPEND=1
+AGAINST=""
 ARGS="$*"
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) RUNS=$2; shift 2 ;;
     --iters) ITERS=$2; shift 2 ;;
     --no-append) APPEND=0; shift ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    --against) AGAINST=$2; shift 2 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "shm-compare: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+
+if [ -n "$AGAINST" ]; then
+  exec bench/ab.sh --base "$AGAINST" --runs $((RUNS * 5)) -- bcl-pingpong --method shm \
+    --local --busy-poll --pin 1,0 --sizes 8 --iters "$ITERS" --warmup 10000
+fi
 
 cargo build --release -q -p bcl-tools -p bcl-bench
 cargo build --release -q -p bcl-shm --example shm_bench
