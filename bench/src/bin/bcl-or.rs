@@ -8,12 +8,12 @@
 //! socket buffer). Only then is the receiver timed: its progress engine,
 //! delivery and release, until the whole batch is taken. o_r = that time /
 //! batch, from the median round (a round in which the thread was preempted
-//! does not count). Baselines, timed the same way: shm - the bare ring (`ShmPort`
+//! does not count). Baselines, timed the same way: shm - the bare ring (`Mailbox`
 //! receive, copy out, release); udp - kernel `recv` of the same datagrams.
 //! "shm, udp polled too" is the shm receiver in an endpoint that also polls
 //! an idle UDP method in every round: the cost of one poll for all methods.
 
-use bcl::shm::{ShmConfig, ShmMethod, ShmPort};
+use bcl::shm::{Mailbox, MailboxConfig, ShmMethod};
 use bcl::udp::{UdpConfig, UdpMethod};
 use bcl::{Endpoint, JobKey, Method, ProcessAddr, ProgressMode};
 use clap::Parser;
@@ -154,8 +154,8 @@ fn bcl_or(
 /// exchange queue (as BCL's frames of that size do).
 fn ring_or(size: usize, batch: usize, messages: usize) -> (f64, &'static str) {
     let (a, b) = (ProcessAddr::new(3, 1), ProcessAddr::new(3, 2));
-    let mut tx = ShmPort::open(ShmConfig::new(job(), a)).expect("ring");
-    let mut rx = ShmPort::open(ShmConfig::new(job(), b)).expect("ring");
+    let mut tx = Mailbox::open(MailboxConfig::new(job(), a)).expect("ring");
+    let mut rx = Mailbox::open(MailboxConfig::new(job(), b)).expect("ring");
     let peer = tx.connect(b).expect("connect");
     let msg = vec![0x5a; size];
     let mut out = vec![0u8; size];

@@ -10,8 +10,8 @@
 //! * a line ring (`LineRing`: each message takes the next cache line of a
 //!   ring, with no protocol and no prefetch: what a ring pays for fresh
 //!   lines);
-//! * the bare system ring (two `ShmPort`s, `try_send` and `recv`: the shm
-//!   method's ring without the engine);
+//! * the bare system ring (two mailboxes, `bcl_shm::Mailbox`, with
+//!   `try_send` and `recv`: the shm method's ring without the engine);
 //! * BCL (two endpoints with the shm method, `Endpoint::send` and
 //!   `Endpoint::poll_recv_with`).
 //!
@@ -27,7 +27,7 @@
 //! is our ring protocol; BCL to ring is the engine.
 
 use bcl::shm::{
-    LineRing, PeerId, ShmConfig, ShmError, ShmMethod, ShmPort, SpinLink, SPIN_MAX_MESSAGE,
+    LineRing, Mailbox, MailboxConfig, PeerId, ShmError, ShmMethod, SpinLink, SPIN_MAX_MESSAGE,
 };
 use bcl::{Endpoint, JobKey, ProcessAddr, ProgressMode};
 use clap::Parser;
@@ -135,7 +135,7 @@ fn run(cli: &Cli) -> Result<(), String> {
     let echo_link = SpinLink::create(&path).map_err(|e| e.to_string())?;
     let lines_path = std::env::temp_dir().join(format!("bcl-shm-lat-lines-{}", std::process::id()));
     let echo_lines = LineRing::create(&lines_path).map_err(|e| e.to_string())?;
-    // Each side builds its endpoint and ring port in its own thread, so
+    // Each side builds its endpoint and mailbox in its own thread, so
     // that their heap memory comes from different allocator arenas and
     // shares no cache line (as two processes' would not).
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -143,7 +143,7 @@ fn run(cli: &Cli) -> Result<(), String> {
         pin(echo_cpu)?;
         let mut ep = endpoint(job, echo_addr)?;
         ep.add_peer(client_addr, shm_descriptor(client_addr));
-        let mut ring = ring_port(job, echo_ring_addr)?;
+        let mut ring = ring_mailbox(job, echo_ring_addr)?;
         let _ = ready_tx.send(());
         let to_client = ring_connect(&mut ring, client_ring_addr)?;
         echo_loop(Paths {
@@ -158,7 +158,7 @@ fn run(cli: &Cli) -> Result<(), String> {
     pin(client_cpu)?;
     let mut client_ep = endpoint(job, client_addr)?;
     client_ep.add_peer(echo_addr, shm_descriptor(echo_addr));
-    let mut client_ring = ring_port(job, client_ring_addr)?;
+    let mut client_ring = ring_mailbox(job, client_ring_addr)?;
     let client_link = SpinLink::open(&path).map_err(|e| e.to_string())?;
     let client_lines = LineRing::open(&lines_path).map_err(|e| e.to_string())?;
     ready_rx
@@ -216,15 +216,15 @@ fn run(cli: &Cli) -> Result<(), String> {
     Ok(())
 }
 
-fn ring_port(job: JobKey, addr: ProcessAddr) -> Result<ShmPort, String> {
-    ShmPort::open(ShmConfig::new(job, addr)).map_err(|e| format!("ring port {addr}: {e}"))
+fn ring_mailbox(job: JobKey, addr: ProcessAddr) -> Result<Mailbox, String> {
+    Mailbox::open(MailboxConfig::new(job, addr)).map_err(|e| format!("mailbox {addr}: {e}"))
 }
 
-/// Connects to the peer's ring port, waiting for it to exist.
-fn ring_connect(port: &mut ShmPort, to: ProcessAddr) -> Result<PeerId, String> {
+/// Connects to the peer's mailbox, waiting for it to exist.
+fn ring_connect(mailbox: &mut Mailbox, to: ProcessAddr) -> Result<PeerId, String> {
     let start = Instant::now();
     loop {
-        match port.connect(to) {
+        match mailbox.connect(to) {
             Ok(id) => return Ok(id),
             Err(ShmError::NoSuchPeer { .. } | ShmError::NotReady { .. })
                 if start.elapsed() < TIMEOUT =>
@@ -240,7 +240,7 @@ fn ring_connect(port: &mut ShmPort, to: ProcessAddr) -> Result<PeerId, String> {
 struct Paths {
     link: SpinLink,
     lines: LineRing,
-    ring: ShmPort,
+    ring: Mailbox,
     ring_peer: PeerId,
     ep: Endpoint,
     ep_peer: ProcessAddr,
@@ -335,7 +335,7 @@ fn echo_loop(mut ends: Paths) -> Result<(), String> {
 
 fn report(cli: &Cli, floors: &[u64], line_rings: &[u64], rings: &[u64], bcls: &[u64]) {
     println!(
-        "# bcl-shm-lat: {} B, {} groups of {} round trips; floor = SpinLink, line ring = LineRing (a fresh line per message, no protocol), ring = bare shm system ring (ShmPort), BCL = shm endpoints (send + poll_recv_with); medians, ns",
+        "# bcl-shm-lat: {} B, {} groups of {} round trips; floor = SpinLink, line ring = LineRing (a fresh line per message, no protocol), ring = bare shm system ring (Mailbox), BCL = shm endpoints (send + poll_recv_with); medians, ns",
         cli.size, cli.pairs, cli.block
     );
     println!(

@@ -24,7 +24,7 @@
 //! another process being scheduled on one of the two CPUs).
 
 use bcl_core::{JobKey, ProcessAddr};
-use bcl_shm::{Geometry, PullProgress, SendError, ShmConfig, ShmError, ShmPort};
+use bcl_shm::{Geometry, Mailbox, MailboxConfig, PullProgress, SendError, ShmError};
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::process::{Child, Command};
@@ -96,13 +96,13 @@ fn addr_b() -> ProcessAddr {
     ProcessAddr::new(0, 2)
 }
 
-fn open_port(o: &Opts, addr: ProcessAddr, g: Geometry) -> ShmPort {
-    let mut cfg = ShmConfig::new(o.job, addr);
+fn open_mailbox(o: &Opts, addr: ProcessAddr, g: Geometry) -> Mailbox {
+    let mut cfg = MailboxConfig::new(o.job, addr);
     cfg.geometry = g;
-    ShmPort::open(cfg).expect("open shm port")
+    Mailbox::open(cfg).expect("open mailbox")
 }
 
-fn connect(p: &mut ShmPort, to: ProcessAddr) -> bcl_shm::PeerId {
+fn connect(p: &mut Mailbox, to: ProcessAddr) -> bcl_shm::PeerId {
     let t = Instant::now();
     loop {
         match p.connect(to) {
@@ -117,7 +117,7 @@ fn connect(p: &mut ShmPort, to: ProcessAddr) -> bcl_shm::PeerId {
     }
 }
 
-fn send_spin(p: &mut ShmPort, to: bcl_shm::PeerId, msg: &[u8]) {
+fn send_spin(p: &mut Mailbox, to: bcl_shm::PeerId, msg: &[u8]) {
     loop {
         match p.try_send(to, msg) {
             Ok(()) => return,
@@ -128,7 +128,7 @@ fn send_spin(p: &mut ShmPort, to: bcl_shm::PeerId, msg: &[u8]) {
 }
 
 /// Receives one message (spinning), returns its first 8 bytes.
-fn recv_spin(p: &mut ShmPort) -> u64 {
+fn recv_spin(p: &mut Mailbox) -> u64 {
     loop {
         if let Some(m) = p.recv() {
             let mut b = [0u8; 8];
@@ -141,13 +141,13 @@ fn recv_spin(p: &mut ShmPort) -> u64 {
 }
 
 /// Sends per-window results to the parent (one message each, then NaN).
-fn send_results(p: &mut ShmPort, to: bcl_shm::PeerId, v: &[f64]) {
+fn send_results(p: &mut Mailbox, to: bcl_shm::PeerId, v: &[f64]) {
     for x in v.iter().chain(std::iter::once(&f64::NAN)) {
         send_spin(p, to, &x.to_bits().to_le_bytes());
     }
 }
 
-fn recv_results(p: &mut ShmPort) -> Vec<f64> {
+fn recv_results(p: &mut Mailbox) -> Vec<f64> {
     let mut v = Vec::new();
     loop {
         let x = f64::from_bits(recv_spin(p));
@@ -250,7 +250,7 @@ fn small_geometry() -> Geometry {
 fn ring_pingpong(o: &Opts, child: bool) -> Option<Vec<f64>> {
     if child {
         pin(o.cpus.1);
-        let mut b = open_port(o, addr_b(), small_geometry());
+        let mut b = open_mailbox(o, addr_b(), small_geometry());
         let to_a = connect(&mut b, addr_a());
         for _ in 0..o.iters * (WINDOWS + 1) {
             let v = recv_spin(&mut b);
@@ -260,7 +260,7 @@ fn ring_pingpong(o: &Opts, child: bool) -> Option<Vec<f64>> {
     }
     let mut c = spawn_child(o, "ring", &[]);
     pin(o.cpus.0);
-    let mut a = open_port(o, addr_a(), small_geometry());
+    let mut a = open_mailbox(o, addr_a(), small_geometry());
     let to_b = connect(&mut a, addr_b());
     let out = windows(o.iters, |i| {
         send_spin(&mut a, to_b, &i.to_le_bytes());
@@ -280,7 +280,7 @@ fn rate(o: &Opts, child: bool) -> Option<Vec<f64>> {
     let n = win * (WINDOWS + 1);
     if child {
         pin(o.cpus.1);
-        let mut b = open_port(o, addr_b(), small_geometry());
+        let mut b = open_mailbox(o, addr_b(), small_geometry());
         let to_a = connect(&mut b, addr_a());
         let mut got = 0u64;
         let mut next = 0u64;
@@ -306,7 +306,7 @@ fn rate(o: &Opts, child: bool) -> Option<Vec<f64>> {
     }
     let mut c = spawn_child(o, "rate", &[]);
     pin(o.cpus.0);
-    let mut a = open_port(o, addr_a(), small_geometry());
+    let mut a = open_mailbox(o, addr_a(), small_geometry());
     let to_b = connect(&mut a, addr_b());
     for i in 0..n {
         send_spin(&mut a, to_b, &i.to_le_bytes());
@@ -338,7 +338,7 @@ fn bw(o: &Opts, child: bool, chunk: u32, chunks: u32) -> Option<Vec<f64>> {
     let g = bw_geometry(chunk, chunks);
     if child {
         pin(o.cpus.1);
-        let mut b = open_port(o, addr_b(), g);
+        let mut b = open_mailbox(o, addr_b(), g);
         let to_a = connect(&mut b, addr_a());
         let mut dst = vec![1u8; MSG];
         let mut out = Vec::new();
@@ -373,7 +373,7 @@ fn bw(o: &Opts, child: bool, chunk: u32, chunks: u32) -> Option<Vec<f64>> {
     ];
     let mut c = spawn_child(o, "bw", &extra);
     pin(o.cpus.0);
-    let mut a = open_port(o, addr_a(), g);
+    let mut a = open_mailbox(o, addr_a(), g);
     let to_b = connect(&mut a, addr_b());
     let mut src = vec![0u8; MSG];
     for r in 0..warm + WINDOWS {

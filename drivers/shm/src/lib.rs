@@ -1,7 +1,7 @@
 //! bcl-shm: BCL's intra-node shared-memory primitives.
 //!
 //! Processes on one node talk through shared memory (BCL-3 §3.2). Each
-//! endpoint owns one segment under `/dev/shm` holding its receive
+//! process owns one segment under `/dev/shm` holding its receive
 //! structures; peers map it on first contact and write into it:
 //!
 //! * the **system ring** ([`ring`]): one per receiver, many producers, one
@@ -18,8 +18,8 @@
 //!   processes are removed at start; a dead peer is detected by pid and
 //!   start time (pidfds) and reported, never waited for forever.
 //!
-//! [`ShmPort`] puts these together as the shared-memory side of one
-//! endpoint. The README describes the layout, the algorithms with their
+//! [`Mailbox`] puts these together as the shared-memory side of one
+//! process; [`ShmMethod`] carries a BCL port's frames through it. The README describes the layout, the algorithms with their
 //! memory-ordering arguments, the measurements and the limits.
 //!
 //! This crate is a "memory module": `unsafe` is allowed here, each block
@@ -53,9 +53,9 @@ pub mod kind;
 #[cfg(not(loom))]
 pub mod layout;
 #[cfg(not(loom))]
-pub mod method;
+mod mailbox;
 #[cfg(not(loom))]
-mod port;
+pub mod method;
 #[cfg(not(loom))]
 pub mod proc;
 #[cfg(not(loom))]
@@ -69,9 +69,9 @@ pub use kind::ShmKind;
 #[cfg(not(loom))]
 pub use layout::Geometry;
 #[cfg(not(loom))]
-pub use method::{node_identity, probe, ShmMethod, ShmMethodStats, METHOD_NAME};
+pub use mailbox::{Incoming, Mailbox, MailboxConfig, PeerId, ShmEvent};
 #[cfg(not(loom))]
-pub use port::{Incoming, PeerId, ShmConfig, ShmEvent, ShmPort};
+pub use method::{node_identity, probe, ShmMethod, ShmMethodStats, METHOD_NAME};
 
 #[cfg(not(loom))]
 pub use segment::{cleanup_stale, segment_name, CleanupReport};
@@ -83,7 +83,7 @@ use bcl_core::ProcessAddr;
 #[cfg(not(loom))]
 use std::path::PathBuf;
 
-/// Why [`ShmPort::try_send`] did not send. Small and `Copy` because it is
+/// Why [`Mailbox::try_send`] did not send. Small and `Copy` because it is
 /// returned on the hot path (`Full` is routine back-pressure).
 #[cfg(not(loom))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -104,8 +104,8 @@ pub enum SendError {
     #[error("peer {0} is gone (died or closed)")]
     PeerGone(ProcessAddr),
     /// No such peer id.
-    #[error("no peer {0:?} on this port")]
-    UnknownPeer(port::PeerId),
+    #[error("no peer {0:?} in this mailbox")]
+    UnknownPeer(mailbox::PeerId),
 }
 
 #[cfg(not(loom))]
@@ -144,8 +144,8 @@ pub enum ShmError {
         addr: ProcessAddr,
     },
     /// No such peer id.
-    #[error("no peer {0:?} on this port")]
-    UnknownPeer(port::PeerId),
+    #[error("no peer {0:?} in this mailbox")]
+    UnknownPeer(mailbox::PeerId),
     /// The peer has no segment (not started, or gone).
     #[error("no shared-memory segment for process {addr} at {}", path.display())]
     NoSuchPeer {

@@ -78,7 +78,7 @@ impl TestRing {
         unsafe { RingProducer::new(self.view(), &self.intents[i], i as u16, 100 + i as u64) }
     }
 
-    /// The consumer's dead-producer recovery (what `ShmPort::check_head`
+    /// The consumer's dead-producer recovery (what `Mailbox::check_head`
     /// does with pidfds): skip the head if every producer whose intent
     /// names it is dead.
     fn recover(&self, c: &mut RingConsumer) -> bool {

@@ -37,7 +37,7 @@
 //! (counted).
 
 use crate::heap::{self, PeerMappings, SharedBytes, SharedRef};
-use crate::{PeerId, PullProgress, ShmConfig, ShmError, ShmEvent, ShmPort};
+use crate::{Mailbox, MailboxConfig, PeerId, PullProgress, ShmError, ShmEvent};
 use bcl_core::method::{
     Descriptor, DirectError, DirectMethod, LinkId, Method, MethodCaps, MethodCounters, MethodError,
     RxHandler, TakeDirect, TransferHost, TxFrame,
@@ -205,7 +205,7 @@ enum Expected {
 
 /// The shared-memory method (see the module documentation).
 pub struct ShmMethod {
-    port: ShmPort,
+    mailbox: Mailbox,
     node: String,
     links: Vec<Link>,
     by_addr: HashMap<ProcessAddr, LinkId>,
@@ -240,17 +240,17 @@ impl ShmMethod {
     /// Opens the shared-memory side of process `local` of job `job`
     /// (creating its segment under /dev/shm, removing stale ones).
     pub fn open(job: JobKey, local: ProcessAddr) -> Result<ShmMethod, MethodError> {
-        Self::with_config(ShmConfig::new(job, local))
+        Self::with_config(MailboxConfig::new(job, local))
     }
 
     /// Opens with a full configuration.
-    pub fn with_config(cfg: ShmConfig) -> Result<ShmMethod, MethodError> {
-        let port = ShmPort::open(cfg).map_err(|e| MethodError::Other {
+    pub fn with_config(cfg: MailboxConfig) -> Result<ShmMethod, MethodError> {
+        let mailbox = Mailbox::open(cfg).map_err(|e| MethodError::Other {
             method: METHOD_NAME,
             reason: e.to_string(),
         })?;
         Ok(ShmMethod {
-            port,
+            mailbox,
             node: node_identity(),
             links: Vec::new(),
             by_addr: HashMap::default(),
@@ -282,14 +282,15 @@ impl ShmMethod {
         self.read_peer_heaps = on;
     }
 
-    /// The underlying port (segment, rings), for inspection.
-    pub fn shm_port(&self) -> &ShmPort {
-        &self.port
+    /// The mailbox this method sends and receives through (segment,
+    /// system ring, exchange queues), for inspection.
+    pub fn mailbox(&self) -> &Mailbox {
+        &self.mailbox
     }
 
     /// Largest direct message.
     pub fn max_direct(&self) -> usize {
-        self.port.max_inline() - 1
+        self.mailbox.max_inline() - 1
     }
 
     fn link(&self, link: LinkId) -> Option<&Link> {
@@ -302,7 +303,7 @@ impl ShmMethod {
                 return Ok(l);
             }
         }
-        let peer = self.port.connect(addr)?;
+        let peer = self.mailbox.connect(addr)?;
         let link = Link {
             peer,
             addr,
@@ -434,7 +435,7 @@ impl ShmMethod {
         let done = if data.is_empty() {
             true
         } else {
-            match self.port.push_message(peer, data) {
+            match self.mailbox.push_message(peer, data) {
                 Ok(p) => {
                     if !p.done {
                         self.stats.backpressure += u64::from(p.chunks == 0);
@@ -484,7 +485,7 @@ impl ShmMethod {
             let progressed = match front {
                 // Queued items are frames: inline ones, or the notice of a
                 // big frame already in the exchange queue.
-                Out::Item(item) => match self.port.try_send(peer, item) {
+                Out::Item(item) => match self.mailbox.try_send(peer, item) {
                     Ok(()) => {
                         self.links[i].pending.pop_front();
                         self.count_written(i);
@@ -496,7 +497,7 @@ impl ShmMethod {
                         return;
                     }
                 },
-                Out::BigFrame(frame) => match self.port.push_message(peer, frame) {
+                Out::BigFrame(frame) => match self.mailbox.push_message(peer, frame) {
                     Ok(p) if p.done => {
                         // The frame is in the exchange queue: announce it.
                         self.links[i].pending[0] = Out::Item(vec![TAG_BIG_FRAME]);
@@ -512,7 +513,7 @@ impl ShmMethod {
                     notice,
                     announced: false,
                     ..
-                } => match self.port.try_send(peer, &notice[..]) {
+                } => match self.mailbox.try_send(peer, &notice[..]) {
                     Ok(()) => {
                         if let Some(Out::Bulk { announced, .. }) = self.links[i].pending.front_mut()
                         {
@@ -542,7 +543,7 @@ impl ShmMethod {
                     let (token, len, notice) = (*token, *len, *notice);
                     let channel = u16::from_le_bytes([notice[2], notice[3]]);
                     let key = (addr, notice[1], le_u32(&notice[4..8]));
-                    match self.port.try_send(peer, &notice[..]) {
+                    match self.mailbox.try_send(peer, &notice[..]) {
                         Ok(()) => {
                             self.links[i].pending.pop_front();
                             let link = LinkId(i as u32);
@@ -634,10 +635,10 @@ impl ShmMethod {
             return Ok(());
         }
         let peer = l.peer;
-        let inline = len < self.port.max_inline();
+        let inline = len < self.mailbox.max_inline();
         if l.pending.is_empty() && inline {
             self.staging[0] = TAG_FRAME;
-            match self.port.try_send(peer, &self.staging[..1 + len]) {
+            match self.mailbox.try_send(peer, &self.staging[..1 + len]) {
                 Ok(()) => {
                     self.stats.frames_inline += 1;
                     self.count_written(i);
@@ -715,7 +716,7 @@ impl ShmMethod {
             .link_for(from)
             .ok()
             .and_then(|l| self.link(l).map(|l| l.peer))
-            .and_then(|peer| self.port.peer_pid(peer));
+            .and_then(|peer| self.mailbox.peer_pid(peer));
         let r = pid.map(|pid| SharedRef {
             pid,
             fd: le_u32(&notice[16..20]),
@@ -793,12 +794,12 @@ impl ShmMethod {
         let frame = match self.held.remove(&from) {
             Some(f) => f,
             None => {
-                let len = match self.port.next_message_len(from) {
+                let len = match self.mailbox.next_message_len(from) {
                     Ok(Some(len)) => len,
                     _ => return false,
                 };
                 let mut buf = vec![0u8; len];
-                match self.port.pull_into(from, &mut buf) {
+                match self.mailbox.pull_into(from, &mut buf) {
                     Ok(PullProgress::Done { .. }) => buf,
                     // The sender pushes the whole frame before announcing
                     // it, so this does not happen; try again later.
@@ -829,7 +830,7 @@ impl ShmMethod {
         let mut answers = Vec::new();
         let ShmMethod {
             expected,
-            port,
+            mailbox,
             scratch,
             stats,
             ..
@@ -889,10 +890,10 @@ impl ShmMethod {
             }
             while let Some(&Expected::Bulk { token, len }) = queue.front() {
                 let progress = match token.and_then(|t| h.bulk_dest(t)) {
-                    Some(dst) => port.pull_into(from, dst),
+                    Some(dst) => mailbox.pull_into(from, dst),
                     None => {
                         scratch.resize(usize::try_from(len).unwrap_or(0), 0);
-                        port.pull_into(from, scratch)
+                        mailbox.pull_into(from, scratch)
                     }
                 };
                 match progress {
@@ -918,7 +919,7 @@ impl ShmMethod {
 
     /// Next event about a peer (died, closed, broke the protocol).
     pub fn poll_event(&mut self) -> Option<ShmEvent> {
-        let ev = self.port.poll_event()?;
+        let ev = self.mailbox.poll_event()?;
         if let ShmEvent::PeerDied { addr, .. } | ShmEvent::PeerClosed { addr } = &ev {
             if let Some(&l) = self.by_addr.get(addr) {
                 self.mark_dead(l);
@@ -938,7 +939,7 @@ impl ShmMethod {
 
     /// Looks for dead peers (call now and then when busy-polling).
     pub fn check_peers(&mut self) {
-        self.port.check_peers();
+        self.mailbox.check_peers();
     }
 }
 
@@ -1001,7 +1002,7 @@ impl DirectMethod for ShmMethod {
     fn poll_rx(&mut self, budget: usize, h: &mut dyn RxHandler) -> usize {
         let mut n = self.pull_bulk(h);
         while n < budget {
-            let Some(m) = self.port.recv() else { break };
+            let Some(m) = self.mailbox.recv() else { break };
             let from = m.from();
             let tag = m.bytes().first().copied();
             // Only frames need the link (a lookup per item would cost more
@@ -1042,7 +1043,7 @@ impl DirectMethod for ShmMethod {
                     if !self.take_big_frame(from, h) {
                         break;
                     }
-                    if let Some(m) = self.port.recv() {
+                    if let Some(m) = self.mailbox.recv() {
                         m.release();
                     }
                 }
@@ -1076,7 +1077,7 @@ impl DirectMethod for ShmMethod {
 
     #[inline]
     fn take_direct(&mut self, f: &mut dyn FnMut(ProcessAddr, &[u8])) -> TakeDirect {
-        let Some(m) = self.port.recv() else {
+        let Some(m) = self.mailbox.recv() else {
             return TakeDirect::Empty;
         };
         let bytes = m.bytes();
@@ -1103,7 +1104,7 @@ impl DirectMethod for ShmMethod {
             return Err(DirectError::Busy);
         }
         let (peer, addr) = (l.peer, l.addr);
-        match self.port.try_send_tagged(peer, TAG_DIRECT, data) {
+        match self.mailbox.try_send_tagged(peer, TAG_DIRECT, data) {
             Ok(()) => {
                 self.stats.direct_sent += 1;
                 Ok(())
@@ -1165,7 +1166,7 @@ impl DirectMethod for ShmMethod {
         self.maybe_queued
             || !self.written_dirty.is_empty()
             || !self.pulled.is_empty()
-            || self.port.has_events()
+            || self.mailbox.has_events()
     }
 
     #[inline]
@@ -1188,7 +1189,7 @@ impl Method for ShmMethod {
     }
 
     fn descriptor(&self) -> Descriptor {
-        let a = self.port.local();
+        let a = self.mailbox.local();
         Descriptor::new(METHOD_NAME, format!("{a}@{}", self.node))
     }
 
@@ -1238,7 +1239,7 @@ impl Method for ShmMethod {
     }
 
     fn readiness_fd(&self) -> Option<RawFd> {
-        Some(self.port.readiness_fd())
+        Some(self.mailbox.readiness_fd())
     }
 
     fn prepare_wait(&mut self) -> bool {
@@ -1246,12 +1247,12 @@ impl Method for ShmMethod {
         // waits for nobody: no peer will ring for it.
         let copying = self.copies_in_progress() > 0;
         // Answers (and other items) queued behind a full ring: the peer
-        // rings when it frees room, which the port's flags arm.
-        self.port.prepare_wait() && !copying
+        // rings when it frees room, which the mailbox's flags arm.
+        self.mailbox.prepare_wait() && !copying
     }
 
     fn finish_wait(&mut self) {
-        self.port.finish_wait();
+        self.mailbox.finish_wait();
     }
 
     fn counters(&self) -> MethodCounters {

@@ -759,7 +759,7 @@ impl RingConsumer {
     /// only if unconsumed plus unannounced slots make up the whole ring, so
     /// at least `cap - batch + 1 >= batch` messages wait to be consumed, and
     /// consuming them triggers an announcement. A consumer about to sleep
-    /// forces one (see `ShmPort::prepare_wait`).
+    /// forces one (see `Mailbox::prepare_wait`).
     #[inline]
     pub(crate) fn announce(&mut self, force: bool) -> bool {
         let batch = ANNOUNCE_BATCH.min(self.view.cap / 4);

@@ -1,14 +1,16 @@
-//! [`ShmPort`]: the shared-memory side of one endpoint.
+//! [`Mailbox`]: the shared-memory side of one process.
 //!
-//! It owns the endpoint's segment (its system ring, its directory of
+//! It owns the process's segment (its system ring, its directory of
 //! senders with their exchange queues, its bell flag) and its doorbell
 //! socket, keeps one [`Link`] per peer it sends to (the peer's mapped
 //! segment, our directory entry there, our ring producer and exchange
 //! sender), and one record per peer that sends to it. It turns the
 //! algorithms of [`crate::ring`], [`crate::exchange`] and [`crate::bell`]
-//! into an endpoint API: connect, send, receive in place, push and pull
-//! large messages, wait, and learn about dead peers from
-//! [`ShmPort::poll_event`].
+//! into the API a method needs: connect, send, receive in place, push and
+//! pull large messages, wait, and learn about dead peers from
+//! [`Mailbox::poll_event`]. It is not a BCL port (`bcl_core::Port`, the
+//! protocol endpoint): [`crate::ShmMethod`] owns one mailbox and carries a
+//! port's frames through it.
 
 use crate::bell;
 use crate::doorbell::{self, Doorbell, Rang, Ringer};
@@ -37,7 +39,7 @@ const LIVENESS_INTERVAL: Duration = Duration::from_millis(1);
 const ORPHAN_TIMEOUT: Duration = Duration::from_secs(1);
 /// Idle polls between checks of a stuck head slot.
 const IDLE_STUCK_MASK: u32 = (1 << 10) - 1;
-/// Idle polls between peer checks ([`ShmPort::check_peers`]).
+/// Idle polls between peer checks ([`Mailbox::check_peers`]).
 const IDLE_PEERS_MASK: u32 = (1 << 16) - 1;
 
 const EP_BELL: u64 = 0;
@@ -51,12 +53,12 @@ enum Act {
 const EP_LINK: u64 = 1 << 32;
 const EP_SENDER: u64 = 2 << 32;
 
-/// How to open a [`ShmPort`].
+/// How to open a [`Mailbox`].
 #[derive(Clone, Debug)]
-pub struct ShmConfig {
+pub struct MailboxConfig {
     /// The job: segments of other jobs are invisible.
     pub job: JobKey,
-    /// This endpoint's address.
+    /// This process's address.
     pub local: ProcessAddr,
     /// Where segments live (`/dev/shm`).
     pub dir: PathBuf,
@@ -66,10 +68,10 @@ pub struct ShmConfig {
     pub cleanup_on_open: bool,
 }
 
-impl ShmConfig {
+impl MailboxConfig {
     /// The default configuration for `local` in `job`.
     pub fn new(job: JobKey, local: ProcessAddr) -> Self {
-        ShmConfig {
+        MailboxConfig {
             job,
             local,
             dir: PathBuf::from("/dev/shm"),
@@ -79,7 +81,7 @@ impl ShmConfig {
     }
 }
 
-/// A peer this port sends to, as returned by [`ShmPort::connect`].
+/// A peer this mailbox sends to, as returned by [`Mailbox::connect`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PeerId(pub u32);
 
@@ -95,7 +97,7 @@ pub enum ShmEvent {
         /// Its pid.
         pid: u32,
     },
-    /// The peer closed its endpoint.
+    /// The peer closed its mailbox.
     PeerClosed {
         /// The peer.
         addr: ProcessAddr,
@@ -192,9 +194,9 @@ fn prepare_reply(links: &[Link], reply: Option<PeerId>) {
     }
 }
 
-/// The shared-memory side of one endpoint (see the module documentation).
-pub struct ShmPort {
-    cfg: ShmConfig,
+/// The shared-memory side of one process (see the module documentation).
+pub struct Mailbox {
+    cfg: MailboxConfig,
     rx: RingConsumer,
     senders: Vec<Option<Sender>>,
     by_addr: HashMap<ProcessAddr, u32>,
@@ -218,9 +220,9 @@ pub struct ShmPort {
     seg: Segment,
 }
 
-impl std::fmt::Debug for ShmPort {
+impl std::fmt::Debug for Mailbox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ShmPort")
+        f.debug_struct("Mailbox")
             .field("local", &self.cfg.local)
             .field("segment", &self.seg.path())
             .field("links", &self.links.len())
@@ -280,10 +282,10 @@ fn epoll_ctl(ep: &OwnedFd, op: libc::c_int, fd: RawFd, data: u64) {
     unsafe { libc::epoll_ctl(ep.as_raw_fd(), op, fd, &mut ev) };
 }
 
-impl ShmPort {
-    /// Creates this endpoint's segment and doorbell (after removing stale
+impl Mailbox {
+    /// Creates this process's segment and doorbell (after removing stale
     /// segments of dead processes, if configured).
-    pub fn open(cfg: ShmConfig) -> Result<ShmPort, ShmError> {
+    pub fn open(cfg: MailboxConfig) -> Result<Mailbox, ShmError> {
         let layout = Layout::new(cfg.geometry).map_err(ShmError::BadConfig)?;
         if cfg.cleanup_on_open {
             segment::cleanup_stale(&cfg.dir)?;
@@ -308,7 +310,7 @@ impl ShmPort {
         epoll_ctl(&epoll, libc::EPOLL_CTL_ADD, bell.fd(), EP_BELL);
         let rx = RingConsumer::new(ring_view(&seg));
         let entries = layout.geometry.dir_entries as usize;
-        Ok(ShmPort {
+        Ok(Mailbox {
             rx,
             senders: (0..entries).map(|_| None).collect(),
             by_addr: HashMap::new(),
@@ -330,17 +332,17 @@ impl ShmPort {
         })
     }
 
-    /// This endpoint's address.
+    /// This process's address.
     pub fn local(&self) -> ProcessAddr {
         self.cfg.local
     }
 
-    /// The configuration the port was opened with.
-    pub fn config(&self) -> &ShmConfig {
+    /// The configuration the mailbox was opened with.
+    pub fn config(&self) -> &MailboxConfig {
         &self.cfg
     }
 
-    /// Path of this endpoint's segment.
+    /// Path of this process's segment.
     pub fn segment_path(&self) -> &Path {
         self.seg.path()
     }
@@ -350,7 +352,7 @@ impl ShmPort {
         self.rx.payload_max()
     }
 
-    /// An fd that becomes readable when this port may have work: a peer
+    /// An fd that becomes readable when this mailbox may have work: a peer
     /// rang the doorbell or a watched peer died. For the engine's epoll
     /// set; see [`prepare_wait`](Self::prepare_wait) for the protocol.
     pub fn readiness_fd(&self) -> RawFd {
@@ -504,7 +506,7 @@ impl ShmPort {
         self.try_send_parts(peer, None, msg)
     }
 
-    /// As [`ShmPort::try_send`] with the message `tag` followed by `msg`,
+    /// As [`Mailbox::try_send`] with the message `tag` followed by `msg`,
     /// written straight into the ring slot.
     pub fn try_send_tagged(&mut self, peer: PeerId, tag: u8, msg: &[u8]) -> Result<(), SendError> {
         self.try_send_parts(peer, Some(tag), msg)
@@ -656,7 +658,7 @@ impl ShmPort {
                         let from = s.addr;
                         prepare_reply(&self.links, s.reply);
                         return Some(Incoming {
-                            port: self,
+                            mailbox: self,
                             from,
                             len: info.len,
                         });
@@ -694,7 +696,7 @@ impl ShmPort {
                                 .and_then(|s| s.as_ref()?.reply);
                             prepare_reply(&self.links, reply);
                             return Some(Incoming {
-                                port: self,
+                                mailbox: self,
                                 from,
                                 len: info.len,
                             });
@@ -1086,7 +1088,7 @@ impl ShmPort {
         self.reap_gone();
     }
 
-    /// Whether [`ShmPort::poll_event`] has something.
+    /// Whether [`Mailbox::poll_event`] has something.
     pub fn has_events(&self) -> bool {
         !self.events.is_empty()
     }
@@ -1302,7 +1304,7 @@ impl ShmPort {
     }
 }
 
-impl Drop for ShmPort {
+impl Drop for Mailbox {
     fn drop(&mut self) {
         // Leave the peers' directories: they free our entries once they
         // have consumed what we sent.
@@ -1336,7 +1338,7 @@ impl Drop for ShmPort {
 
 /// A message at the head of the system ring, shown in place.
 pub struct Incoming<'a> {
-    port: &'a mut ShmPort,
+    mailbox: &'a mut Mailbox,
     from: ProcessAddr,
     len: usize,
 }
@@ -1367,29 +1369,29 @@ impl Incoming<'_> {
     /// validated when the message was found.
     #[inline]
     pub fn bytes(&self) -> &[u8] {
-        self.port.rx.reading(|| {
+        self.mailbox.rx.reading(|| {
             // SAFETY: payload_ptr points to the head slot's payload area of
             // payload_max bytes in our mapping; len <= payload_max (checked
             // by poll); the slot is published and not released, so by the
-            // protocol nobody writes it while `self` (which borrows the port
+            // protocol nobody writes it while `self` (which borrows the mailbox
             // mutably, so the slot cannot be released) lives.
-            unsafe { std::slice::from_raw_parts(self.port.rx.payload_ptr(), self.len) }
+            unsafe { std::slice::from_raw_parts(self.mailbox.rx.payload_ptr(), self.len) }
         })
     }
 
     /// Copies the message into `dst`; returns the bytes copied.
     #[inline]
     pub fn copy_to(&self, dst: &mut [u8]) -> usize {
-        self.port.rx.copy_head(self.len, dst)
+        self.mailbox.rx.copy_head(self.len, dst)
     }
 
     /// Gives the slot back to the producers.
     #[inline]
     pub fn release(self) {
-        let port = self.port;
-        port.rx.release();
-        if port.rx.announce(false) {
-            port.wake_space_waiters();
+        let mailbox = self.mailbox;
+        mailbox.rx.release();
+        if mailbox.rx.announce(false) {
+            mailbox.wake_space_waiters();
         }
     }
 }
@@ -1398,16 +1400,16 @@ impl Incoming<'_> {
 mod tests {
     use super::*;
 
-    fn port(job: JobKey, port: u16) -> ShmPort {
-        let mut cfg = ShmConfig::new(job, ProcessAddr::new(1, port));
+    fn mailbox(job: JobKey, port: u16) -> Mailbox {
+        let mut cfg = MailboxConfig::new(job, ProcessAddr::new(1, port));
         cfg.geometry.ring_slots = 16;
         cfg.geometry.dir_entries = 4;
         cfg.geometry.chunk_size = 4096;
         cfg.geometry.chunks = 4;
-        ShmPort::open(cfg).unwrap()
+        Mailbox::open(cfg).unwrap()
     }
 
-    fn take_one(p: &mut ShmPort) -> Vec<u8> {
+    fn take_one(p: &mut Mailbox) -> Vec<u8> {
         let m = p.recv().expect("a message");
         let bytes = m.bytes().to_vec();
         m.release();
@@ -1419,14 +1421,14 @@ mod tests {
     #[test]
     fn receiving_prepares_the_reply_slot_whatever_came_first() {
         let job = JobKey(std::process::id() << 8 ^ 0x71);
-        let mut a = port(job, 1);
-        let mut b = port(job, 2);
+        let mut a = mailbox(job, 1);
+        let mut b = mailbox(job, 2);
         let a_to_b = a.connect(b.local()).unwrap();
         a.try_send(a_to_b, b"first").unwrap();
         assert_eq!(take_one(&mut b), b"first", "b has no link to a yet");
         // The link comes after the sender: connecting finds the sender.
         let b_to_a = b.connect(a.local()).unwrap();
-        let prepared = |p: &ShmPort, id: PeerId| p.links[id.0 as usize].producer.prepared();
+        let prepared = |p: &Mailbox, id: PeerId| p.links[id.0 as usize].producer.prepared();
         assert_eq!(prepared(&b, b_to_a), None);
         a.try_send(a_to_b, b"second").unwrap();
         assert_eq!(take_one(&mut b), b"second");
