@@ -7,7 +7,7 @@
 #     `shm`, and `unix` (a Unix-domain stream socket, the kernel's way),
 #     each a separate bcl-pingpong run; and bcl-shm-lat, which alternates
 #     floor, line-ring (a fresh cache line per message, no protocol: what
-#     any ring pays), bare-ring and BCL blocks in the same two threads and
+#     any ring pays), bare-inbox and BCL blocks in the same two threads and
 #     keeps the groups whose floor did not move (the host moves the vCPUs
 #     every few hundred ms, so separate runs often see different
 #     placements);
@@ -85,7 +85,7 @@ for r in $(seq 1 "$RUNS"); do
   LAT_RATIO=$(sed -n 's/.*BCL\/floor median \([0-9.]*\) (range \([0-9.]*-[0-9.]*\)).*/\1 [\2]/p' <<<"$LAT")
   LAT_ONEWAY=$(sed -n 's/.*one-way median: floor \([0-9]*\) ns, BCL \([0-9]*\) ns.*/\1 \/ \2/p' <<<"$LAT")
   LAT_KEPT=$(sed -n 's/^kept \([0-9]* of [0-9]*\) pairs.*/\1/p' <<<"$LAT")
-  LAT_BOUNDS=$(sed -n 's/.*line ring [0-9]* ns (\([0-9.]*\) x floor), bare ring [0-9]* ns (\([0-9.]*\) x floor).*/\1 \/ \2/p' <<<"$LAT")
+  LAT_BOUNDS=$(sed -n 's/.*line ring [0-9]* ns (\([0-9.]*\) x floor), bare inbox [0-9]* ns (\([0-9.]*\) x floor).*/\1 \/ \2/p' <<<"$LAT")
   SPIN=$(p50 "$OUT/pp-spin-$r.json"); SHM=$(p50 "$OUT/pp-shm-$r.json"); UNIX=$(p50 "$OUT/pp-unix-$r.json")
   SHM99=$(p99 "$OUT/pp-shm-$r.json")
   RATE=$(bw_field "$OUT/rate-$r.json" msgs_per_s)
@@ -108,7 +108,7 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 OR=$("$BIN/bcl-or" --sizes 8,1024 --batches 1,16)
 echo "$OR"
 
-HEADER='| run | spin one-way ns (floor) | BCL shm one-way ns | shm / floor (≤ 1.3) | interleaved one-way ns, floor / BCL (≤ 250) | interleaved BCL / floor, median [range] (pairs kept) (≤ 1.3) | interleaved line ring / floor, bare ring / floor | shm p99 one-way ns | unix one-way ns | unix / shm | 16 B rate M msg/s (≥ 3) | 4 MiB normal channel, one copy, MB/s / memcpy (≥ 0.8) | 4 MiB normal channel, two copies (--no-shared-heap) / memcpy | bare exchange queue 4 MiB / memcpy, best [median] window | 1 MiB system channel MB/s / memcpy |
+HEADER='| run | spin one-way ns (floor) | BCL shm one-way ns | shm / floor (≤ 1.3) | interleaved one-way ns, floor / BCL (≤ 250) | interleaved BCL / floor, median [range] (pairs kept) (≤ 1.3) | interleaved line ring / floor, bare inbox / floor | shm p99 one-way ns | unix one-way ns | unix / shm | 16 B rate M msg/s (≥ 3) | 4 MiB normal channel, one copy, MB/s / memcpy (≥ 0.8) | 4 MiB normal channel, two copies (--no-shared-heap) / memcpy | bare exchange queue 4 MiB / memcpy, best [median] window | 1 MiB system channel MB/s / memcpy |
 |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|'
 echo "$HEADER"
 printf '%s' "$ROWS"

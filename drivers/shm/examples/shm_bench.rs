@@ -7,7 +7,7 @@
 //!
 //! Two processes (this one and a re-executed child), pinned to CPUs 0 and 1:
 //!
-//! * `latency`: 8-byte ping-pong through the system ring vs the floor
+//! * `latency`: 8-byte ping-pong through the inbox vs the floor
 //!   ("spin": two processes ping-ponging one cache line in shared memory);
 //!   one way = RTT/2;
 //! * `unix`: 8-byte ping-pong over a Unix stream socket (blocking reads),
@@ -236,7 +236,7 @@ fn spin_pingpong(o: &Opts, child: bool) -> Option<Vec<f64>> {
     Some(out.into_iter().map(|rtt| rtt / 2.0).collect())
 }
 
-// ---------------------------------------------------------------- ring ping-pong
+// --------------------------------------------------------------- inbox ping-pong
 
 fn small_geometry() -> Geometry {
     Geometry {
@@ -247,7 +247,7 @@ fn small_geometry() -> Geometry {
     }
 }
 
-fn ring_pingpong(o: &Opts, child: bool) -> Option<Vec<f64>> {
+fn inbox_pingpong(o: &Opts, child: bool) -> Option<Vec<f64>> {
     if child {
         pin(o.cpus.1);
         let mut b = open_mailbox(o, addr_b(), small_geometry());
@@ -258,7 +258,7 @@ fn ring_pingpong(o: &Opts, child: bool) -> Option<Vec<f64>> {
         }
         return None;
     }
-    let mut c = spawn_child(o, "ring", &[]);
+    let mut c = spawn_child(o, "inbox", &[]);
     pin(o.cpus.0);
     let mut a = open_mailbox(o, addr_a(), small_geometry());
     let to_b = connect(&mut a, addr_b());
@@ -325,7 +325,7 @@ fn bw_geometry(chunk: u32, chunks: u32) -> Geometry {
         chunk_size: chunk,
         chunks,
         dir_entries: 2,
-        ring_slots: 64,
+        inbox_slots: 64,
         ..Geometry::default()
     }
 }
@@ -466,7 +466,7 @@ fn main() {
     if let Some(role) = opt(&args, "--child") {
         match role {
             "spin" => spin_pingpong(&o, true),
-            "ring" => ring_pingpong(&o, true),
+            "inbox" => inbox_pingpong(&o, true),
             "rate" => rate(&o, true),
             "unix" => unix_pingpong(&o, true),
             "bw" => {
@@ -492,9 +492,9 @@ fn main() {
     let all = what == "all";
     if all || what == "latency" {
         let (fb, fm) = best_median(spin_pingpong(&o, false).unwrap(), false);
-        let (rb, rm) = best_median(ring_pingpong(&o, false).unwrap(), false);
+        let (rb, rm) = best_median(inbox_pingpong(&o, false).unwrap(), false);
         println!(
-            "latency 8 B one-way: ring {rb:.0} ns [{rm:.0}], floor (spin) {fb:.0} ns [{fm:.0}], ratio {:.2} [{:.2}] (target <= 1.3 and <= 250 ns)",
+            "latency 8 B one-way: inbox {rb:.0} ns [{rm:.0}], floor (spin) {fb:.0} ns [{fm:.0}], ratio {:.2} [{:.2}] (target <= 1.3 and <= 250 ns)",
             rb / fb,
             rm / fm
         );

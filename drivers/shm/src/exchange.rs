@@ -1,5 +1,5 @@
 //! The exchange queue: one per ordered process pair, single producer,
-//! single consumer, for messages larger than a ring block.
+//! single consumer, for messages larger than an inbox slot.
 //!
 //! A circular queue of `chunks` chunks of `chunk_size` bytes, each with a
 //! descriptor (message number, offset, length, message total). The

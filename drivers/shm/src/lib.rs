@@ -4,10 +4,10 @@
 //! process owns one segment under `/dev/shm` holding its receive
 //! structures; peers map it on first contact and write into it:
 //!
-//! * the **system ring** ([`ring`]): one per receiver, many producers, one
-//!   consumer, fixed-size blocks; a producer claims a slot with one
-//!   compare-and-swap, the consumer's read index is private, a full ring
-//!   is back-pressure;
+//! * the **inbox** ([`inbox`]): one per receiver, a ring of fixed-size
+//!   slots for small messages, many producers, one consumer; a producer
+//!   claims a slot with one compare-and-swap, the consumer's read index is
+//!   private, a full inbox is back-pressure;
 //! * **exchange queues** ([`exchange`]): one per ordered pair, single
 //!   producer single consumer, for large messages, cut into chunks that are
 //!   pipelined so the two copies overlap;
@@ -19,12 +19,13 @@
 //!   start time (pidfds) and reported, never waited for forever.
 //!
 //! [`Mailbox`] puts these together as the shared-memory side of one
-//! process; [`ShmMethod`] carries a BCL port's frames through it. The README describes the layout, the algorithms with their
-//! memory-ordering arguments, the measurements and the limits.
+//! process, and [`ShmMethod`] is the BCL method built on it. The README
+//! describes the layout, the algorithms with their memory-ordering
+//! arguments, the measurements and the limits.
 //!
 //! This crate is a "memory module": `unsafe` is allowed here, each block
 //! with its `// SAFETY:` argument. Shared memory is accessed only through
-//! atomics and raw-pointer copies, except for a published ring slot, which
+//! atomics and raw-pointer copies, except for a published inbox slot, which
 //! the consumer may view as `&[u8]` until it releases it (see
 //! [`Incoming::bytes`]). Every index and length read from shared memory is
 //! validated: a buggy peer can make us drop its messages, not panic.
@@ -40,7 +41,7 @@ pub(crate) mod copy;
 pub mod exchange;
 #[cfg(not(loom))]
 pub mod heap;
-pub mod ring;
+pub mod inbox;
 pub(crate) mod sync;
 
 #[cfg(loom)]
@@ -88,12 +89,12 @@ use std::path::PathBuf;
 #[cfg(not(loom))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SendError {
-    /// The peer's ring is full: nothing was sent; retry on a later progress
+    /// The peer's inbox is full: nothing was sent; retry on a later progress
     /// call (back-pressure, not loss).
-    #[error("the peer's ring is full; retry later")]
+    #[error("the peer's inbox is full; retry later")]
     Full,
-    /// The message does not fit in a ring slot; use the exchange queue.
-    #[error("message of {len} bytes exceeds the {max}-byte ring slot; send it through the exchange queue")]
+    /// The message does not fit in an inbox slot; use the exchange queue.
+    #[error("message of {len} bytes exceeds the {max}-byte inbox slot; send it through the exchange queue")]
     TooLarge {
         /// The message length.
         len: usize,
@@ -124,12 +125,12 @@ impl From<SendError> for ShmError {
 #[cfg(not(loom))]
 #[derive(Debug, thiserror::Error)]
 pub enum ShmError {
-    /// The ring of the peer is full: nothing was sent; retry on a later
+    /// The inbox of the peer is full: nothing was sent; retry on a later
     /// progress call (back-pressure, not loss).
-    #[error("the peer's ring is full; retry later")]
+    #[error("the peer's inbox is full; retry later")]
     Full,
-    /// The message does not fit in a ring slot; use the exchange queue.
-    #[error("message of {len} bytes exceeds the {max}-byte ring slot; send it through the exchange queue")]
+    /// The message does not fit in an inbox slot; use the exchange queue.
+    #[error("message of {len} bytes exceeds the {max}-byte inbox slot; send it through the exchange queue")]
     TooLarge {
         /// The message length.
         len: usize,

@@ -1,6 +1,6 @@
 //! The `shm` method: BCL over shared memory between processes of one node.
 //!
-//! Everything a process receives arrives through its one system ring, in
+//! Everything a process receives arrives through its one inbox, in
 //! order, as *items* tagged by their first byte:
 //!
 //! | tag | item | |
@@ -14,7 +14,7 @@
 //! | 7 `BULK_REFUSED` | kind, transfer | "I cannot map it": the sender pushes the data through the exchange queue instead |
 //!
 //! Large data travels in the per-pair exchange queue. A big frame is pushed
-//! whole before its notice goes into the ring, so the receiver finds it
+//! whole before its notice goes into the inbox, so the receiver finds it
 //! complete; transfer data is announced first and pulled while it streams.
 //! Transfer data from a sender's shared heap does not travel at all: the
 //! receiver maps the sender's allocation (once; up to
@@ -22,13 +22,13 @@
 //! and copies from it, and the sender's transfer completes when the
 //! receiver says so.
 //! Per sender, items keep their order: a sender's later frames wait behind
-//! its earlier ones (in its queue when the ring or exchange queue is full,
+//! its earlier ones (in its queue when the inbox or exchange queue is full,
 //! at the receiver behind an unfinished pull).
 //!
 //! The method never loses, duplicates or reorders (`caps().reliable`) and
 //! memory does not corrupt bytes (`caps().integrity`): the core skips
 //! sequence numbers, acknowledgements, retransmission and CRC32C for it. A
-//! full ring or exchange queue is back-pressure, never loss.
+//! full inbox or exchange queue is back-pressure, never loss.
 //!
 //! The method is a [`DirectMethod`]: an engine drives receiving with
 //! [`DirectMethod::poll_rx`] (frames, direct messages and transfer data
@@ -116,7 +116,7 @@ pub fn node_identity() -> String {
 /// Counters of the method.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ShmMethodStats {
-    /// Frames sent inline through the ring.
+    /// Frames sent inline through the inbox.
     pub frames_inline: u64,
     /// Frames sent through the exchange queue.
     pub frames_big: u64,
@@ -137,7 +137,7 @@ pub struct ShmMethodStats {
     /// Transfers announced in a shared heap that could not be mapped here
     /// (the sender then pushed them through the exchange queue).
     pub shared_refused: u64,
-    /// Times an item had to wait because a ring or exchange queue was full.
+    /// Times an item had to wait because an inbox or exchange queue was full.
     pub backpressure: u64,
     /// Items dropped because the receiving side could not handle them (a
     /// generic `rx_burst` caller, or data nobody waited for).
@@ -148,11 +148,11 @@ pub struct ShmMethodStats {
 
 /// Something waiting to go to a peer, in order.
 enum Out {
-    /// A ring item (tag included) the ring had no room for.
+    /// An inbox item (tag included) the inbox had no room for.
     Item(Vec<u8>),
     /// A frame being pushed into the exchange queue; its notice follows.
     BigFrame(Vec<u8>),
-    /// A bulk transfer: its notice (`announced` once in the ring), then its
+    /// A bulk transfer: its notice (`announced` once in the inbox), then its
     /// data, pushed by the engine.
     Bulk {
         notice: [u8; BULK_NOTICE_LEN],
@@ -283,7 +283,7 @@ impl ShmMethod {
     }
 
     /// The mailbox this method sends and receives through (segment,
-    /// system ring, exchange queues), for inspection.
+    /// inbox, exchange queues), for inspection.
     pub fn mailbox(&self) -> &Mailbox {
         &self.mailbox
     }
@@ -471,7 +471,7 @@ impl ShmMethod {
         self.maybe_queued = queued;
     }
 
-    /// Sends as much of link `i`'s queue as the ring and exchange queue take.
+    /// Sends as much of link `i`'s queue as the inbox and exchange queue take.
     fn flush_link(&mut self, i: usize) {
         loop {
             let l = &mut self.links[i];
@@ -585,7 +585,7 @@ impl ShmMethod {
 
     /// Reports, for each link whose count changed, its peer and the number
     /// of BCL frames written to it since the link was made (frames queued
-    /// behind back-pressure count only once actually in the peer's ring).
+    /// behind back-pressure count only once actually in the peer's inbox).
     fn drain_written(&mut self, mut report: impl FnMut(ProcessAddr, u64)) {
         for link in self.written_dirty.drain(..) {
             if let Some(l) = self.links.get_mut(link.0 as usize) {
@@ -1020,7 +1020,7 @@ impl DirectMethod for ShmMethod {
                 }
                 (Some(TAG_FRAME), None) => {
                     // First frame from this sender: connect back, then read
-                    // the item again (it stays first in the ring).
+                    // the item again (it stays first in the inbox).
                     if self.link_for(from).is_err() {
                         break;
                     }
@@ -1034,7 +1034,7 @@ impl DirectMethod for ShmMethod {
                     self.stats.direct_received += 1;
                 }
                 (Some(TAG_BIG_FRAME), _) => {
-                    // Left in the ring until the frame is taken.
+                    // Left in the inbox until the frame is taken.
                     // Transfer data announced earlier by this sender comes
                     // first in its exchange queue.
                     if self.expected.get(&from).is_some_and(|q| !q.is_empty()) {
@@ -1148,7 +1148,7 @@ impl DirectMethod for ShmMethod {
         self.flush();
         // Transfers receivers copied from our shared heap are done.
         work += self.drain_pulled(|token| host.transfer_sent(token));
-        // Frames to shared-memory peers are delivered once in the peer's ring.
+        // Frames to shared-memory peers are delivered once in the peer's inbox.
         self.drain_written(|addr, written| host.frames_written(addr, written));
         if check_peers {
             self.check_peers();
@@ -1246,7 +1246,7 @@ impl Method for ShmMethod {
         // A transfer being copied from a sender's shared heap is work that
         // waits for nobody: no peer will ring for it.
         let copying = self.copies_in_progress() > 0;
-        // Answers (and other items) queued behind a full ring: the peer
+        // Answers (and other items) queued behind a full inbox: the peer
         // rings when it frees room, which the mailbox's flags arm.
         self.mailbox.prepare_wait() && !copying
     }

@@ -16,14 +16,14 @@
 //! no peer-death detection beyond what the caller's deadline gives.
 //!
 //! A [`LineRing`] is the control that separates what a *ring* costs from
-//! what our ring's protocol costs: the same lines, but each message takes
+//! what the inbox's protocol costs: the same lines, but each message takes
 //! the next line of a ring of [`LINE_RING_SLOTS`] lines per direction
-//! (256 bytes apart, like the system ring's default slots), with no claim,
+//! (256 bytes apart, like the inbox's default slots), with no claim,
 //! no header and no sender check; the reader announces what it consumed
 //! every quarter ring. Any ring in which a message takes a fresh cache line
 //! pays at least what this one pays, unless it fetches that line for
-//! writing ahead of time, as the system ring does when it prepares a reply
-//! (`RingProducer::prepare_send`).
+//! writing ahead of time, as the inbox does when it prepares a reply
+//! (`InboxProducer::prepare_send`).
 
 use crate::segment::Mapping;
 use std::fs::OpenOptions;
@@ -227,10 +227,10 @@ impl SpinLink {
     }
 }
 
-/// Lines per direction of a [`LineRing`] (the system ring's default slot
+/// Lines per direction of a [`LineRing`] (the inbox's default slot
 /// count).
 pub const LINE_RING_SLOTS: usize = 1024;
-/// Bytes between a [`LineRing`]'s lines (the system ring's default slot
+/// Bytes between a [`LineRing`]'s lines (the inbox's default slot
 /// size); only the first 64 of each are used.
 const LINE_RING_STRIDE: usize = 256;
 /// One direction: a 128-byte control pair (the reader's consumed count),

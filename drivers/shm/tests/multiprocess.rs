@@ -47,7 +47,7 @@ fn dir() -> PathBuf {
 
 fn cfg(job: JobKey, port: u16) -> MailboxConfig {
     let mut c = MailboxConfig::new(job, ProcessAddr::new(NODE, port));
-    c.geometry.ring_slots = 256;
+    c.geometry.inbox_slots = 256;
     c.geometry.dir_entries = 16;
     c.geometry.chunk_size = 16 * 1024;
     c.geometry.chunks = 4;
@@ -590,7 +590,7 @@ fn consumer_death_gives_the_producer_an_error_not_a_hang() {
     wait_for_file(&seg_path(j, 60));
     let mut p = Mailbox::open(cfg(j, 61)).unwrap();
     let to = connect_retry(&mut p, ProcessAddr::new(NODE, 60));
-    // Fill its ring and its exchange queue: nobody consumes.
+    // Fill its inbox and its exchange queue: nobody consumes.
     while p.try_send(to, b"x").is_ok() {}
     let big = vec![7u8; 1 << 20];
     let pr = p.push_message(to, &big).unwrap();

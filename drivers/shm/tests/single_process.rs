@@ -21,7 +21,7 @@ fn job() -> JobKey {
 
 fn mailbox(job: JobKey, node: u32, p: u16) -> Mailbox {
     let mut cfg = MailboxConfig::new(job, ProcessAddr::new(node, p));
-    cfg.geometry.ring_slots = 16;
+    cfg.geometry.inbox_slots = 16;
     cfg.geometry.dir_entries = 4;
     cfg.geometry.chunk_size = 4096;
     cfg.geometry.chunks = 4;
@@ -48,7 +48,7 @@ fn small_messages_round_trip_in_order() {
 }
 
 #[test]
-fn full_ring_is_back_pressure_not_loss() {
+fn full_inbox_is_back_pressure_not_loss() {
     let j = job();
     let mut a = mailbox(j, 1, 1);
     let mut b = mailbox(j, 1, 2);
@@ -62,8 +62,8 @@ fn full_ring_is_back_pressure_not_loss() {
         }
     }
     assert_eq!(sent, 16);
-    // Consumed slots go back to the producers in batches of a quarter ring
-    // (or when the consumer finds the ring empty).
+    // Consumed slots go back to the producers in batches of a quarter inbox
+    // (or when the consumer finds the inbox empty).
     for k in 0..4u32 {
         let m = b.recv().unwrap();
         assert_eq!(m.bytes(), &k.to_le_bytes());
@@ -81,7 +81,7 @@ fn full_ring_is_back_pressure_not_loss() {
         m.release();
     }
     assert_eq!(next, sent);
-    // Found empty: everything announced, a whole ring fits again.
+    // Found empty: everything announced, a whole inbox fits again.
     for _ in 0..16 {
         a.try_send(to_b, b"again").unwrap();
     }
@@ -178,7 +178,7 @@ fn connect_errors_are_clear() {
     assert!(matches!(e, ShmError::NoSuchPeer { .. }), "{e}");
     // Address in use.
     let mut cfg = MailboxConfig::new(j, ProcessAddr::new(1, 1));
-    cfg.geometry.ring_slots = 16;
+    cfg.geometry.inbox_slots = 16;
     let e = Mailbox::open(cfg).unwrap_err();
     assert!(matches!(e, ShmError::AddressInUse { .. }), "{e}");
     // Directory full: 4 entries.
@@ -302,7 +302,7 @@ fn corrupted_segment_never_panics_or_hangs() {
         let _ = a.push_message(to_b, &buf[..5000 + (round as usize % 7) * 3000]);
         let _ = b.try_send(to_a, b"back");
         // Garbage: a few words anywhere after the header page, often in the
-        // ring's first page and the first directory entry.
+        // inbox's first page and the first directory entry.
         for _ in 0..usize::from(round % 8 == 0) * 4 {
             let r = rnd();
             let off = match r % 3 {
