@@ -27,10 +27,9 @@
 //! ring to floor is what a ring costs on this placement; inbox to line ring
 //! is the inbox's protocol; BCL to inbox is the engine.
 
-use bcl::shm::{
-    LineRing, Mailbox, MailboxConfig, PeerId, ShmError, ShmMethod, SpinLink, SPIN_MAX_MESSAGE,
-};
+use bcl::shm::{Mailbox, MailboxConfig, PeerId, ShmError, ShmMethod};
 use bcl::{Endpoint, JobKey, ProcessAddr, ProgressMode};
+use bcl_bench::floors::{LineRing, SpinLink, SPIN_MAX_MESSAGE};
 use clap::Parser;
 use std::time::{Duration, Instant};
 

@@ -61,8 +61,6 @@ pub mod method;
 pub mod proc;
 #[cfg(not(loom))]
 pub mod segment;
-#[cfg(not(loom))]
-pub mod spin;
 
 pub use exchange::{ExError, PullProgress, PushProgress};
 #[cfg(not(loom))]
@@ -76,8 +74,6 @@ pub use method::{node_identity, probe, ShmMethod, ShmMethodStats, METHOD_NAME};
 
 #[cfg(not(loom))]
 pub use segment::{cleanup_stale, segment_name, CleanupReport};
-#[cfg(not(loom))]
-pub use spin::{LineRing, SpinError, SpinLink, LINE_RING_SLOTS, SPIN_MAX_MESSAGE};
 
 #[cfg(not(loom))]
 use bcl_core::ProcessAddr;
