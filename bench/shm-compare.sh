@@ -19,11 +19,11 @@
 #     into the posted buffer) and two copies (--no-shared-heap: the
 #     pipelined exchange queue); and of 1 MiB on the system channel; all
 #     against single-thread memcpy of the same size (bcl-memcpy), next to
-#     the bare exchange queue (bcl-shm's shm_bench bw: the same two
-#     pipelined copies, no engine), whose ceiling moves with the vCPUs'
-#     placement on the host;
+#     the bare exchange queue (bcl-shm-bench bw: the same two pipelined
+#     copies, no engine), whose ceiling moves with the vCPUs' placement on
+#     the host;
 #   * the receive overhead o_r of shm and udp (bcl-or).
-# Prints the figures and the ratios against the issue-4 targets (one-way
+# Prints the figures and the ratios against the shm targets (one-way
 # latency <= 1.3 x floor and <= 0.25 us, 4 MiB >= 0.8 x memcpy, rate >= 3 M
 # messages/s) and appends them, with command, date, commit and load, to
 # docs/PERFORMANCE.md unless --no-append.
@@ -47,7 +47,6 @@ while [ $# -gt 0 ]; do
 done
 
 cargo build --release -q -p bcl-tools -p bcl-bench
-cargo build --release -q -p bcl-shm --example shm_bench
 BIN=${CARGO_TARGET_DIR:-target}/release
 OUT=$(mktemp -d /tmp/shm-compare.XXXXXX)
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -77,7 +76,7 @@ for r in $(seq 1 "$RUNS"); do
     --sizes 4M --volume 4G --no-shared-heap --json "$OUT/bw4m2-$r.json" >/dev/null
   "$BIN/bcl-bw" --method shm --local --busy-poll --pin 1,0 --sizes 1M --window 16 \
     --iters 100 --json "$OUT/bw1m-$r.json" >/dev/null
-  BARE=$("$BIN/examples/shm_bench" bw | sed -n 's/^bandwidth 4 MiB: .*ratio \([0-9.]*\) \[\([0-9.]*\)\].*/\1 \2/p')
+  BARE=$("$BIN/bcl-shm-bench" bw | sed -n 's/^bandwidth 4 MiB: .*ratio \([0-9.]*\) \[\([0-9.]*\)\].*/\1 \2/p')
   read -r BARE_BEST BARE_MED <<<"${BARE:-0 0}"
   MEMCPY=$(taskset -c 0 "$BIN/bcl-memcpy" --sizes 1048576,4194304 | awk '!/^#/ {print $2}' | paste -sd' ')
   read -r MC1M MC4M <<<"$MEMCPY"
