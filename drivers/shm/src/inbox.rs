@@ -56,7 +56,7 @@
 //! like the floor. The consumer writes nothing into slot lines at all.
 //!
 //! Preparing a reply: a process that has just received a message from a
-//! peer will probably send to that peer next. [`InboxProducer::prepare_send`]
+//! peer will probably send to that peer next. `InboxProducer::prepare_send`
 //! fetches the line of the slot it would claim next *for writing*
 //! (PREFETCHW) while the receiver is still busy with the message, so the
 //! publishing stores later find the line owned and the consumer's next read
