@@ -7,7 +7,7 @@
 #     `shm`, and `unix` (a Unix-domain stream socket, the kernel's way),
 #     each a separate bcl-pingpong run; and bcl-shm-lat, which alternates
 #     floor, line-ring (a fresh cache line per message, no protocol: what
-#     any ring pays), bare-ring and BCL blocks in the same two threads and
+#     any ring pays), bare-inbox and BCL blocks in the same two threads and
 #     keeps the groups whose floor did not move (the host moves the vCPUs
 #     every few hundred ms, so separate runs often see different
 #     placements);
@@ -19,11 +19,11 @@
 #     into the posted buffer) and two copies (--no-shared-heap: the
 #     pipelined exchange queue); and of 1 MiB on the system channel; all
 #     against single-thread memcpy of the same size (bcl-memcpy), next to
-#     the bare exchange queue (bcl-shm's shm_bench bw: the same two
-#     pipelined copies, no engine), whose ceiling moves with the vCPUs'
-#     placement on the host;
+#     the bare exchange queue (bcl-shm-bench bw: the same two pipelined
+#     copies, no engine), whose ceiling moves with the vCPUs' placement on
+#     the host;
 #   * the receive overhead o_r of shm and udp (bcl-or).
-# Prints the figures and the ratios against the issue-4 targets (one-way
+# Prints the figures and the ratios against the shm targets (one-way
 # latency <= 1.3 x floor and <= 0.25 us, 4 MiB >= 0.8 x memcpy, rate >= 3 M
 # messages/s) and appends them, with command, date, commit and load, to
 # docs/PERFORMANCE.md unless --no-append.
@@ -58,7 +58,6 @@ if [ -n "$AGAINST" ]; then
 fi
 
 cargo build --release -q -p bcl-tools -p bcl-bench
-cargo build --release -q -p bcl-shm --example shm_bench
 BIN=${CARGO_TARGET_DIR:-target}/release
 OUT=$(mktemp -d /tmp/shm-compare.XXXXXX)
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -88,7 +87,7 @@ for r in $(seq 1 "$RUNS"); do
     --sizes 4M --volume 4G --no-shared-heap --json "$OUT/bw4m2-$r.json" >/dev/null
   "$BIN/bcl-bw" --method shm --local --busy-poll --pin 1,0 --sizes 1M --window 16 \
     --iters 100 --json "$OUT/bw1m-$r.json" >/dev/null
-  BARE=$("$BIN/examples/shm_bench" bw | sed -n 's/^bandwidth 4 MiB: .*ratio \([0-9.]*\) \[\([0-9.]*\)\].*/\1 \2/p')
+  BARE=$("$BIN/bcl-shm-bench" bw | sed -n 's/^bandwidth 4 MiB: .*ratio \([0-9.]*\) \[\([0-9.]*\)\].*/\1 \2/p')
   read -r BARE_BEST BARE_MED <<<"${BARE:-0 0}"
   MEMCPY=$(taskset -c 0 "$BIN/bcl-memcpy" --sizes 1048576,4194304 | awk '!/^#/ {print $2}' | paste -sd' ')
   read -r MC1M MC4M <<<"$MEMCPY"
@@ -96,7 +95,7 @@ for r in $(seq 1 "$RUNS"); do
   LAT_RATIO=$(sed -n 's/.*BCL\/floor median \([0-9.]*\) (range \([0-9.]*-[0-9.]*\)).*/\1 [\2]/p' <<<"$LAT")
   LAT_ONEWAY=$(sed -n 's/.*one-way median: floor \([0-9]*\) ns, BCL \([0-9]*\) ns.*/\1 \/ \2/p' <<<"$LAT")
   LAT_KEPT=$(sed -n 's/^kept \([0-9]* of [0-9]*\) pairs.*/\1/p' <<<"$LAT")
-  LAT_BOUNDS=$(sed -n 's/.*line ring [0-9]* ns (\([0-9.]*\) x floor), bare ring [0-9]* ns (\([0-9.]*\) x floor).*/\1 \/ \2/p' <<<"$LAT")
+  LAT_BOUNDS=$(sed -n 's/.*line ring [0-9]* ns (\([0-9.]*\) x floor), bare inbox [0-9]* ns (\([0-9.]*\) x floor).*/\1 \/ \2/p' <<<"$LAT")
   SPIN=$(p50 "$OUT/pp-spin-$r.json"); SHM=$(p50 "$OUT/pp-shm-$r.json"); UNIX=$(p50 "$OUT/pp-unix-$r.json")
   SHM99=$(p99 "$OUT/pp-shm-$r.json")
   RATE=$(bw_field "$OUT/rate-$r.json" msgs_per_s)
@@ -119,7 +118,7 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 OR=$("$BIN/bcl-or" --sizes 8,1024 --batches 1,16)
 echo "$OR"
 
-HEADER='| run | spin one-way ns (floor) | BCL shm one-way ns | shm / floor (≤ 1.3) | interleaved one-way ns, floor / BCL (≤ 250) | interleaved BCL / floor, median [range] (pairs kept) (≤ 1.3) | interleaved line ring / floor, bare ring / floor | shm p99 one-way ns | unix one-way ns | unix / shm | 16 B rate M msg/s (≥ 3) | 4 MiB normal channel, one copy, MB/s / memcpy (≥ 0.8) | 4 MiB normal channel, two copies (--no-shared-heap) / memcpy | bare exchange queue 4 MiB / memcpy, best [median] window | 1 MiB system channel MB/s / memcpy |
+HEADER='| run | spin one-way ns (floor) | BCL shm one-way ns | shm / floor (≤ 1.3) | interleaved one-way ns, floor / BCL (≤ 250) | interleaved BCL / floor, median [range] (pairs kept) (≤ 1.3) | interleaved line ring / floor, bare inbox / floor | shm p99 one-way ns | unix one-way ns | unix / shm | 16 B rate M msg/s (≥ 3) | 4 MiB normal channel, one copy, MB/s / memcpy (≥ 0.8) | 4 MiB normal channel, two copies (--no-shared-heap) / memcpy | bare exchange queue 4 MiB / memcpy, best [median] window | 1 MiB system channel MB/s / memcpy |
 |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|'
 echo "$HEADER"
 printf '%s' "$ROWS"

@@ -1,5 +1,9 @@
-//! Benchmarks of BCL. The benchmarks live in `benches/` and the comparison
-//! scripts beside this crate; this library holds what they share.
+//! Benchmarks of BCL. The benchmarks live in `benches/` and `src/bin/`,
+//! the comparison scripts beside this crate; this library holds what they
+//! share: [`PortPair`], two protocol ports joined in memory, and the
+//! shared-memory [`floors`] (also bcl-pingpong's `spin` baseline).
+
+pub mod floors;
 
 use bcl_core::method::{LinkId, MethodCaps, Route};
 use bcl_core::{JobKey, Port, PortConfig, ProcessAddr, Time};

@@ -7,7 +7,7 @@
 
 use crate::kernel::KernelTcp;
 use crate::transport::{BoxTransport, Transport, TransportCounters, TransportError};
-use bcl::shm::{SpinLink, SPIN_MAX_MESSAGE};
+use bcl_bench::floors::{SpinLink, SPIN_MAX_MESSAGE};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};

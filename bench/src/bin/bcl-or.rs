@@ -4,23 +4,23 @@
 //! between processes enters the figure.
 //!
 //! For each size a sender puts a batch of messages in flight and waits until
-//! they are in the receiver's hands (shared memory: in its ring; UDP: in its
+//! they are in the receiver's hands (shared memory: in its inbox; UDP: in its
 //! socket buffer). Only then is the receiver timed: its progress engine,
 //! delivery and release, until the whole batch is taken. o_r = that time /
 //! batch, from the median round (a round in which the thread was preempted
-//! does not count). Baselines, timed the same way: shm - the bare ring (`ShmPort`
-//! receive, copy out, release); udp - kernel `recv` of the same datagrams.
+//! does not count). Baselines, timed the same way: shm - the bare inbox
+//! (`Mailbox` receive, copy out, release); udp - kernel `recv` of the same datagrams.
 //! "shm, udp polled too" is the shm receiver in an endpoint that also polls
 //! an idle UDP method in every round: the cost of one poll for all methods.
 
-use bcl::shm::{ShmConfig, ShmMethod, ShmPort};
+use bcl::shm::{Mailbox, MailboxConfig, ShmMethod};
 use bcl::udp::{UdpConfig, UdpMethod};
 use bcl::{Endpoint, JobKey, Method, ProcessAddr, ProgressMode};
 use clap::Parser;
 use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 
-/// Measure the receive overhead o_r of BCL (shm, udp) against the bare ring
+/// Measure the receive overhead o_r of BCL (shm, udp) against the bare inbox
 /// and kernel UDP receives.
 #[derive(Parser, Debug)]
 #[command(name = "bcl-or", version)]
@@ -29,7 +29,7 @@ struct Cli {
     #[arg(long, value_delimiter = ',', default_value = "8,1024")]
     sizes: Vec<usize>,
     /// Messages in flight per timed batch (1 = a message per progress
-    /// round). At most 16 for messages larger than a ring slot (232 bytes):
+    /// round). At most 16 for messages larger than an inbox slot (232 bytes):
     /// each takes a chunk of the 16-chunk exchange queue, and the sender
     /// cannot run ahead of a receiver that is not polling.
     #[arg(long, value_delimiter = ',', default_value = "1,16")]
@@ -113,7 +113,7 @@ fn bcl_or(
         for _ in 0..batch {
             ea.send(to, &msg).expect("send");
         }
-        // Out of the sender's hands (shm: written into the ring; udp: handed
+        // Out of the sender's hands (shm: written into the inbox; udp: handed
         // to the kernel).
         let deadline = Instant::now() + T;
         while ea.port().has_transmit_work()
@@ -150,12 +150,12 @@ fn bcl_or(
 
 /// The bare mechanism under BCL's shm method: a producer writes the batch,
 /// the consumer is timed receiving, copying out and releasing. Messages
-/// that fit a ring slot go through the system ring, larger ones through the
+/// that fit an inbox slot go through the inbox, larger ones through the
 /// exchange queue (as BCL's frames of that size do).
-fn ring_or(size: usize, batch: usize, messages: usize) -> (f64, &'static str) {
+fn bare_shm_or(size: usize, batch: usize, messages: usize) -> (f64, &'static str) {
     let (a, b) = (ProcessAddr::new(3, 1), ProcessAddr::new(3, 2));
-    let mut tx = ShmPort::open(ShmConfig::new(job(), a)).expect("ring");
-    let mut rx = ShmPort::open(ShmConfig::new(job(), b)).expect("ring");
+    let mut tx = Mailbox::open(MailboxConfig::new(job(), a)).expect("mailbox");
+    let mut rx = Mailbox::open(MailboxConfig::new(job(), b)).expect("mailbox");
     let peer = tx.connect(b).expect("connect");
     let msg = vec![0x5a; size];
     let mut out = vec![0u8; size];
@@ -191,7 +191,7 @@ fn ring_or(size: usize, batch: usize, messages: usize) -> (f64, &'static str) {
             "the consumer",
         )
     });
-    (or, if inline { "ring" } else { "exchange q" })
+    (or, if inline { "inbox" } else { "exchange q" })
 }
 
 /// Kernel UDP: the batch is sent, lands in the socket buffer, and the
@@ -253,15 +253,15 @@ fn main() {
             let (mut ea, mut eb) = pair(shm(a), vec![shm(b), udp()]);
             let shm_with_udp = bcl_or(&mut ea, &mut eb, size, batch, n, Duration::ZERO);
             drop((ea, eb));
-            let (ring, ring_name) = ring_or(size, batch, n);
+            let (bare, bare_name) = bare_shm_or(size, batch, n);
             // UDP rounds sleep to settle: fewer of them.
             let un = (n / 10).max(batch);
             let (mut ea, mut eb) = pair(udp(), vec![udp()]);
             let bcl_udp = bcl_or(&mut ea, &mut eb, size, batch, un, settle);
             let kernel = kernel_udp_or(size, batch, un, settle);
             for (name, ours, base, base_name) in [
-                ("shm", shm_alone, ring, ring_name),
-                ("shm, udp polled too", shm_with_udp, ring, ring_name),
+                ("shm", shm_alone, bare, bare_name),
+                ("shm, udp polled too", shm_with_udp, bare, bare_name),
                 ("udp", bcl_udp, kernel, "kernel recv"),
             ] {
                 println!(

@@ -10,12 +10,13 @@
 //! * a line ring (`LineRing`: each message takes the next cache line of a
 //!   ring, with no protocol and no prefetch: what a ring pays for fresh
 //!   lines);
-//! * the bare system ring (two `ShmPort`s, `try_send` and `recv`: the shm
-//!   method's ring without the engine);
+//! * the bare inbox (two mailboxes, `bcl_shm::Mailbox`, with `try_send`
+//!   and `recv`: the ring the shm method sends small messages through,
+//!   without the engine);
 //! * BCL (two endpoints with the shm method, `Endpoint::send` and
 //!   `Endpoint::poll_recv_with`).
 //!
-//! The line ring, ring and BCL blocks of one group are compared with the
+//! The line ring, inbox and BCL blocks of one group are compared with the
 //! mean of the floor blocks just before and after the group; a group whose
 //! two floor blocks differ by more than 10 % saw the placement move and is
 //! left out. All paths are timed by the same code (two `Instant` readings
@@ -23,20 +24,19 @@
 //!
 //! Prints per group the median round trips and the ratios to the floor,
 //! then the median ratios and one-way latencies over the kept groups. Line
-//! ring to floor is what a ring costs on this placement; ring to line ring
-//! is our ring protocol; BCL to ring is the engine.
+//! ring to floor is what a ring costs on this placement; inbox to line ring
+//! is the inbox's protocol; BCL to inbox is the engine.
 
-use bcl::shm::{
-    LineRing, PeerId, ShmConfig, ShmError, ShmMethod, ShmPort, SpinLink, SPIN_MAX_MESSAGE,
-};
+use bcl::shm::{Mailbox, MailboxConfig, PeerId, ShmError, ShmMethod};
 use bcl::{Endpoint, JobKey, ProcessAddr, ProgressMode};
+use bcl_bench::floors::{LineRing, SpinLink, SPIN_MAX_MESSAGE};
 use clap::Parser;
 use std::time::{Duration, Instant};
 
 #[derive(Parser, Debug)]
 #[command(name = "bcl-shm-lat", version, about)]
 struct Cli {
-    /// Block groups (a line-ring, a ring and a BCL block between two floor
+    /// Block groups (a line-ring, an inbox and a BCL block between two floor
     /// blocks).
     #[arg(long, default_value_t = 40)]
     pairs: usize,
@@ -57,17 +57,17 @@ struct Cli {
 enum Path {
     Floor,
     LineRing,
-    Ring,
+    Inbox,
     Bcl,
 }
 
 impl Path {
-    /// The cycle: floor, line ring, ring, BCL, floor, ...
+    /// The cycle: floor, line ring, inbox, BCL, floor, ...
     fn next(self) -> Path {
         match self {
             Path::Floor => Path::LineRing,
-            Path::LineRing => Path::Ring,
-            Path::Ring => Path::Bcl,
+            Path::LineRing => Path::Inbox,
+            Path::Inbox => Path::Bcl,
             Path::Bcl => Path::Floor,
         }
     }
@@ -130,12 +130,12 @@ fn run(cli: &Cli) -> Result<(), String> {
     let (echo_cpu, client_cpu) = pin_cpus(&cli.pin)?;
     let job = JobKey(std::process::id() << 8 ^ 0x4c);
     let (client_addr, echo_addr) = (ProcessAddr::new(1, 1), ProcessAddr::new(1, 2));
-    let (client_ring_addr, echo_ring_addr) = (ProcessAddr::new(1, 3), ProcessAddr::new(1, 4));
+    let (client_inbox_addr, echo_inbox_addr) = (ProcessAddr::new(1, 3), ProcessAddr::new(1, 4));
     let path = std::env::temp_dir().join(format!("bcl-shm-lat-{}", std::process::id()));
     let echo_link = SpinLink::create(&path).map_err(|e| e.to_string())?;
     let lines_path = std::env::temp_dir().join(format!("bcl-shm-lat-lines-{}", std::process::id()));
     let echo_lines = LineRing::create(&lines_path).map_err(|e| e.to_string())?;
-    // Each side builds its endpoint and ring port in its own thread, so
+    // Each side builds its endpoint and mailbox in its own thread, so
     // that their heap memory comes from different allocator arenas and
     // shares no cache line (as two processes' would not).
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -143,14 +143,14 @@ fn run(cli: &Cli) -> Result<(), String> {
         pin(echo_cpu)?;
         let mut ep = endpoint(job, echo_addr)?;
         ep.add_peer(client_addr, shm_descriptor(client_addr));
-        let mut ring = ring_port(job, echo_ring_addr)?;
+        let mut mailbox = bare_mailbox(job, echo_inbox_addr)?;
         let _ = ready_tx.send(());
-        let to_client = ring_connect(&mut ring, client_ring_addr)?;
+        let to_client = connect_mailbox(&mut mailbox, client_inbox_addr)?;
         echo_loop(Paths {
             link: echo_link,
             lines: echo_lines,
-            ring,
-            ring_peer: to_client,
+            mailbox,
+            mailbox_peer: to_client,
             ep,
             ep_peer: client_addr,
         })
@@ -158,28 +158,28 @@ fn run(cli: &Cli) -> Result<(), String> {
     pin(client_cpu)?;
     let mut client_ep = endpoint(job, client_addr)?;
     client_ep.add_peer(echo_addr, shm_descriptor(echo_addr));
-    let mut client_ring = ring_port(job, client_ring_addr)?;
+    let mut client_mailbox = bare_mailbox(job, client_inbox_addr)?;
     let client_link = SpinLink::open(&path).map_err(|e| e.to_string())?;
     let client_lines = LineRing::open(&lines_path).map_err(|e| e.to_string())?;
     ready_rx
         .recv_timeout(TIMEOUT)
         .map_err(|_| "the echo thread did not start".to_string())?;
-    let to_echo = ring_connect(&mut client_ring, echo_ring_addr)?;
+    let to_echo = connect_mailbox(&mut client_mailbox, echo_inbox_addr)?;
     let mut client = Paths {
         link: client_link,
         lines: client_lines,
-        ring: client_ring,
-        ring_peer: to_echo,
+        mailbox: client_mailbox,
+        mailbox_peer: to_echo,
         ep: client_ep,
         ep_peer: echo_addr,
     };
     let mut msg = vec![0u8; cli.size];
     // Blocks 0 to 3 warm the four paths up (not recorded); then floor,
-    // line ring, ring, BCL, floor, ..., floor: pairs + 1 floor blocks
+    // line ring, inbox, BCL, floor, ..., floor: pairs + 1 floor blocks
     // around pairs groups.
     let mut floors = Vec::new();
     let mut line_rings = Vec::new();
-    let mut rings = Vec::new();
+    let mut inboxes = Vec::new();
     let mut bcls = Vec::new();
     let last_block = 4 * cli.pairs + 4;
     let mut current = Path::Floor;
@@ -198,7 +198,7 @@ fn run(cli: &Cli) -> Result<(), String> {
             match current {
                 Path::Floor => floors.push(median),
                 Path::LineRing => line_rings.push(median),
-                Path::Ring => rings.push(median),
+                Path::Inbox => inboxes.push(median),
                 Path::Bcl => bcls.push(median),
             }
         }
@@ -212,26 +212,27 @@ fn run(cli: &Cli) -> Result<(), String> {
     client.send(current, &[])?;
     echo.join()
         .map_err(|_| "the echo thread panicked".to_string())??;
-    report(cli, &floors, &line_rings, &rings, &bcls);
+    report(cli, &floors, &line_rings, &inboxes, &bcls);
     Ok(())
 }
 
-fn ring_port(job: JobKey, addr: ProcessAddr) -> Result<ShmPort, String> {
-    ShmPort::open(ShmConfig::new(job, addr)).map_err(|e| format!("ring port {addr}: {e}"))
+/// A mailbox for the bare-inbox path.
+fn bare_mailbox(job: JobKey, addr: ProcessAddr) -> Result<Mailbox, String> {
+    Mailbox::open(MailboxConfig::new(job, addr)).map_err(|e| format!("mailbox {addr}: {e}"))
 }
 
-/// Connects to the peer's ring port, waiting for it to exist.
-fn ring_connect(port: &mut ShmPort, to: ProcessAddr) -> Result<PeerId, String> {
+/// Connects to the peer's mailbox, waiting for it to exist.
+fn connect_mailbox(mailbox: &mut Mailbox, to: ProcessAddr) -> Result<PeerId, String> {
     let start = Instant::now();
     loop {
-        match port.connect(to) {
+        match mailbox.connect(to) {
             Ok(id) => return Ok(id),
             Err(ShmError::NoSuchPeer { .. } | ShmError::NotReady { .. })
                 if start.elapsed() < TIMEOUT =>
             {
                 std::thread::sleep(Duration::from_millis(1))
             }
-            Err(e) => return Err(format!("connecting the ring to {to}: {e}")),
+            Err(e) => return Err(format!("connecting the mailbox to {to}: {e}")),
         }
     }
 }
@@ -240,8 +241,8 @@ fn ring_connect(port: &mut ShmPort, to: ProcessAddr) -> Result<PeerId, String> {
 struct Paths {
     link: SpinLink,
     lines: LineRing,
-    ring: ShmPort,
-    ring_peer: PeerId,
+    mailbox: Mailbox,
+    mailbox_peer: PeerId,
     ep: Endpoint,
     ep_peer: ProcessAddr,
 }
@@ -252,11 +253,11 @@ impl Paths {
         match path {
             Path::Floor => while !self.link.try_send(msg).map_err(|e| e.to_string())? {},
             Path::LineRing => while !self.lines.try_send(msg).map_err(|e| e.to_string())? {},
-            Path::Ring => loop {
-                match self.ring.try_send(self.ring_peer, msg) {
+            Path::Inbox => loop {
+                match self.mailbox.try_send(self.mailbox_peer, msg) {
                     Ok(()) => break,
                     Err(bcl::shm::SendError::Full) => {}
-                    Err(e) => return Err(format!("ring send: {e}")),
+                    Err(e) => return Err(format!("inbox send: {e}")),
                 }
             },
             Path::Bcl => {
@@ -278,7 +279,7 @@ impl Paths {
         Ok(match path {
             Path::Floor => self.link.try_recv(buf),
             Path::LineRing => self.lines.try_recv(buf),
-            Path::Ring => self.ring.recv().map(|m| {
+            Path::Inbox => self.mailbox.recv().map(|m| {
                 let n = m.copy_to(buf);
                 m.release();
                 n
@@ -333,21 +334,21 @@ fn echo_loop(mut ends: Paths) -> Result<(), String> {
     }
 }
 
-fn report(cli: &Cli, floors: &[u64], line_rings: &[u64], rings: &[u64], bcls: &[u64]) {
+fn report(cli: &Cli, floors: &[u64], line_rings: &[u64], inboxes: &[u64], bcls: &[u64]) {
     println!(
-        "# bcl-shm-lat: {} B, {} groups of {} round trips; floor = SpinLink, line ring = LineRing (a fresh line per message, no protocol), ring = bare shm system ring (ShmPort), BCL = shm endpoints (send + poll_recv_with); medians, ns",
+        "# bcl-shm-lat: {} B, {} groups of {} round trips; floor = SpinLink, line ring = LineRing (a fresh line per message, no protocol), inbox = bare shm inbox (Mailbox), BCL = shm endpoints (send + poll_recv_with); medians, ns",
         cli.size, cli.pairs, cli.block
     );
     println!(
-        "#  group  floor RTT (before/after)   line ring  /floor    ring  /floor     BCL  /floor"
+        "#  group  floor RTT (before/after)   line ring  /floor   inbox  /floor     BCL  /floor"
     );
-    // (floor mean, line ring, ring, BCL) of the kept groups.
+    // (floor mean, line ring, inbox, BCL) of the kept groups.
     let mut kept = Vec::new();
     for i in 0..bcls.len() {
         let (f0, f1) = (floors[i], floors[i + 1]);
         let mean = (f0 + f1) as f64 / 2.0;
         let stable = (f0 as f64 - f1 as f64).abs() / mean <= 0.10;
-        let (l, r, b) = (line_rings[i] as f64, rings[i] as f64, bcls[i] as f64);
+        let (l, r, b) = (line_rings[i] as f64, inboxes[i] as f64, bcls[i] as f64);
         println!(
             "{:>8}  {:>8} / {:<8}  {:>10.0} {:>6.2}  {:>7.0} {:>6.2}  {:>7.0} {:>6.2}{}",
             i + 1,
@@ -384,7 +385,7 @@ fn report(cli: &Cli, floors: &[u64], line_rings: &[u64], rings: &[u64], bcls: &[
         .iter()
         .fold((f64::MAX, f64::MIN), |(lo, hi), &x| (lo.min(x), hi.max(x)));
     println!(
-        "kept {} of {} pairs; BCL/floor median {:.2} (range {:.2}-{:.2}); one-way median: floor {:.0} ns, BCL {:.0} ns; line ring {:.0} ns ({:.2} x floor), bare ring {:.0} ns ({:.2} x floor)",
+        "kept {} of {} pairs; BCL/floor median {:.2} (range {:.2}-{:.2}); one-way median: floor {:.0} ns, BCL {:.0} ns; line ring {:.0} ns ({:.2} x floor), bare inbox {:.0} ns ({:.2} x floor)",
         kept.len(),
         bcls.len(),
         ratio(3),

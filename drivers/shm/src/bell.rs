@@ -24,8 +24,8 @@
 //! flag (or both, giving a harmless spurious wake-up). The waker claims the
 //! ring with a swap so that several wakers send one byte, not many.
 //!
-//! The system ring does not use this flag on its fast path: its sleep bit
-//! lives in the ring's `tail` word itself (see [`crate::ring`]), where the
+//! The inbox does not use this flag on its fast path: its sleep bit
+//! lives in the inbox's `tail` word itself (see [`crate::inbox`]), where the
 //! producers' claim CAS orders it without a fence.
 
 use crate::sync::{fence, AtomicU32, Ordering};

@@ -1,7 +1,7 @@
 //! Bulk copies into and out of shared memory.
 //!
 //! The reason this is not a plain `memcpy` is measured, not theoretical.
-//! Shared-memory chunks and ring slots are page-aligned; a `Vec`'s data
+//! Shared-memory chunks and inbox slots are page-aligned; a `Vec`'s data
 //! starts 16 bytes into a page. Copying a page-aligned 64 KiB chunk to a
 //! destination 16 bytes ahead of it modulo 4 KiB (4K aliasing: each load
 //! appears to depend on a store just issued) runs on this AMD EPYC (Zen 3,

@@ -1,6 +1,6 @@
 //! The doorbell: how a sleeping process is woken by another process.
 //!
-//! Every endpoint binds a Unix datagram socket next to its segment
+//! Every mailbox binds a Unix datagram socket next to its segment
 //! (`/dev/shm/bcl-JOB-NODE-PORT.bell`, mode 0600). A peer that must wake it
 //! (see [`crate::bell`] for *when*) sends it one byte with `MSG_DONTWAIT`;
 //! the sleeper waits in `epoll` on the socket and drains it when it wakes.

@@ -1,5 +1,5 @@
 //! The exchange queue: one per ordered process pair, single producer,
-//! single consumer, for messages larger than a ring block.
+//! single consumer, for messages larger than an inbox slot.
 //!
 //! A circular queue of `chunks` chunks of `chunk_size` bytes, each with a
 //! descriptor (message number, offset, length, message total). The
@@ -13,8 +13,8 @@
 //! producer copies chunk k+1 in while the consumer copies chunk k out, so
 //! for long messages one of the two copies is hidden behind the other.
 //! Both sides are non-blocking and resumable: `ExSender::push` and
-//! `ExReceiver::pull_into` (used by `ShmPort::push_message` and
-//! `ShmPort::pull_into`) move as many chunks as they can and return how
+//! `ExReceiver::pull_into` (used by `Mailbox::push_message` and
+//! `Mailbox::pull_into`) move as many chunks as they can and return how
 //! far the message got.
 //!
 //! Memory ordering (Lamport's SPSC queue): the producer writes chunk data
@@ -187,7 +187,7 @@ pub enum ExError {
     Corrupt(&'static str),
 }
 
-/// How far a push (`ShmPort::push_message`) got.
+/// How far a push (`Mailbox::push_message`) got.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PushProgress {
     /// Bytes of the message published so far (over all calls).
@@ -199,7 +199,7 @@ pub struct PushProgress {
     pub chunks: u32,
 }
 
-/// How far a pull (`ShmPort::pull_into`) got.
+/// How far a pull (`Mailbox::pull_into`) got.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PullProgress {
     /// No chunk was available and no message is in progress.

@@ -7,12 +7,12 @@
 //!                     owner, before `state` becomes READY)
 //!   512               state   (AtomicU32: 0 being created, 1 ready, 2 closed)
 //!   640               bell    (AtomicU32: 1 while the owner is about to sleep)
-//! ring_ctl_off      RingCtl: tail (+ sleep bit), full_waiters   (256 B)
-//! ring_off          ring_slots x block_size: SlotHdr (24 B) + payload
+//! inbox_ctl_off      InboxCtl: tail (+ sleep bit), full_waiters   (256 B)
+//! inbox_off          inbox_slots x block_size: SlotHdr (24 B) + payload
 //! dir_off           dir_entries x entry_stride, one per sender:
 //!   +0                EntryCtl: state (pid|gen|tag), start time, address,
 //!                     waiting flag                      (written by the sender)
-//!   +128              intent (pos + 1 while claiming a ring slot)
+//!   +128              intent (pos + 1 while claiming an inbox slot)
 //!   +256              ExCtl: head line (sender), tail line (owner)
 //!   +512              chunks x ChunkDesc (32 B)
 //!   +page-aligned     chunks x chunk_size bytes of exchange data
@@ -24,7 +24,7 @@
 //! file must be at least that long.
 
 use crate::exchange::{ChunkDesc, ExCtl};
-use crate::ring::{RingCtl, SLOT_HDR};
+use crate::inbox::{InboxCtl, SLOT_HDR};
 use crate::sync::{AtomicU32, AtomicU64, Line};
 use std::mem::size_of;
 
@@ -49,9 +49,9 @@ pub(crate) const STATE_CLOSED: u32 = 2;
 /// The sizes of a segment's parts, chosen by its owner.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {
-    /// Slots of the system ring (a power of two, 2 to 2^20).
-    pub ring_slots: u32,
-    /// Bytes per ring slot including its 24-byte header (a multiple of 64,
+    /// Slots of the inbox (a power of two, 2 to 2^20).
+    pub inbox_slots: u32,
+    /// Bytes per inbox slot including its 24-byte header (a multiple of 64,
     /// 64 to 65536).
     pub block_size: u32,
     /// Directory entries: how many local processes can send to this one
@@ -69,7 +69,7 @@ impl Default for Geometry {
     /// the README).
     fn default() -> Self {
         Geometry {
-            ring_slots: 1024,
+            inbox_slots: 1024,
             block_size: 256,
             dir_entries: 64,
             chunk_size: 64 * 1024,
@@ -82,10 +82,10 @@ impl Geometry {
     /// Checks the bounds documented on each field.
     pub fn validate(&self) -> Result<(), String> {
         let g = self;
-        if !g.ring_slots.is_power_of_two() || !(2..=1 << 20).contains(&g.ring_slots) {
+        if !g.inbox_slots.is_power_of_two() || !(2..=1 << 20).contains(&g.inbox_slots) {
             return Err(format!(
-                "ring_slots {} must be a power of two from 2 to 2^20",
-                g.ring_slots
+                "inbox_slots {} must be a power of two from 2 to 2^20",
+                g.inbox_slots
             ));
         }
         if !g.block_size.is_multiple_of(64)
@@ -115,7 +115,7 @@ impl Geometry {
         Ok(())
     }
 
-    /// Payload bytes one ring slot carries.
+    /// Payload bytes one inbox slot carries.
     pub fn max_inline(&self) -> usize {
         self.block_size as usize - SLOT_HDR
     }
@@ -136,14 +136,14 @@ pub(crate) struct HeaderData {
     pub(crate) job: u32,
     pub(crate) node: u32,
     pub(crate) port: u32,
-    pub(crate) ring_slots: u32,
+    pub(crate) inbox_slots: u32,
     pub(crate) block_size: u32,
     pub(crate) dir_entries: u32,
     pub(crate) chunk_size: u32,
     pub(crate) chunks: u32,
     pub(crate) total_len: u64,
-    pub(crate) ring_ctl_off: u64,
-    pub(crate) ring_off: u64,
+    pub(crate) inbox_ctl_off: u64,
+    pub(crate) inbox_off: u64,
     pub(crate) dir_off: u64,
     pub(crate) entry_stride: u64,
 }
@@ -158,7 +158,7 @@ pub(crate) struct EntryCtl {
     pub(crate) start: AtomicU64,
     /// The sender's packed process address.
     pub(crate) addr: AtomicU64,
-    /// Set by the sender before it sleeps waiting for space (ring or
+    /// Set by the sender before it sleeps waiting for space (inbox or
     /// exchange); taken by the owner, which then rings the sender's bell.
     pub(crate) waiting: AtomicU32,
 }
@@ -168,7 +168,7 @@ pub(crate) struct EntryCtl {
 #[derive(Debug, Default)]
 pub(crate) struct EntryHead {
     pub(crate) ctl: Line<EntryCtl>,
-    /// The sender's ring-claim intent (see [`crate::ring`]).
+    /// The sender's inbox-claim intent (see [`crate::inbox`]).
     pub(crate) intent: Line<AtomicU64>,
     pub(crate) ex: ExCtl,
 }
@@ -211,8 +211,8 @@ fn round_up(x: u64, to: u64) -> u64 {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Layout {
     pub(crate) geometry: Geometry,
-    pub(crate) ring_ctl_off: u64,
-    pub(crate) ring_off: u64,
+    pub(crate) inbox_ctl_off: u64,
+    pub(crate) inbox_off: u64,
     pub(crate) dir_off: u64,
     pub(crate) entry_stride: u64,
     /// Offset of the descriptors inside an entry.
@@ -227,12 +227,12 @@ impl Layout {
     pub(crate) fn new(g: Geometry) -> Result<Layout, String> {
         g.validate()?;
         debug_assert_eq!(size_of::<EntryHead>(), 512);
-        debug_assert!(size_of::<RingCtl>() <= PAGE);
+        debug_assert!(size_of::<InboxCtl>() <= PAGE);
         let page = PAGE as u64;
-        let ring_ctl_off = page;
-        let ring_off = 2 * page;
-        let ring_bytes = round_up(u64::from(g.ring_slots) * u64::from(g.block_size), page);
-        let dir_off = ring_off + ring_bytes;
+        let inbox_ctl_off = page;
+        let inbox_off = 2 * page;
+        let inbox_bytes = round_up(u64::from(g.inbox_slots) * u64::from(g.block_size), page);
+        let dir_off = inbox_off + inbox_bytes;
         let descs_off = size_of::<EntryHead>() as u64;
         let data_off = round_up(
             descs_off + u64::from(g.chunks) * size_of::<ChunkDesc>() as u64,
@@ -245,8 +245,8 @@ impl Layout {
         }
         Ok(Layout {
             geometry: g,
-            ring_ctl_off,
-            ring_off,
+            inbox_ctl_off,
+            inbox_off,
             dir_off,
             entry_stride,
             descs_off,
@@ -275,14 +275,14 @@ impl Layout {
             job,
             node,
             port: u32::from(port),
-            ring_slots: g.ring_slots,
+            inbox_slots: g.inbox_slots,
             block_size: g.block_size,
             dir_entries: g.dir_entries,
             chunk_size: g.chunk_size,
             chunks: g.chunks,
             total_len: self.total_len,
-            ring_ctl_off: self.ring_ctl_off,
-            ring_off: self.ring_off,
+            inbox_ctl_off: self.inbox_ctl_off,
+            inbox_off: self.inbox_off,
             dir_off: self.dir_off,
             entry_stride: self.entry_stride,
         }
@@ -304,7 +304,7 @@ impl Layout {
             return Err(format!("header length {}", h.header_len));
         }
         let l = Layout::new(Geometry {
-            ring_slots: h.ring_slots,
+            inbox_slots: h.inbox_slots,
             block_size: h.block_size,
             dir_entries: h.dir_entries,
             chunk_size: h.chunk_size,
@@ -313,14 +313,14 @@ impl Layout {
         .map_err(|e| format!("bad geometry: {e}"))?;
         if (
             l.total_len,
-            l.ring_ctl_off,
-            l.ring_off,
+            l.inbox_ctl_off,
+            l.inbox_off,
             l.dir_off,
             l.entry_stride,
         ) != (
             h.total_len,
-            h.ring_ctl_off,
-            h.ring_off,
+            h.inbox_ctl_off,
+            h.inbox_off,
             h.dir_off,
             h.entry_stride,
         ) {
@@ -355,7 +355,7 @@ mod tests {
         assert!(size_of::<HeaderData>() <= STATE_OFF);
         assert_eq!(size_of::<EntryHead>(), 512);
         assert_eq!(SLOT_HDR, 24);
-        assert_eq!(l.ring_off % PAGE as u64, 0);
+        assert_eq!(l.inbox_off % PAGE as u64, 0);
         assert_eq!(l.dir_off % PAGE as u64, 0);
         assert_eq!(l.entry_stride % PAGE as u64, 0);
         assert_eq!(l.data_off % PAGE as u64, 0);
@@ -378,7 +378,7 @@ mod tests {
             .unwrap_err()
             .contains("version"));
         h = good;
-        h.ring_slots = 1000;
+        h.inbox_slots = 1000;
         assert!(Layout::from_header(&h, l.total_len).is_err());
         h = good;
         h.dir_off += 4096;
@@ -416,7 +416,12 @@ mod tests {
         }
         .validate()
         .is_err());
-        assert!(Geometry { ring_slots: 3, ..g }.validate().is_err());
+        assert!(Geometry {
+            inbox_slots: 3,
+            ..g
+        }
+        .validate()
+        .is_err());
         assert_eq!(g.max_inline(), 232);
     }
 }

@@ -1,13 +1,13 @@
 //! bcl-shm: BCL's intra-node shared-memory primitives.
 //!
 //! Processes on one node talk through shared memory (BCL-3 §3.2). Each
-//! endpoint owns one segment under `/dev/shm` holding its receive
+//! process owns one segment under `/dev/shm` holding its receive
 //! structures; peers map it on first contact and write into it:
 //!
-//! * the **system ring** ([`ring`]): one per receiver, many producers, one
-//!   consumer, fixed-size blocks; a producer claims a slot with one
-//!   compare-and-swap, the consumer's read index is private, a full ring
-//!   is back-pressure;
+//! * the **inbox** ([`inbox`]): one per receiver, a ring of fixed-size
+//!   slots for small messages, many producers, one consumer; a producer
+//!   claims a slot with one compare-and-swap, the consumer's read index is
+//!   private, a full inbox is back-pressure;
 //! * **exchange queues** ([`exchange`]): one per ordered pair, single
 //!   producer single consumer, for large messages, cut into chunks that are
 //!   pipelined so the two copies overlap;
@@ -18,13 +18,14 @@
 //!   processes are removed at start; a dead peer is detected by pid and
 //!   start time (pidfds) and reported, never waited for forever.
 //!
-//! [`ShmPort`] puts these together as the shared-memory side of one
-//! endpoint. The README describes the layout, the algorithms with their
-//! memory-ordering arguments, the measurements and the limits.
+//! [`Mailbox`] puts these together as the shared-memory side of one
+//! process, and [`ShmMethod`] is the BCL method built on it. The README
+//! describes the layout, the algorithms with their memory-ordering
+//! arguments, the measurements and the limits.
 //!
 //! This crate is a "memory module": `unsafe` is allowed here, each block
 //! with its `// SAFETY:` argument. Shared memory is accessed only through
-//! atomics and raw-pointer copies, except for a published ring slot, which
+//! atomics and raw-pointer copies, except for a published inbox slot, which
 //! the consumer may view as `&[u8]` until it releases it (see
 //! [`Incoming::bytes`]). Every index and length read from shared memory is
 //! validated: a buggy peer can make us drop its messages, not panic.
@@ -40,7 +41,7 @@ pub(crate) mod copy;
 pub mod exchange;
 #[cfg(not(loom))]
 pub mod heap;
-pub mod ring;
+pub mod inbox;
 pub(crate) mod sync;
 
 #[cfg(loom)]
@@ -53,15 +54,13 @@ pub mod kind;
 #[cfg(not(loom))]
 pub mod layout;
 #[cfg(not(loom))]
-pub mod method;
+mod mailbox;
 #[cfg(not(loom))]
-mod port;
+pub mod method;
 #[cfg(not(loom))]
 pub mod proc;
 #[cfg(not(loom))]
 pub mod segment;
-#[cfg(not(loom))]
-pub mod spin;
 
 pub use exchange::{ExError, PullProgress, PushProgress};
 #[cfg(not(loom))]
@@ -69,31 +68,29 @@ pub use kind::ShmKind;
 #[cfg(not(loom))]
 pub use layout::Geometry;
 #[cfg(not(loom))]
-pub use method::{node_identity, probe, ShmMethod, ShmMethodStats, METHOD_NAME};
+pub use mailbox::{Incoming, Mailbox, MailboxConfig, PeerId, ShmEvent};
 #[cfg(not(loom))]
-pub use port::{Incoming, PeerId, ShmConfig, ShmEvent, ShmPort};
+pub use method::{node_identity, probe, ShmMethod, ShmMethodStats, METHOD_NAME};
 
 #[cfg(not(loom))]
 pub use segment::{cleanup_stale, segment_name, CleanupReport};
-#[cfg(not(loom))]
-pub use spin::{LineRing, SpinError, SpinLink, LINE_RING_SLOTS, SPIN_MAX_MESSAGE};
 
 #[cfg(not(loom))]
 use bcl_core::ProcessAddr;
 #[cfg(not(loom))]
 use std::path::PathBuf;
 
-/// Why [`ShmPort::try_send`] did not send. Small and `Copy` because it is
+/// Why [`Mailbox::try_send`] did not send. Small and `Copy` because it is
 /// returned on the hot path (`Full` is routine back-pressure).
 #[cfg(not(loom))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SendError {
-    /// The peer's ring is full: nothing was sent; retry on a later progress
+    /// The peer's inbox is full: nothing was sent; retry on a later progress
     /// call (back-pressure, not loss).
-    #[error("the peer's ring is full; retry later")]
+    #[error("the peer's inbox is full; retry later")]
     Full,
-    /// The message does not fit in a ring slot; use the exchange queue.
-    #[error("message of {len} bytes exceeds the {max}-byte ring slot; send it through the exchange queue")]
+    /// The message does not fit in an inbox slot; use the exchange queue.
+    #[error("message of {len} bytes exceeds the {max}-byte inbox slot; send it through the exchange queue")]
     TooLarge {
         /// The message length.
         len: usize,
@@ -104,8 +101,8 @@ pub enum SendError {
     #[error("peer {0} is gone (died or closed)")]
     PeerGone(ProcessAddr),
     /// No such peer id.
-    #[error("no peer {0:?} on this port")]
-    UnknownPeer(port::PeerId),
+    #[error("no peer {0:?} in this mailbox")]
+    UnknownPeer(mailbox::PeerId),
 }
 
 #[cfg(not(loom))]
@@ -124,12 +121,12 @@ impl From<SendError> for ShmError {
 #[cfg(not(loom))]
 #[derive(Debug, thiserror::Error)]
 pub enum ShmError {
-    /// The ring of the peer is full: nothing was sent; retry on a later
+    /// The inbox of the peer is full: nothing was sent; retry on a later
     /// progress call (back-pressure, not loss).
-    #[error("the peer's ring is full; retry later")]
+    #[error("the peer's inbox is full; retry later")]
     Full,
-    /// The message does not fit in a ring slot; use the exchange queue.
-    #[error("message of {len} bytes exceeds the {max}-byte ring slot; send it through the exchange queue")]
+    /// The message does not fit in an inbox slot; use the exchange queue.
+    #[error("message of {len} bytes exceeds the {max}-byte inbox slot; send it through the exchange queue")]
     TooLarge {
         /// The message length.
         len: usize,
@@ -144,8 +141,8 @@ pub enum ShmError {
         addr: ProcessAddr,
     },
     /// No such peer id.
-    #[error("no peer {0:?} on this port")]
-    UnknownPeer(port::PeerId),
+    #[error("no peer {0:?} in this mailbox")]
+    UnknownPeer(mailbox::PeerId),
     /// The peer has no segment (not started, or gone).
     #[error("no shared-memory segment for process {addr} at {}", path.display())]
     NoSuchPeer {

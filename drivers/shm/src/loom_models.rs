@@ -12,17 +12,17 @@
 
 use crate::bell;
 use crate::exchange::{ChunkDesc, ExCtl, ExReceiver, ExSender, ExView, PullProgress};
-use crate::ring::{
-    Head, RingConsumer, RingCtl, RingProducer, RingSendError, RingView, SlotHdr, SLOT_HDR,
+use crate::inbox::{
+    Head, InboxConsumer, InboxCtl, InboxProducer, InboxSendError, InboxView, SlotHdr, SLOT_HDR,
 };
 use crate::sync::{AtomicU32, AtomicU64, DataCells, Ordering};
 use loom::sync::{Arc, Condvar, Mutex};
 use loom::thread;
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 
-/// A ring in heap memory.
-struct TestRing {
-    ctl: Box<RingCtl>,
+/// An inbox in heap memory.
+struct TestInbox {
+    ctl: Box<InboxCtl>,
     slots: *mut u8,
     layout: Layout,
     stride: usize,
@@ -33,13 +33,13 @@ struct TestRing {
     alive: Vec<AtomicU32>,
 }
 
-// SAFETY: the raw slot memory is only accessed through the ring protocol
+// SAFETY: the raw slot memory is only accessed through the inbox protocol
 // (atomics, and loom-checked raw copies).
-unsafe impl Send for TestRing {}
+unsafe impl Send for TestInbox {}
 // SAFETY: as above.
-unsafe impl Sync for TestRing {}
+unsafe impl Sync for TestInbox {}
 
-impl TestRing {
+impl TestInbox {
     fn new(cap: u64, payload: usize, producers: usize) -> Self {
         let align = std::mem::align_of::<SlotHdr>().max(8);
         let stride = (SLOT_HDR + payload).div_ceil(align) * align;
@@ -52,7 +52,7 @@ impl TestRing {
             // aligned for SlotHdr.
             unsafe { std::ptr::write(slots.add(i * stride) as *mut SlotHdr, SlotHdr::default()) };
         }
-        let r = TestRing {
+        let r = TestInbox {
             ctl: Box::default(),
             slots,
             layout,
@@ -66,22 +66,22 @@ impl TestRing {
         r
     }
 
-    fn view(&self) -> RingView {
+    fn view(&self) -> InboxView {
         // SAFETY: the control block, slots and cells live as long as self,
         // which every user holds through an Arc.
-        unsafe { RingView::new(&*self.ctl, self.slots, self.stride, self.cap, &*self.cells) }
+        unsafe { InboxView::new(&*self.ctl, self.slots, self.stride, self.cap, &*self.cells) }
     }
 
-    fn producer(&self, i: usize) -> RingProducer {
+    fn producer(&self, i: usize) -> InboxProducer {
         // SAFETY: intent i lives as long as self and is used by this
         // producer only.
-        unsafe { RingProducer::new(self.view(), &self.intents[i], i as u16, 100 + i as u64) }
+        unsafe { InboxProducer::new(self.view(), &self.intents[i], i as u16, 100 + i as u64) }
     }
 
-    /// The consumer's dead-producer recovery (what `ShmPort::check_head`
+    /// The consumer's dead-producer recovery (what `Mailbox::check_head`
     /// does with pidfds): skip the head if every producer whose intent
     /// names it is dead.
-    fn recover(&self, c: &mut RingConsumer) -> bool {
+    fn recover(&self, c: &mut InboxConsumer) -> bool {
         if !c.head_claimed() {
             return false;
         }
@@ -102,7 +102,7 @@ impl TestRing {
     }
 }
 
-impl Drop for TestRing {
+impl Drop for TestInbox {
     fn drop(&mut self) {
         for i in 0..self.cap as usize {
             // SAFETY: each header was written by `new` and is dropped once.
@@ -140,13 +140,13 @@ impl Notifier {
     }
 }
 
-/// A ring with the wake-up machinery of a real endpoint: the consumer
-/// sleeps when the ring is empty (the sleep bit in `tail`), a producer
+/// An inbox with the wake-up machinery of a real mailbox: the consumer
+/// sleeps when the inbox is empty (the sleep bit in `tail`), a producer
 /// sleeps when it is full (its waiting flag plus `full_waiters`). Model
 /// threads block instead of spinning, which also keeps loom's exploration
 /// finite (two threads spinning at once make loom's scheduler loop).
 struct World {
-    ring: TestRing,
+    inbox: TestInbox,
     consumer_bell: Notifier,
     producer_bells: Vec<Notifier>,
     waiting: Vec<AtomicU32>,
@@ -155,15 +155,15 @@ struct World {
 impl World {
     fn new(cap: u64, producers: usize) -> Arc<World> {
         Arc::new(World {
-            ring: TestRing::new(cap, 8, producers),
+            inbox: TestInbox::new(cap, 8, producers),
             consumer_bell: Notifier::new(),
             producer_bells: (0..producers).map(|_| Notifier::new()).collect(),
             waiting: (0..producers).map(|_| AtomicU32::new(0)).collect(),
         })
     }
 
-    /// Sends, sleeping while the ring is full.
-    fn send(&self, p: usize, prod: &RingProducer, m: &[u8]) {
+    /// Sends, sleeping while the inbox is full.
+    fn send(&self, p: usize, prod: &InboxProducer, m: &[u8]) {
         loop {
             match prod.try_send(m) {
                 Ok(wake) => {
@@ -172,7 +172,7 @@ impl World {
                     }
                     return;
                 }
-                Err(RingSendError::Full) => {
+                Err(InboxSendError::Full) => {
                     self.waiting[p].store(1, Ordering::Relaxed);
                     prod.want_space();
                     if !prod.has_space() {
@@ -185,9 +185,9 @@ impl World {
         }
     }
 
-    /// Receives one message, sleeping while the ring is empty and spinning
+    /// Receives one message, sleeping while the inbox is empty and spinning
     /// only while the head slot is claimed and being written.
-    fn recv(&self, c: &mut RingConsumer) -> (u16, Vec<u8>) {
+    fn recv(&self, c: &mut InboxConsumer) -> (u16, Vec<u8>) {
         loop {
             match c.poll() {
                 Head::Ready(info) => {
@@ -222,7 +222,7 @@ impl World {
 
 /// Receives one message, spinning (for models where only the consumer
 /// can be waiting).
-fn recv_spinning(c: &mut RingConsumer) -> (u16, Vec<u8>) {
+fn recv_spinning(c: &mut InboxConsumer) -> (u16, Vec<u8>) {
     loop {
         if let Head::Ready(info) = c.poll() {
             let mut b = vec![0u8; info.len];
@@ -235,11 +235,11 @@ fn recv_spinning(c: &mut RingConsumer) -> (u16, Vec<u8>) {
     }
 }
 
-fn send_retry(p: &RingProducer, msg: &[u8]) {
+fn send_retry(p: &InboxProducer, msg: &[u8]) {
     loop {
         match p.try_send(msg) {
             Ok(_) => return,
-            Err(RingSendError::Full) => thread::yield_now(),
+            Err(InboxSendError::Full) => thread::yield_now(),
             Err(e) => panic!("{e:?}"),
         }
     }
@@ -264,14 +264,14 @@ fn mpsc_model(cap: u64, per: &'static [usize]) {
         .map(|(p, &n)| {
             let w = w.clone();
             thread::spawn(move || {
-                let prod = w.ring.producer(p);
+                let prod = w.inbox.producer(p);
                 for k in 0..n {
                     w.send(p, &prod, &msg(p, k));
                 }
             })
         })
         .collect();
-    let mut c = RingConsumer::new(w.ring.view());
+    let mut c = InboxConsumer::new(w.inbox.view());
     let mut next = vec![0usize; per.len()];
     for _ in 0..per.iter().sum::<usize>() {
         let (e, b) = w.recv(&mut c);
@@ -285,33 +285,33 @@ fn mpsc_model(cap: u64, per: &'static [usize]) {
 }
 
 #[test]
-fn ring_two_producers_exactly_once() {
+fn inbox_two_producers_exactly_once() {
     loom::model(|| mpsc_model(4, &[2, 2]));
 }
 
 #[test]
-fn ring_three_producers_exactly_once() {
+fn inbox_three_producers_exactly_once() {
     loom::model(|| mpsc_model(4, &[1, 1, 1]));
 }
 
 #[test]
-fn ring_full_ring_back_pressure() {
+fn inbox_full_back_pressure() {
     // Two slots, three messages from two producers: in some interleavings a
-    // producer finds the ring full, sleeps, and is woken when space is
+    // producer finds the inbox full, sleeps, and is woken when space is
     // freed; nothing is lost or duplicated.
     loom::model(|| mpsc_model(2, &[2, 1]));
 }
 
 #[test]
-fn ring_tagged_and_plain_sends_arrive_intact() {
+fn inbox_tagged_and_plain_sends_arrive_intact() {
     // A direct message is written as tag + data straight into its slot
     // (try_send_tagged); racing a plain producer, both arrive whole.
     loom::model(|| {
-        let r = Arc::new(TestRing::new(2, 8, 2));
+        let r = Arc::new(TestInbox::new(2, 8, 2));
         let p0 = r.producer(0);
         assert_eq!(
             p0.try_send_tagged(1, &[0; 8]),
-            Err(RingSendError::TooLarge),
+            Err(InboxSendError::TooLarge),
             "tag + 8 bytes do not fit an 8-byte payload"
         );
         let r2 = r.clone();
@@ -320,13 +320,13 @@ fn ring_tagged_and_plain_sends_arrive_intact() {
             loop {
                 match p.try_send_tagged(0xd1, &[1, 2, 3]) {
                     Ok(_) => return,
-                    Err(RingSendError::Full) => thread::yield_now(),
+                    Err(InboxSendError::Full) => thread::yield_now(),
                     Err(e) => panic!("{e:?}"),
                 }
             }
         });
         send_retry(&p0, &msg(0, 0));
-        let mut c = RingConsumer::new(r.view());
+        let mut c = InboxConsumer::new(r.view());
         let mut got = vec![recv_spinning(&mut c), recv_spinning(&mut c)];
         got.sort();
         assert_eq!(got, vec![(0, msg(0, 0).to_vec()), (1, vec![0xd1, 1, 2, 3])]);
@@ -335,14 +335,14 @@ fn ring_tagged_and_plain_sends_arrive_intact() {
 }
 
 #[test]
-fn ring_full_is_reported_without_claiming() {
+fn inbox_full_is_reported_without_claiming() {
     loom::model(|| {
-        let r = Arc::new(TestRing::new(2, 8, 1));
+        let r = Arc::new(TestInbox::new(2, 8, 1));
         let p = r.producer(0);
-        let mut c = RingConsumer::new(r.view());
+        let mut c = InboxConsumer::new(r.view());
         p.try_send(&msg(0, 0)).unwrap();
         p.try_send(&msg(0, 1)).unwrap();
-        assert_eq!(p.try_send(&msg(0, 2)), Err(RingSendError::Full));
+        assert_eq!(p.try_send(&msg(0, 2)), Err(InboxSendError::Full));
         assert_eq!(r.intents[0].load(Ordering::Relaxed), 0);
         let r2 = r.clone();
         let h = thread::spawn(move || {
@@ -358,9 +358,9 @@ fn ring_full_is_reported_without_claiming() {
 }
 
 #[test]
-fn ring_dead_producer_is_skipped_and_others_survive() {
+fn inbox_dead_producer_is_skipped_and_others_survive() {
     loom::model(|| {
-        let r = Arc::new(TestRing::new(2, 8, 2));
+        let r = Arc::new(TestInbox::new(2, 8, 2));
         // Producer 0 claims a slot and dies before publishing.
         let r0 = r.clone();
         let dead = thread::spawn(move || {
@@ -376,7 +376,7 @@ fn ring_dead_producer_is_skipped_and_others_survive() {
             let p = r1.producer(1);
             send_retry(&p, &msg(1, 0));
         });
-        let mut c = RingConsumer::new(r.view());
+        let mut c = InboxConsumer::new(r.view());
         let mut skipped = 0;
         loop {
             match c.poll() {
@@ -405,9 +405,9 @@ fn ring_dead_producer_is_skipped_and_others_survive() {
 }
 
 #[test]
-fn ring_sleep_bit_no_lost_wakeup() {
+fn inbox_sleep_bit_no_lost_wakeup() {
     loom::model(|| {
-        let r = Arc::new(TestRing::new(2, 8, 1));
+        let r = Arc::new(TestInbox::new(2, 8, 1));
         let n = Arc::new(Notifier::new());
         let (r2, n2) = (r.clone(), n.clone());
         let h = thread::spawn(move || {
@@ -417,7 +417,7 @@ fn ring_sleep_bit_no_lost_wakeup() {
                 n2.ring();
             }
         });
-        let mut c = RingConsumer::new(r.view());
+        let mut c = InboxConsumer::new(r.view());
         loop {
             if let Head::Ready(_) = c.poll() {
                 c.release();
@@ -439,11 +439,11 @@ fn ring_sleep_bit_no_lost_wakeup() {
 }
 
 #[test]
-fn ring_space_waiter_no_lost_wakeup() {
-    // One slot... two: the producer fills the ring, then sleeps until the
+fn inbox_space_waiter_no_lost_wakeup() {
+    // One slot... two: the producer fills the inbox, then sleeps until the
     // consumer frees space.
     loom::model(|| {
-        let r = Arc::new(TestRing::new(2, 8, 1));
+        let r = Arc::new(TestInbox::new(2, 8, 1));
         let n = Arc::new(Notifier::new());
         let waiting = Arc::new(AtomicU32::new(0));
         let (r2, n2, w2) = (r.clone(), n.clone(), waiting.clone());
@@ -453,7 +453,7 @@ fn ring_space_waiter_no_lost_wakeup() {
                 loop {
                     match p.try_send(&msg(0, k)) {
                         Ok(_) => break,
-                        Err(RingSendError::Full) => {
+                        Err(InboxSendError::Full) => {
                             w2.store(1, Ordering::Relaxed);
                             p.want_space();
                             if !p.has_space() {
@@ -466,7 +466,7 @@ fn ring_space_waiter_no_lost_wakeup() {
                 }
             }
         });
-        let mut c = RingConsumer::new(r.view());
+        let mut c = InboxConsumer::new(r.view());
         let mut got = 0;
         while got < 3 {
             match c.poll() {

@@ -1,6 +1,6 @@
 //! The `shm` method: BCL over shared memory between processes of one node.
 //!
-//! Everything a process receives arrives through its one system ring, in
+//! Everything a process receives arrives through its one inbox, in
 //! order, as *items* tagged by their first byte:
 //!
 //! | tag | item | |
@@ -14,7 +14,7 @@
 //! | 7 `BULK_REFUSED` | kind, transfer | "I cannot map it": the sender pushes the data through the exchange queue instead |
 //!
 //! Large data travels in the per-pair exchange queue. A big frame is pushed
-//! whole before its notice goes into the ring, so the receiver finds it
+//! whole before its notice goes into the inbox, so the receiver finds it
 //! complete; transfer data is announced first and pulled while it streams.
 //! Transfer data from a sender's shared heap does not travel at all: the
 //! receiver maps the sender's allocation (once; up to
@@ -22,13 +22,13 @@
 //! and copies from it, and the sender's transfer completes when the
 //! receiver says so.
 //! Per sender, items keep their order: a sender's later frames wait behind
-//! its earlier ones (in its queue when the ring or exchange queue is full,
+//! its earlier ones (in its queue when the inbox or exchange queue is full,
 //! at the receiver behind an unfinished pull).
 //!
 //! The method never loses, duplicates or reorders (`caps().reliable`) and
 //! memory does not corrupt bytes (`caps().integrity`): the core skips
 //! sequence numbers, acknowledgements, retransmission and CRC32C for it. A
-//! full ring or exchange queue is back-pressure, never loss.
+//! full inbox or exchange queue is back-pressure, never loss.
 //!
 //! The method is a [`DirectMethod`]: an engine drives receiving with
 //! [`DirectMethod::poll_rx`] (frames, direct messages and transfer data
@@ -37,7 +37,7 @@
 //! (counted).
 
 use crate::heap::{self, PeerMappings, SharedBytes, SharedRef};
-use crate::{PeerId, PullProgress, ShmConfig, ShmError, ShmEvent, ShmPort};
+use crate::{Mailbox, MailboxConfig, PeerId, PullProgress, ShmError, ShmEvent};
 use bcl_core::method::{
     Descriptor, DirectError, DirectMethod, LinkId, Method, MethodCaps, MethodCounters, MethodError,
     RxHandler, TakeDirect, TransferHost, TxFrame,
@@ -116,7 +116,7 @@ pub fn node_identity() -> String {
 /// Counters of the method.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ShmMethodStats {
-    /// Frames sent inline through the ring.
+    /// Frames sent inline through the inbox.
     pub frames_inline: u64,
     /// Frames sent through the exchange queue.
     pub frames_big: u64,
@@ -137,7 +137,7 @@ pub struct ShmMethodStats {
     /// Transfers announced in a shared heap that could not be mapped here
     /// (the sender then pushed them through the exchange queue).
     pub shared_refused: u64,
-    /// Times an item had to wait because a ring or exchange queue was full.
+    /// Times an item had to wait because an inbox or exchange queue was full.
     pub backpressure: u64,
     /// Items dropped because the receiving side could not handle them (a
     /// generic `rx_burst` caller, or data nobody waited for).
@@ -148,11 +148,11 @@ pub struct ShmMethodStats {
 
 /// Something waiting to go to a peer, in order.
 enum Out {
-    /// A ring item (tag included) the ring had no room for.
+    /// An inbox item (tag included) the inbox had no room for.
     Item(Vec<u8>),
     /// A frame being pushed into the exchange queue; its notice follows.
     BigFrame(Vec<u8>),
-    /// A bulk transfer: its notice (`announced` once in the ring), then its
+    /// A bulk transfer: its notice (`announced` once in the inbox), then its
     /// data, pushed by the engine.
     Bulk {
         notice: [u8; BULK_NOTICE_LEN],
@@ -205,7 +205,7 @@ enum Expected {
 
 /// The shared-memory method (see the module documentation).
 pub struct ShmMethod {
-    port: ShmPort,
+    mailbox: Mailbox,
     node: String,
     links: Vec<Link>,
     by_addr: HashMap<ProcessAddr, LinkId>,
@@ -240,17 +240,17 @@ impl ShmMethod {
     /// Opens the shared-memory side of process `local` of job `job`
     /// (creating its segment under /dev/shm, removing stale ones).
     pub fn open(job: JobKey, local: ProcessAddr) -> Result<ShmMethod, MethodError> {
-        Self::with_config(ShmConfig::new(job, local))
+        Self::with_config(MailboxConfig::new(job, local))
     }
 
     /// Opens with a full configuration.
-    pub fn with_config(cfg: ShmConfig) -> Result<ShmMethod, MethodError> {
-        let port = ShmPort::open(cfg).map_err(|e| MethodError::Other {
+    pub fn with_config(cfg: MailboxConfig) -> Result<ShmMethod, MethodError> {
+        let mailbox = Mailbox::open(cfg).map_err(|e| MethodError::Other {
             method: METHOD_NAME,
             reason: e.to_string(),
         })?;
         Ok(ShmMethod {
-            port,
+            mailbox,
             node: node_identity(),
             links: Vec::new(),
             by_addr: HashMap::default(),
@@ -282,14 +282,15 @@ impl ShmMethod {
         self.read_peer_heaps = on;
     }
 
-    /// The underlying port (segment, rings), for inspection.
-    pub fn shm_port(&self) -> &ShmPort {
-        &self.port
+    /// The mailbox this method sends and receives through (segment,
+    /// inbox, exchange queues), for inspection.
+    pub fn mailbox(&self) -> &Mailbox {
+        &self.mailbox
     }
 
     /// Largest direct message.
     pub fn max_direct(&self) -> usize {
-        self.port.max_inline() - 1
+        self.mailbox.max_inline() - 1
     }
 
     fn link(&self, link: LinkId) -> Option<&Link> {
@@ -302,7 +303,7 @@ impl ShmMethod {
                 return Ok(l);
             }
         }
-        let peer = self.port.connect(addr)?;
+        let peer = self.mailbox.connect(addr)?;
         let link = Link {
             peer,
             addr,
@@ -434,7 +435,7 @@ impl ShmMethod {
         let done = if data.is_empty() {
             true
         } else {
-            match self.port.push_message(peer, data) {
+            match self.mailbox.push_message(peer, data) {
                 Ok(p) => {
                     if !p.done {
                         self.stats.backpressure += u64::from(p.chunks == 0);
@@ -470,7 +471,7 @@ impl ShmMethod {
         self.maybe_queued = queued;
     }
 
-    /// Sends as much of link `i`'s queue as the ring and exchange queue take.
+    /// Sends as much of link `i`'s queue as the inbox and exchange queue take.
     fn flush_link(&mut self, i: usize) {
         loop {
             let l = &mut self.links[i];
@@ -484,7 +485,7 @@ impl ShmMethod {
             let progressed = match front {
                 // Queued items are frames: inline ones, or the notice of a
                 // big frame already in the exchange queue.
-                Out::Item(item) => match self.port.try_send(peer, item) {
+                Out::Item(item) => match self.mailbox.try_send(peer, item) {
                     Ok(()) => {
                         self.links[i].pending.pop_front();
                         self.count_written(i);
@@ -496,7 +497,7 @@ impl ShmMethod {
                         return;
                     }
                 },
-                Out::BigFrame(frame) => match self.port.push_message(peer, frame) {
+                Out::BigFrame(frame) => match self.mailbox.push_message(peer, frame) {
                     Ok(p) if p.done => {
                         // The frame is in the exchange queue: announce it.
                         self.links[i].pending[0] = Out::Item(vec![TAG_BIG_FRAME]);
@@ -512,7 +513,7 @@ impl ShmMethod {
                     notice,
                     announced: false,
                     ..
-                } => match self.port.try_send(peer, &notice[..]) {
+                } => match self.mailbox.try_send(peer, &notice[..]) {
                     Ok(()) => {
                         if let Some(Out::Bulk { announced, .. }) = self.links[i].pending.front_mut()
                         {
@@ -542,7 +543,7 @@ impl ShmMethod {
                     let (token, len, notice) = (*token, *len, *notice);
                     let channel = u16::from_le_bytes([notice[2], notice[3]]);
                     let key = (addr, notice[1], le_u32(&notice[4..8]));
-                    match self.port.try_send(peer, &notice[..]) {
+                    match self.mailbox.try_send(peer, &notice[..]) {
                         Ok(()) => {
                             self.links[i].pending.pop_front();
                             let link = LinkId(i as u32);
@@ -584,7 +585,7 @@ impl ShmMethod {
 
     /// Reports, for each link whose count changed, its peer and the number
     /// of BCL frames written to it since the link was made (frames queued
-    /// behind back-pressure count only once actually in the peer's ring).
+    /// behind back-pressure count only once actually in the peer's inbox).
     fn drain_written(&mut self, mut report: impl FnMut(ProcessAddr, u64)) {
         for link in self.written_dirty.drain(..) {
             if let Some(l) = self.links.get_mut(link.0 as usize) {
@@ -634,10 +635,10 @@ impl ShmMethod {
             return Ok(());
         }
         let peer = l.peer;
-        let inline = len < self.port.max_inline();
+        let inline = len < self.mailbox.max_inline();
         if l.pending.is_empty() && inline {
             self.staging[0] = TAG_FRAME;
-            match self.port.try_send(peer, &self.staging[..1 + len]) {
+            match self.mailbox.try_send(peer, &self.staging[..1 + len]) {
                 Ok(()) => {
                     self.stats.frames_inline += 1;
                     self.count_written(i);
@@ -715,7 +716,7 @@ impl ShmMethod {
             .link_for(from)
             .ok()
             .and_then(|l| self.link(l).map(|l| l.peer))
-            .and_then(|peer| self.port.peer_pid(peer));
+            .and_then(|peer| self.mailbox.peer_pid(peer));
         let r = pid.map(|pid| SharedRef {
             pid,
             fd: le_u32(&notice[16..20]),
@@ -793,12 +794,12 @@ impl ShmMethod {
         let frame = match self.held.remove(&from) {
             Some(f) => f,
             None => {
-                let len = match self.port.next_message_len(from) {
+                let len = match self.mailbox.next_message_len(from) {
                     Ok(Some(len)) => len,
                     _ => return false,
                 };
                 let mut buf = vec![0u8; len];
-                match self.port.pull_into(from, &mut buf) {
+                match self.mailbox.pull_into(from, &mut buf) {
                     Ok(PullProgress::Done { .. }) => buf,
                     // The sender pushes the whole frame before announcing
                     // it, so this does not happen; try again later.
@@ -829,7 +830,7 @@ impl ShmMethod {
         let mut answers = Vec::new();
         let ShmMethod {
             expected,
-            port,
+            mailbox,
             scratch,
             stats,
             ..
@@ -889,10 +890,10 @@ impl ShmMethod {
             }
             while let Some(&Expected::Bulk { token, len }) = queue.front() {
                 let progress = match token.and_then(|t| h.bulk_dest(t)) {
-                    Some(dst) => port.pull_into(from, dst),
+                    Some(dst) => mailbox.pull_into(from, dst),
                     None => {
                         scratch.resize(usize::try_from(len).unwrap_or(0), 0);
-                        port.pull_into(from, scratch)
+                        mailbox.pull_into(from, scratch)
                     }
                 };
                 match progress {
@@ -918,7 +919,7 @@ impl ShmMethod {
 
     /// Next event about a peer (died, closed, broke the protocol).
     pub fn poll_event(&mut self) -> Option<ShmEvent> {
-        let ev = self.port.poll_event()?;
+        let ev = self.mailbox.poll_event()?;
         if let ShmEvent::PeerDied { addr, .. } | ShmEvent::PeerClosed { addr } = &ev {
             if let Some(&l) = self.by_addr.get(addr) {
                 self.mark_dead(l);
@@ -938,7 +939,7 @@ impl ShmMethod {
 
     /// Looks for dead peers (call now and then when busy-polling).
     pub fn check_peers(&mut self) {
-        self.port.check_peers();
+        self.mailbox.check_peers();
     }
 }
 
@@ -1001,7 +1002,7 @@ impl DirectMethod for ShmMethod {
     fn poll_rx(&mut self, budget: usize, h: &mut dyn RxHandler) -> usize {
         let mut n = self.pull_bulk(h);
         while n < budget {
-            let Some(m) = self.port.recv() else { break };
+            let Some(m) = self.mailbox.recv() else { break };
             let from = m.from();
             let tag = m.bytes().first().copied();
             // Only frames need the link (a lookup per item would cost more
@@ -1019,7 +1020,7 @@ impl DirectMethod for ShmMethod {
                 }
                 (Some(TAG_FRAME), None) => {
                     // First frame from this sender: connect back, then read
-                    // the item again (it stays first in the ring).
+                    // the item again (it stays first in the inbox).
                     if self.link_for(from).is_err() {
                         break;
                     }
@@ -1033,7 +1034,7 @@ impl DirectMethod for ShmMethod {
                     self.stats.direct_received += 1;
                 }
                 (Some(TAG_BIG_FRAME), _) => {
-                    // Left in the ring until the frame is taken.
+                    // Left in the inbox until the frame is taken.
                     // Transfer data announced earlier by this sender comes
                     // first in its exchange queue.
                     if self.expected.get(&from).is_some_and(|q| !q.is_empty()) {
@@ -1042,7 +1043,7 @@ impl DirectMethod for ShmMethod {
                     if !self.take_big_frame(from, h) {
                         break;
                     }
-                    if let Some(m) = self.port.recv() {
+                    if let Some(m) = self.mailbox.recv() {
                         m.release();
                     }
                 }
@@ -1076,7 +1077,7 @@ impl DirectMethod for ShmMethod {
 
     #[inline]
     fn take_direct(&mut self, f: &mut dyn FnMut(ProcessAddr, &[u8])) -> TakeDirect {
-        let Some(m) = self.port.recv() else {
+        let Some(m) = self.mailbox.recv() else {
             return TakeDirect::Empty;
         };
         let bytes = m.bytes();
@@ -1103,7 +1104,7 @@ impl DirectMethod for ShmMethod {
             return Err(DirectError::Busy);
         }
         let (peer, addr) = (l.peer, l.addr);
-        match self.port.try_send_tagged(peer, TAG_DIRECT, data) {
+        match self.mailbox.try_send_tagged(peer, TAG_DIRECT, data) {
             Ok(()) => {
                 self.stats.direct_sent += 1;
                 Ok(())
@@ -1147,7 +1148,7 @@ impl DirectMethod for ShmMethod {
         self.flush();
         // Transfers receivers copied from our shared heap are done.
         work += self.drain_pulled(|token| host.transfer_sent(token));
-        // Frames to shared-memory peers are delivered once in the peer's ring.
+        // Frames to shared-memory peers are delivered once in the peer's inbox.
         self.drain_written(|addr, written| host.frames_written(addr, written));
         if check_peers {
             self.check_peers();
@@ -1165,7 +1166,7 @@ impl DirectMethod for ShmMethod {
         self.maybe_queued
             || !self.written_dirty.is_empty()
             || !self.pulled.is_empty()
-            || self.port.has_events()
+            || self.mailbox.has_events()
     }
 
     #[inline]
@@ -1188,7 +1189,7 @@ impl Method for ShmMethod {
     }
 
     fn descriptor(&self) -> Descriptor {
-        let a = self.port.local();
+        let a = self.mailbox.local();
         Descriptor::new(METHOD_NAME, format!("{a}@{}", self.node))
     }
 
@@ -1238,20 +1239,20 @@ impl Method for ShmMethod {
     }
 
     fn readiness_fd(&self) -> Option<RawFd> {
-        Some(self.port.readiness_fd())
+        Some(self.mailbox.readiness_fd())
     }
 
     fn prepare_wait(&mut self) -> bool {
         // A transfer being copied from a sender's shared heap is work that
         // waits for nobody: no peer will ring for it.
         let copying = self.copies_in_progress() > 0;
-        // Answers (and other items) queued behind a full ring: the peer
-        // rings when it frees room, which the port's flags arm.
-        self.port.prepare_wait() && !copying
+        // Answers (and other items) queued behind a full inbox: the peer
+        // rings when it frees room, which the mailbox's flags arm.
+        self.mailbox.prepare_wait() && !copying
     }
 
     fn finish_wait(&mut self) {
-        self.port.finish_wait();
+        self.mailbox.finish_wait();
     }
 
     fn counters(&self) -> MethodCounters {

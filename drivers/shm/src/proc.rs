@@ -10,7 +10,7 @@
 //! For a peer we keep talking to, `Watch` also holds a pidfd
 //! (`pidfd_open`, Linux 5.3+): it becomes readable when the process exits,
 //! so checking costs one `poll` and the fd can sit in an epoll set to wake
-//! a sleeping endpoint when the peer dies. The pidfd is opened *after*
+//! a sleeping process when the peer dies. The pidfd is opened *after*
 //! reading the pid, then the start time is checked again, so a pid reused
 //! in between is caught.
 

@@ -1,6 +1,6 @@
-//! Segments: one shared-memory file per endpoint, and their cleanup.
+//! Segments: one shared-memory file per process, and their cleanup.
 //!
-//! An endpoint's segment is `DIR/bcl-JOB-NODE-PORT` (`DIR` is `/dev/shm`
+//! A process's segment is `DIR/bcl-JOB-NODE-PORT` (`DIR` is `/dev/shm`
 //! by default; `JOB` is the job key in 8 hex digits), mode 0600, created
 //! with `O_EXCL` by its owner and unlinked when the owner closes. Peers map
 //! it read-write on first contact, after checking magic, version, the
@@ -8,7 +8,7 @@
 //! offsets and the file size.
 //!
 //! Stale segments: a segment whose owner died without closing stays in
-//! `/dev/shm`. [`cleanup_stale`] (run by every endpoint at start) removes
+//! `/dev/shm`. [`cleanup_stale`] (run by every mailbox when it opens) removes
 //! every `bcl-*` segment whose owner is dead: its pid is gone, a zombie, or
 //! now belongs to a process with another start time (pid reuse). A live
 //! owner's segment is kept; so is anything that is not ours to judge
@@ -422,7 +422,7 @@ pub struct CleanupReport {
 
 /// Removes every segment in `dir` whose owner is dead (see the module
 /// documentation), with its doorbell socket. Safe to run concurrently with
-/// other endpoints starting and stopping.
+/// other mailboxes opening and closing.
 pub fn cleanup_stale(dir: &Path) -> Result<CleanupReport, ShmError> {
     let io = |context: String| move |source: io::Error| ShmError::Io { context, source };
     let _lock = DirLock::acquire(dir).map_err(io(format!("locking {}", dir.display())))?;

@@ -1,7 +1,7 @@
 //! The atomics facade: `std` atomics normally, `loom` atomics under
 //! `--cfg loom`, so the lock-free algorithms can be model-checked in process.
 //!
-//! The algorithms ([`crate::ring`], [`crate::exchange`], [`crate::bell`])
+//! The algorithms ([`crate::inbox`], [`crate::exchange`], [`crate::bell`])
 //! only ever touch shared state through these types and through raw
 //! pointer copies bracketed by a [`DataCell`], which is a no-op normally
 //! and a loom race detector under `--cfg loom`.
@@ -24,7 +24,7 @@ impl<T> std::ops::Deref for Line<T> {
     }
 }
 
-/// Guards non-atomic bytes in shared memory (a ring slot's payload, an
+/// Guards non-atomic bytes in shared memory (an inbox slot's payload, an
 /// exchange chunk). Outside loom it is a zero-sized no-op. Under loom it
 /// is a `loom::cell::UnsafeCell<()>` whose accesses loom checks for data
 /// races: every write of the guarded bytes happens inside

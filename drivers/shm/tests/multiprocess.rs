@@ -8,7 +8,8 @@
 
 use bcl_core::{JobKey, ProcessAddr};
 use bcl_shm::{
-    cleanup_stale, segment_name, PullProgress, SendError, ShmConfig, ShmError, ShmEvent, ShmPort,
+    cleanup_stale, segment_name, Mailbox, MailboxConfig, PullProgress, SendError, ShmError,
+    ShmEvent,
 };
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -44,9 +45,9 @@ fn dir() -> PathBuf {
     PathBuf::from("/dev/shm")
 }
 
-fn cfg(job: JobKey, port: u16) -> ShmConfig {
-    let mut c = ShmConfig::new(job, ProcessAddr::new(NODE, port));
-    c.geometry.ring_slots = 256;
+fn cfg(job: JobKey, port: u16) -> MailboxConfig {
+    let mut c = MailboxConfig::new(job, ProcessAddr::new(NODE, port));
+    c.geometry.inbox_slots = 256;
     c.geometry.dir_entries = 16;
     c.geometry.chunk_size = 16 * 1024;
     c.geometry.chunks = 4;
@@ -99,7 +100,7 @@ fn wait_for_file(p: &Path) {
     std::thread::sleep(Duration::from_millis(20));
 }
 
-fn connect_retry(p: &mut ShmPort, to: ProcessAddr) -> bcl_shm::PeerId {
+fn connect_retry(p: &mut Mailbox, to: ProcessAddr) -> bcl_shm::PeerId {
     let t = Instant::now();
     loop {
         match p.connect(to) {
@@ -168,7 +169,7 @@ fn child_entry() {
         // producer PORT ID COUNT: sends COUNT messages to the consumer.
         "producer" => {
             let (port, id, count) = (args[0] as u16, args[1] as u16, args[2]);
-            let mut p = ShmPort::open(cfg(job, port)).unwrap();
+            let mut p = Mailbox::open(cfg(job, port)).unwrap();
             let to = connect_retry(&mut p, ProcessAddr::new(NODE, CONSUMER));
             let max = p.max_inline();
             let mut buf = Vec::new();
@@ -191,7 +192,7 @@ fn child_entry() {
         // writes half a message into it and kills itself (killed mid-write).
         "abandon" => {
             let (port, id, count) = (args[0] as u16, args[1] as u16, args[2]);
-            let mut p = ShmPort::open(cfg(job, port)).unwrap();
+            let mut p = Mailbox::open(cfg(job, port)).unwrap();
             let to = connect_retry(&mut p, ProcessAddr::new(NODE, CONSUMER));
             let max = p.max_inline();
             let mut buf = Vec::new();
@@ -209,9 +210,9 @@ fn child_entry() {
             // SAFETY: kill(2) on ourselves.
             unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
         }
-        // owner PORT: opens a port and sleeps until killed.
+        // owner PORT: opens a mailbox and sleeps until killed.
         "owner" => {
-            let _p = ShmPort::open(cfg(job, args[0] as u16)).unwrap();
+            let _p = Mailbox::open(cfg(job, args[0] as u16)).unwrap();
             std::thread::sleep(Duration::from_secs(600));
         }
         // big PORT COUNT [DIE_AT]: pushes COUNT large messages to the
@@ -219,7 +220,7 @@ fn child_entry() {
         // message 0.
         "big" => {
             let (port, count) = (args[0] as u16, args[1]);
-            let mut p = ShmPort::open(cfg(job, port)).unwrap();
+            let mut p = Mailbox::open(cfg(job, port)).unwrap();
             let to = connect_retry(&mut p, ProcessAddr::new(NODE, CONSUMER));
             for k in 0..count {
                 let m = large(big_len(k), k);
@@ -269,7 +270,7 @@ fn stress_many_producers_exactly_once_in_order() {
         .unwrap_or(500_000);
     let producers = 4u16;
     let j = job();
-    let mut c = ShmPort::open(cfg(j, CONSUMER)).unwrap();
+    let mut c = Mailbox::open(cfg(j, CONSUMER)).unwrap();
     let max = c.max_inline();
     let mut kids: Vec<Child> = (0..producers)
         .map(|i| {
@@ -320,7 +321,7 @@ fn stress_many_producers_exactly_once_in_order() {
 fn producer_killed_mid_write_is_skipped_and_reported() {
     let _g = serial();
     let j = job();
-    let mut c = ShmPort::open(cfg(j, CONSUMER)).unwrap();
+    let mut c = Mailbox::open(cfg(j, CONSUMER)).unwrap();
     let max = c.max_inline();
     // Two well-behaved producers and one that dies holding a claimed slot,
     // three times over.
@@ -401,7 +402,7 @@ fn producer_killed_mid_write_is_skipped_and_reported() {
 fn producers_sigkilled_at_random_do_not_hurt_others() {
     let _g = serial();
     let j = job();
-    let mut c = ShmPort::open(cfg(j, CONSUMER)).unwrap();
+    let mut c = Mailbox::open(cfg(j, CONSUMER)).unwrap();
     let max = c.max_inline();
     let per = 30_000u64;
     let mut good = spawn("producer", j, &["10".into(), "0".into(), per.to_string()]);
@@ -491,15 +492,18 @@ fn stale_segments_are_removed_live_ones_kept() {
     assert!(!PathBuf::from(format!("{}.bell", seg_path(j, 40).display())).exists());
     assert!(seg_path(j, 41).exists(), "a live owner's segment is kept");
     assert!(r.kept >= 1);
-    // Opening a port over a stale segment of the same name also works.
+    // Opening a mailbox over a stale segment of the same name also works.
     let mut dead2 = spawn("owner", j, &["43".into()]);
     wait_for_file(&seg_path(j, 43));
     kill9(&mut dead2);
     let mut c = cfg(j, 43);
     c.cleanup_on_open = false;
-    let p = ShmPort::open(c).unwrap();
+    let p = Mailbox::open(c).unwrap();
     drop(p);
-    assert!(!seg_path(j, 43).exists(), "closed port removes its segment");
+    assert!(
+        !seg_path(j, 43).exists(),
+        "a closed mailbox removes its segment"
+    );
     kill9(&mut live);
     kill9(&mut reused);
     cleanup_stale(&dir()).unwrap();
@@ -510,7 +514,7 @@ fn stale_segments_are_removed_live_ones_kept() {
 fn large_messages_arrive_byte_identical() {
     let _g = serial();
     let j = job();
-    let mut c = ShmPort::open(cfg(j, CONSUMER)).unwrap();
+    let mut c = Mailbox::open(cfg(j, CONSUMER)).unwrap();
     let count = 16u64;
     let mut kid = spawn("big", j, &["50".into(), count.to_string()]);
     let from = ProcessAddr::new(NODE, 50);
@@ -543,7 +547,7 @@ fn large_messages_arrive_byte_identical() {
 fn sender_death_mid_message_is_an_error_not_a_hang() {
     let _g = serial();
     let j = job();
-    let mut c = ShmPort::open(cfg(j, CONSUMER)).unwrap();
+    let mut c = Mailbox::open(cfg(j, CONSUMER)).unwrap();
     // Seven messages; the child dies after pushing 200 KiB of a message,
     // which first happens in message 6 (1 MiB): messages 0..=5 arrive whole.
     let mut kid = spawn(
@@ -584,9 +588,9 @@ fn consumer_death_gives_the_producer_an_error_not_a_hang() {
     let j = job();
     let mut kid = spawn("owner", j, &["60".into()]);
     wait_for_file(&seg_path(j, 60));
-    let mut p = ShmPort::open(cfg(j, 61)).unwrap();
+    let mut p = Mailbox::open(cfg(j, 61)).unwrap();
     let to = connect_retry(&mut p, ProcessAddr::new(NODE, 60));
-    // Fill its ring and its exchange queue: nobody consumes.
+    // Fill its inbox and its exchange queue: nobody consumes.
     while p.try_send(to, b"x").is_ok() {}
     let big = vec![7u8; 1 << 20];
     let pr = p.push_message(to, &big).unwrap();

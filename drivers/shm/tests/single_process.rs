@@ -1,8 +1,8 @@
-//! Single-process tests of `ShmPort`: two or three ports in one process
+//! Single-process tests of `Mailbox`: two or three mailboxes in one process
 //! talking through their segments.
 
 use bcl_core::{JobKey, ProcessAddr};
-use bcl_shm::{PullProgress, SendError, ShmConfig, ShmError, ShmEvent, ShmPort};
+use bcl_shm::{Mailbox, MailboxConfig, PullProgress, SendError, ShmError, ShmEvent};
 use std::time::{Duration, Instant};
 
 fn job() -> JobKey {
@@ -19,20 +19,20 @@ fn job() -> JobKey {
     )
 }
 
-fn port(job: JobKey, node: u32, p: u16) -> ShmPort {
-    let mut cfg = ShmConfig::new(job, ProcessAddr::new(node, p));
-    cfg.geometry.ring_slots = 16;
+fn mailbox(job: JobKey, node: u32, p: u16) -> Mailbox {
+    let mut cfg = MailboxConfig::new(job, ProcessAddr::new(node, p));
+    cfg.geometry.inbox_slots = 16;
     cfg.geometry.dir_entries = 4;
     cfg.geometry.chunk_size = 4096;
     cfg.geometry.chunks = 4;
-    ShmPort::open(cfg).unwrap()
+    Mailbox::open(cfg).unwrap()
 }
 
 #[test]
 fn small_messages_round_trip_in_order() {
     let j = job();
-    let mut a = port(j, 1, 1);
-    let mut b = port(j, 1, 2);
+    let mut a = mailbox(j, 1, 1);
+    let mut b = mailbox(j, 1, 2);
     let to_b = a.connect(b.local()).unwrap();
     assert_eq!(a.connect(b.local()).unwrap(), to_b, "connect is idempotent");
     for i in 0..10u32 {
@@ -48,10 +48,10 @@ fn small_messages_round_trip_in_order() {
 }
 
 #[test]
-fn full_ring_is_back_pressure_not_loss() {
+fn full_inbox_is_back_pressure_not_loss() {
     let j = job();
-    let mut a = port(j, 1, 1);
-    let mut b = port(j, 1, 2);
+    let mut a = mailbox(j, 1, 1);
+    let mut b = mailbox(j, 1, 2);
     let to_b = a.connect(b.local()).unwrap();
     let mut sent = 0u32;
     loop {
@@ -62,8 +62,8 @@ fn full_ring_is_back_pressure_not_loss() {
         }
     }
     assert_eq!(sent, 16);
-    // Consumed slots go back to the producers in batches of a quarter ring
-    // (or when the consumer finds the ring empty).
+    // Consumed slots go back to the producers in batches of a quarter inbox
+    // (or when the consumer finds the inbox empty).
     for k in 0..4u32 {
         let m = b.recv().unwrap();
         assert_eq!(m.bytes(), &k.to_le_bytes());
@@ -81,7 +81,7 @@ fn full_ring_is_back_pressure_not_loss() {
         m.release();
     }
     assert_eq!(next, sent);
-    // Found empty: everything announced, a whole ring fits again.
+    // Found empty: everything announced, a whole inbox fits again.
     for _ in 0..16 {
         a.try_send(to_b, b"again").unwrap();
     }
@@ -90,8 +90,8 @@ fn full_ring_is_back_pressure_not_loss() {
 #[test]
 fn unreleased_message_stays_at_head() {
     let j = job();
-    let mut a = port(j, 1, 1);
-    let mut b = port(j, 1, 2);
+    let mut a = mailbox(j, 1, 1);
+    let mut b = mailbox(j, 1, 2);
     let to_b = a.connect(b.local()).unwrap();
     a.try_send(to_b, b"hello").unwrap();
     {
@@ -109,8 +109,8 @@ fn unreleased_message_stays_at_head() {
 #[test]
 fn too_large_for_a_slot_is_refused() {
     let j = job();
-    let mut a = port(j, 1, 1);
-    let b = port(j, 1, 2);
+    let mut a = mailbox(j, 1, 1);
+    let b = mailbox(j, 1, 2);
     let to_b = a.connect(b.local()).unwrap();
     let big = vec![0u8; a.max_inline() + 1];
     assert!(matches!(
@@ -123,8 +123,8 @@ fn too_large_for_a_slot_is_refused() {
 #[test]
 fn large_message_through_exchange_queue() {
     let j = job();
-    let mut a = port(j, 1, 1);
-    let mut b = port(j, 1, 2);
+    let mut a = mailbox(j, 1, 1);
+    let mut b = mailbox(j, 1, 2);
     let to_b = a.connect(b.local()).unwrap();
     let msg: Vec<u8> = (0..100_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
     let mut dst = vec![0u8; msg.len()];
@@ -173,17 +173,17 @@ fn large_message_through_exchange_queue() {
 #[test]
 fn connect_errors_are_clear() {
     let j = job();
-    let mut a = port(j, 1, 1);
+    let mut a = mailbox(j, 1, 1);
     let e = a.connect(ProcessAddr::new(1, 9)).unwrap_err();
     assert!(matches!(e, ShmError::NoSuchPeer { .. }), "{e}");
     // Address in use.
-    let mut cfg = ShmConfig::new(j, ProcessAddr::new(1, 1));
-    cfg.geometry.ring_slots = 16;
-    let e = ShmPort::open(cfg).unwrap_err();
+    let mut cfg = MailboxConfig::new(j, ProcessAddr::new(1, 1));
+    cfg.geometry.inbox_slots = 16;
+    let e = Mailbox::open(cfg).unwrap_err();
     assert!(matches!(e, ShmError::AddressInUse { .. }), "{e}");
     // Directory full: 4 entries.
-    let mut b = port(j, 1, 2);
-    let mut others: Vec<ShmPort> = (3..8).map(|p| port(j, 1, p)).collect();
+    let mut b = mailbox(j, 1, 2);
+    let mut others: Vec<Mailbox> = (3..8).map(|p| mailbox(j, 1, p)).collect();
     for (k, o) in others.iter_mut().enumerate() {
         let r = o.connect(b.local());
         if k < 4 {
@@ -214,8 +214,8 @@ fn connect_errors_are_clear() {
 #[test]
 fn closed_receiver_is_reported_to_sender() {
     let j = job();
-    let mut a = port(j, 1, 1);
-    let b = port(j, 1, 2);
+    let mut a = mailbox(j, 1, 1);
+    let b = mailbox(j, 1, 2);
     let to_b = a.connect(b.local()).unwrap();
     a.try_send(to_b, b"x").unwrap();
     drop(b);
@@ -231,7 +231,7 @@ fn closed_receiver_is_reported_to_sender() {
         })
     );
     // A new incarnation can be reached under the same id.
-    let mut b2 = port(j, 1, 2);
+    let mut b2 = mailbox(j, 1, 2);
     assert_eq!(a.connect(b2.local()).unwrap(), to_b);
     a.try_send(to_b, b"z").unwrap();
     assert_eq!(b2.recv().unwrap().bytes(), b"z");
@@ -240,13 +240,13 @@ fn closed_receiver_is_reported_to_sender() {
 #[test]
 fn wait_sleeps_and_wakes() {
     let j = job();
-    let mut b = port(j, 1, 2);
+    let mut b = mailbox(j, 1, 2);
     let t = Instant::now();
     assert!(b.wait(Some(Duration::from_millis(50))));
     assert!(t.elapsed() >= Duration::from_millis(45));
     let addr = b.local();
     let h = std::thread::spawn(move || {
-        let mut a = port(j, 1, 1);
+        let mut a = mailbox(j, 1, 1);
         let to_b = a.connect(addr).unwrap();
         std::thread::sleep(Duration::from_millis(30));
         a.try_send(to_b, b"wake").unwrap();
@@ -276,8 +276,8 @@ fn wait_sleeps_and_wakes() {
 fn corrupted_segment_never_panics_or_hangs() {
     use std::os::unix::fs::FileExt;
     let j = job();
-    let mut a = port(j, 1, 1);
-    let mut b = port(j, 1, 2);
+    let mut a = mailbox(j, 1, 1);
+    let mut b = mailbox(j, 1, 2);
     let to_b = a.connect(b.local()).unwrap();
     let to_a = b.connect(a.local()).unwrap();
     let f = std::fs::OpenOptions::new()
@@ -302,7 +302,7 @@ fn corrupted_segment_never_panics_or_hangs() {
         let _ = a.push_message(to_b, &buf[..5000 + (round as usize % 7) * 3000]);
         let _ = b.try_send(to_a, b"back");
         // Garbage: a few words anywhere after the header page, often in the
-        // ring's first page and the first directory entry.
+        // inbox's first page and the first directory entry.
         for _ in 0..usize::from(round % 8 == 0) * 4 {
             let r = rnd();
             let off = match r % 3 {
@@ -349,5 +349,5 @@ fn corrupted_segment_never_panics_or_hangs() {
 #[test]
 fn port_is_send() {
     fn send<T: Send>() {}
-    send::<ShmPort>();
+    send::<Mailbox>();
 }

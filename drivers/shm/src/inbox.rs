@@ -1,4 +1,10 @@
-//! The system ring: many producers, one consumer, fixed-size blocks.
+//! The inbox: the ring of fixed-size slots in a process's segment that
+//! its peers write small messages into; many producers, one consumer.
+//!
+//! (Not bcl-core's system-channel receive ring, `bcl_core::ring`: that is
+//! the ring of blocks in which a BCL port reassembles small messages. Small
+//! messages between processes of one node travel through the receiver's
+//! inbox.)
 //!
 //! A bounded queue of `cap` slots. Every slot has a sequence word `seq`;
 //! the shared `tail` counts claimed positions; the consumer's read index
@@ -18,7 +24,7 @@
 //!   **one** compare-and-swap `tail: pos -> pos + 1` (release). A failed CAS
 //!   means another producer claimed `pos` (the system made progress:
 //!   lock-free); it retries at the new tail. If the slot's previous
-//!   occupant is still unconsumed and the tail has not moved, the ring is
+//!   occupant is still unconsumed and the tail has not moved, the inbox is
 //!   **full**: nothing was claimed and the caller retries later
 //!   (back-pressure, never loss).
 //! * The claimer writes sender, length and payload into the slot and
@@ -26,7 +32,7 @@
 //!   (release).
 //! * The consumer checks `seq == head + 1` (acquire), reads the slot in
 //!   place, and advances its private `head`. Every 64 messages (or a
-//!   quarter of the ring, if smaller), and before it sleeps, it stores
+//!   quarter of the inbox, if smaller), and before it sleeps, it stores
 //!   `released = head` (release).
 //!
 //! Memory ordering: the producer's payload writes happen before its
@@ -39,7 +45,7 @@
 //! so an acquire load of any later tail value synchronises with every
 //! earlier claim (C++20 release sequences); this is what makes the intent
 //! words trustworthy for dead-producer recovery (see
-//! `RingConsumer::head_claimed`).
+//! `InboxConsumer::head_claimed`).
 //!
 //! Why not Vyukov's per-slot "free" sequence: there the producer must read
 //! the slot's `seq` before claiming it, and in a ping-pong that line is the
@@ -50,16 +56,16 @@
 //! like the floor. The consumer writes nothing into slot lines at all.
 //!
 //! Preparing a reply: a process that has just received a message from a
-//! peer will probably send to that peer next. [`RingProducer::prepare_send`]
+//! peer will probably send to that peer next. `InboxProducer::prepare_send`
 //! fetches the line of the slot it would claim next *for writing*
 //! (PREFETCHW) while the receiver is still busy with the message, so the
 //! publishing stores later find the line owned and the consumer's next read
-//! is a single transfer. Measured with `bcl-shm-lat`: this ring went from
+//! is a single transfer. Measured with `bcl-shm-lat`: the inbox went from
 //! 1.71 to 1.46 x the floor with the vCPUs on different core complexes,
 //! unchanged on one (docs/PERFORMANCE.md). It is only a hint: no
-//! architectural effect, and skipped when the ring looks full.
+//! architectural effect, and skipped when the inbox looks full.
 //!
-//! Sleeping: the consumer that finds the ring empty sets the `SLEEP` bit
+//! Sleeping: the consumer that finds the inbox empty sets the `SLEEP` bit
 //! in `tail` with a CAS `head -> head | SLEEP`, which only succeeds if no
 //! slot is claimed. A producer's claim CAS clears the bit; the producer
 //! that cleared it must ring the consumer's doorbell after publishing. Both
@@ -72,7 +78,7 @@ use crate::sync::{fence, AtomicU32, AtomicU64, DataCell, Line, Ordering};
 use std::mem::size_of;
 
 /// Consumed slots are announced to producers in batches of this many (or
-/// a quarter of the ring if smaller).
+/// a quarter of the inbox if smaller).
 pub(crate) const ANNOUNCE_BATCH: u64 = 64;
 
 /// Bit of `tail` set while the consumer is (about to be) asleep.
@@ -82,17 +88,17 @@ pub(crate) const SLEEP: u64 = 1 << 63;
 /// abandoned before commit); the consumer skips it.
 pub(crate) const FLAG_VOID: u16 = 1;
 
-/// The ring's shared control words.
+/// The inbox's shared control words.
 #[repr(C)]
 #[derive(Debug, Default)]
-pub(crate) struct RingCtl {
+pub(crate) struct InboxCtl {
     /// Claimed positions, plus the [`SLEEP`] bit. Written only by
     /// read-modify-write operations.
     pub(crate) tail: Line<AtomicU64>,
     /// Positions the consumer has consumed (announced lazily; only the
     /// consumer writes it).
     pub(crate) released: Line<AtomicU64>,
-    /// Set by a producer that found the ring full and wants a wake-up when
+    /// Set by a producer that found the inbox full and wants a wake-up when
     /// space is freed.
     pub(crate) full_waiters: Line<AtomicU32>,
 }
@@ -127,7 +133,7 @@ fn pack_meta(len: u32, entry: u16, flags: u16) -> u64 {
 }
 
 /// What a published slot says about its message. Nothing here is trusted:
-/// the consumer validates it against the ring's geometry.
+/// the consumer validates it against the inbox's geometry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SlotInfo {
     /// Packed sender address.
@@ -152,11 +158,11 @@ pub(crate) enum Head {
     NotReady,
 }
 
-/// A view of one ring in memory: its control words and slots. Copyable;
+/// A view of one inbox in memory: its control words and slots. Copyable;
 /// owns nothing. Whoever creates it keeps the memory alive.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct RingView {
-    ctl: *const RingCtl,
+pub(crate) struct InboxView {
+    ctl: *const InboxCtl,
     slots: *mut u8,
     /// One past the last slot.
     end: *mut u8,
@@ -169,24 +175,24 @@ pub(crate) struct RingView {
 
 // SAFETY: a view is a set of pointers into shared memory that is only ever
 // accessed through atomics and through raw copies whose exclusivity the
-// ring protocol guarantees; the creator of the view promises the memory
-// outlives it (see `RingView::new`). Moving it to another thread changes
+// inbox protocol guarantees; the creator of the view promises the memory
+// outlives it (see `InboxView::new`). Moving it to another thread changes
 // nothing about that.
-unsafe impl Send for RingView {}
+unsafe impl Send for InboxView {}
 
-impl RingView {
-    /// A view of the ring whose control block is at `ctl` and whose `cap`
+impl InboxView {
+    /// A view of the inbox whose control block is at `ctl` and whose `cap`
     /// slots of `stride` bytes start at `slots`.
     ///
     /// # Safety
     ///
-    /// `ctl` must point to a valid [`RingCtl`] and `slots` to `cap * stride`
+    /// `ctl` must point to a valid [`InboxCtl`] and `slots` to `cap * stride`
     /// bytes in which each slot starts with a valid [`SlotHdr`], for as long
     /// as the view or any copy of it is used. `cap` must be a power of two,
     /// `stride` a multiple of 8 and at least [`SLOT_HDR`]. The memory must be
     /// accessed by others only through this module's protocol.
     pub(crate) unsafe fn new(
-        ctl: *const RingCtl,
+        ctl: *const InboxCtl,
         slots: *mut u8,
         stride: usize,
         cap: u64,
@@ -194,7 +200,7 @@ impl RingView {
     ) -> Self {
         debug_assert!(cap.is_power_of_two());
         debug_assert!(stride >= SLOT_HDR && stride.is_multiple_of(8));
-        RingView {
+        InboxView {
             ctl,
             slots,
             // SAFETY: one past the end of the `cap * stride` bytes the
@@ -208,7 +214,7 @@ impl RingView {
         }
     }
 
-    fn ctl(&self) -> &RingCtl {
+    fn ctl(&self) -> &InboxCtl {
         // SAFETY: `new`'s contract: `ctl` is valid while the view is used.
         unsafe { &*self.ctl }
     }
@@ -256,7 +262,7 @@ impl RingView {
         {
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
             // SAFETY: a prefetch never faults and has no architectural
-            // effect; the address is inside the ring anyway. SSE is part of
+            // effect; the address is inside the inbox anyway. SSE is part of
             // the x86_64 baseline.
             unsafe { _mm_prefetch::<_MM_HINT_T0>(slot as *const i8) };
         }
@@ -287,7 +293,7 @@ impl RingView {
 
     fn cell(&self, pos: u64) -> &DataCell {
         #[cfg(loom)]
-        // SAFETY: the loom harness keeps the cell table alive with the ring.
+        // SAFETY: the loom harness keeps the cell table alive with the inbox.
         return unsafe { (*self.cells).get((pos & (self.cap - 1)) as usize) };
         #[cfg(not(loom))]
         {
@@ -296,9 +302,9 @@ impl RingView {
         }
     }
 
-    /// Puts a freshly allocated ring in its initial state: no slot
+    /// Puts a freshly allocated inbox in its initial state: no slot
     /// published, tail and released zero (what a zero-filled segment
-    /// already holds). Only the ring's owner calls this, before anyone else
+    /// already holds). Only the inbox's owner calls this, before anyone else
     /// can see the memory.
     pub(crate) fn init(&self) {
         for i in 0..self.cap {
@@ -327,18 +333,18 @@ fn has_prefetchw() -> bool {
 
 /// Why a producer could not send.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum RingSendError {
+pub(crate) enum InboxSendError {
     /// Every slot is taken; retry later.
     Full,
     /// The message does not fit in one slot.
     TooLarge,
 }
 
-/// One producer's handle on a (remote) ring.
+/// One producer's handle on a (remote) inbox.
 #[derive(Debug)]
-pub(crate) struct RingProducer {
-    view: RingView,
-    /// This producer's intent word (in its directory entry of the ring
+pub(crate) struct InboxProducer {
+    view: InboxView,
+    /// This producer's intent word (in its directory entry of the inbox
     /// owner's segment): `pos + 1` while claiming or writing `pos`, else 0.
     intent: *const AtomicU64,
     entry: u16,
@@ -350,24 +356,24 @@ pub(crate) struct RingProducer {
     prepared: std::cell::Cell<u64>,
 }
 
-// SAFETY: see `RingView`; the intent word is likewise an atomic in shared
+// SAFETY: see `InboxView`; the intent word is likewise an atomic in shared
 // memory kept alive by the producer's creator.
-unsafe impl Send for RingProducer {}
+unsafe impl Send for InboxProducer {}
 
-/// A slot claimed by [`RingProducer::claim`], to be written in place.
+/// A slot claimed by [`InboxProducer::claim`], to be written in place.
 /// Dropping it publishes it as a void slot (which the consumer skips),
-/// because a claim cannot be undone. ([`RingProducer::try_send`] is the
+/// because a claim cannot be undone. ([`InboxProducer::try_send`] is the
 /// copy-in send; this is the in-place one, used by the fault-injection
 /// hook and available to a method that builds frames in the slot.)
 #[derive(Debug)]
 pub(crate) struct SlotWriter<'a> {
-    producer: &'a RingProducer,
+    producer: &'a InboxProducer,
     pos: u64,
     slot: *mut u8,
     done: bool,
 }
 
-impl RingProducer {
+impl InboxProducer {
     /// A producer on `view` with intent word `intent`, directory entry
     /// `entry` and packed address `src`.
     ///
@@ -376,12 +382,12 @@ impl RingProducer {
     /// `intent` must point to an `AtomicU64` that stays valid as long as the
     /// producer, and that no other producer uses.
     pub(crate) unsafe fn new(
-        view: RingView,
+        view: InboxView,
         intent: *const AtomicU64,
         entry: u16,
         src: u64,
     ) -> Self {
-        RingProducer {
+        InboxProducer {
             view,
             intent,
             entry,
@@ -406,7 +412,7 @@ impl RingProducer {
     /// for writing (see the module documentation). Does nothing when that
     /// slot was fetched already (a peer that sends many messages without
     /// our answering costs one prefetch, not one per message) or when the
-    /// ring looks full (that slot's line is the consumer's).
+    /// inbox looks full (that slot's line is the consumer's).
     #[inline]
     pub(crate) fn prepare_send(&self) {
         let pos = self.view.ctl().tail.load(Ordering::Relaxed) & !SLEEP;
@@ -425,7 +431,7 @@ impl RingProducer {
     }
 
     /// Claims the next slot with one successful compare-and-swap, or
-    /// returns `None` if the ring is full.
+    /// returns `None` if the inbox is full.
     #[inline]
     pub(crate) fn claim(&self) -> Option<SlotWriter<'_>> {
         let (pos, slot, _wake) = self.claim_raw()?;
@@ -478,14 +484,14 @@ impl RingProducer {
     /// Copies `bytes` into the next slot and publishes it. On success,
     /// returns whether the consumer must be woken (its sleep bit was set).
     #[inline]
-    pub(crate) fn try_send(&self, bytes: &[u8]) -> Result<bool, RingSendError> {
+    pub(crate) fn try_send(&self, bytes: &[u8]) -> Result<bool, InboxSendError> {
         if bytes.len() > self.view.payload_max {
-            return Err(RingSendError::TooLarge);
+            return Err(InboxSendError::TooLarge);
         }
-        let (pos, slot, wake) = self.claim_raw().ok_or(RingSendError::Full)?;
+        let (pos, slot, wake) = self.claim_raw().ok_or(InboxSendError::Full)?;
         self.view.cell(pos).write(|| {
             // SAFETY: len <= payload_max, so the destination lies in the
-            // claimed slot's payload area, which by the ring protocol nobody
+            // claimed slot's payload area, which by the inbox protocol nobody
             // else touches until we publish; the source is the caller's
             // separate buffer.
             unsafe { crate::copy::copy_bytes(slot.add(SLOT_HDR), bytes.as_ptr(), bytes.len()) }
@@ -498,15 +504,15 @@ impl RingProducer {
     /// `bytes`, written straight into the slot (no staging copy): the
     /// shape of a method message (tag byte, then the data).
     #[inline]
-    pub(crate) fn try_send_tagged(&self, tag: u8, bytes: &[u8]) -> Result<bool, RingSendError> {
+    pub(crate) fn try_send_tagged(&self, tag: u8, bytes: &[u8]) -> Result<bool, InboxSendError> {
         let len = 1 + bytes.len();
         if len > self.view.payload_max {
-            return Err(RingSendError::TooLarge);
+            return Err(InboxSendError::TooLarge);
         }
-        let (pos, slot, wake) = self.claim_raw().ok_or(RingSendError::Full)?;
+        let (pos, slot, wake) = self.claim_raw().ok_or(InboxSendError::Full)?;
         self.view.cell(pos).write(|| {
             // SAFETY: 1 + bytes.len() <= payload_max, so both writes lie in
-            // the claimed slot's payload area, which by the ring protocol
+            // the claimed slot's payload area, which by the inbox protocol
             // nobody else touches until we publish; the source is the
             // caller's separate buffer.
             unsafe {
@@ -547,7 +553,7 @@ impl RingProducer {
     }
 
     /// Registers this producer as waiting for space: the consumer will
-    /// report it from [`RingConsumer::announce`]. The caller then
+    /// report it from [`InboxConsumer::announce`]. The caller then
     /// re-checks [`has_space`](Self::has_space) before sleeping (the fence
     /// here pairs with the consumer's).
     pub(crate) fn want_space(&self) {
@@ -570,7 +576,7 @@ impl SlotWriter<'_> {
         }
         view.cell(self.pos).write(|| {
             // SAFETY: offset + n <= payload_max, so the destination lies in
-            // this slot's payload area; we claimed the slot, so by the ring
+            // this slot's payload area; we claimed the slot, so by the inbox
             // protocol nobody else reads or writes it until we publish; the
             // source is a separate private buffer, so they do not overlap.
             unsafe { crate::copy::copy_bytes(self.slot.add(SLOT_HDR + offset), bytes.as_ptr(), n) }
@@ -598,11 +604,11 @@ impl Drop for SlotWriter<'_> {
     }
 }
 
-/// The single consumer of a ring. Its read index lives here, in the
+/// The single consumer of an inbox. Its read index lives here, in the
 /// consumer's private memory.
 #[derive(Debug)]
-pub(crate) struct RingConsumer {
-    view: RingView,
+pub(crate) struct InboxConsumer {
+    view: InboxView,
     head: u64,
     /// The slot of `head`.
     cur: *mut u8,
@@ -610,15 +616,15 @@ pub(crate) struct RingConsumer {
     unannounced: u64,
 }
 
-// SAFETY: `cur` points into the ring memory the view covers (see
-// `RingView`); the consumer is the only user of its private state.
-unsafe impl Send for RingConsumer {}
+// SAFETY: `cur` points into the inbox memory the view covers (see
+// `InboxView`); the consumer is the only user of its private state.
+unsafe impl Send for InboxConsumer {}
 
-impl RingConsumer {
+impl InboxConsumer {
     /// The consumer of `view`, starting at position 0 (a freshly
-    /// initialised ring).
-    pub(crate) fn new(view: RingView) -> Self {
-        RingConsumer {
+    /// initialised inbox).
+    pub(crate) fn new(view: InboxView) -> Self {
+        InboxConsumer {
             view,
             head: 0,
             cur: view.slot(0),
@@ -720,7 +726,7 @@ impl RingConsumer {
     }
 
     /// Tries to set the sleep bit; succeeds only if nothing is claimed at
-    /// or after the head (so the ring is empty and every later claim will
+    /// or after the head (so the inbox is empty and every later claim will
     /// see the bit).
     pub(crate) fn arm_sleep(&self) -> bool {
         let tail = &self.view.ctl().tail;
@@ -750,16 +756,16 @@ impl RingConsumer {
     }
 
     /// Announces consumed slots to the producers (`released = head`,
-    /// release) once [`ANNOUNCE_BATCH`] (at most a quarter of the ring)
+    /// release) once [`ANNOUNCE_BATCH`] (at most a quarter of the inbox)
     /// have accumulated, or whenever anything is unannounced if `force`.
     /// Then returns whether producers asked to be woken when space is freed
     /// (checked after a fence, which is thus paid once per batch).
     ///
-    /// Batching cannot starve a producer: a producer sees the ring full
-    /// only if unconsumed plus unannounced slots make up the whole ring, so
+    /// Batching cannot starve a producer: a producer sees the inbox full
+    /// only if unconsumed plus unannounced slots make up the whole inbox, so
     /// at least `cap - batch + 1 >= batch` messages wait to be consumed, and
     /// consuming them triggers an announcement. A consumer about to sleep
-    /// forces one (see `ShmPort::prepare_wait`).
+    /// forces one (see `Mailbox::prepare_wait`).
     #[inline]
     pub(crate) fn announce(&mut self, force: bool) -> bool {
         let batch = ANNOUNCE_BATCH.min(self.view.cap / 4);

@@ -1,5 +1,6 @@
-//! The floor of intra-node messaging: two processes ping-ponging cache
-//! lines in shared memory, with nothing else.
+//! Floors of intra-node messaging: what two processes exchanging cache
+//! lines in shared memory cost with no protocol at all. BCL's shm method
+//! (`bcl_shm`) is measured against them; they are not part of it.
 //!
 //! A [`SpinLink`] is a 4 KiB file under `/dev/shm` holding two 64-byte
 //! lines, one per side. A side writes a message (at most
@@ -8,26 +9,34 @@
 //! that number (acquire), reads the message and acknowledges it in *its
 //! own* line. So a round trip of small messages moves exactly two cache
 //! lines, the least any shared-memory protocol can do: this is the
-//! baseline `bcl-pingpong --method spin` measures BCL's shm method against.
-//! Every word is an atomic, so no data race is possible whatever the peer
-//! does.
+//! baseline `bcl-pingpong --method spin` and `bcl-shm-lat` measure BCL's
+//! shm method against. Every word is an atomic, so no data race is
+//! possible whatever the peer does.
 //!
 //! It is not a transport: one message in flight per direction, no sleeping,
 //! no peer-death detection beyond what the caller's deadline gives.
 //!
 //! A [`LineRing`] is the control that separates what a *ring* costs from
-//! what our ring's protocol costs: the same lines, but each message takes
-//! the next line of a ring of [`LINE_RING_SLOTS`] lines per direction
-//! (256 bytes apart, like the system ring's default slots), with no claim,
-//! no header and no sender check; the reader announces what it consumed
-//! every quarter ring. Any ring in which a message takes a fresh cache line
-//! pays at least what this one pays, unless it fetches that line for
-//! writing ahead of time, as the system ring does when it prepares a reply
-//! (`RingProducer::prepare_send`).
+//! what the shm inbox's protocol costs: the same lines, but each message
+//! takes the next line of a ring of [`LINE_RING_SLOTS`] lines per direction
+//! (256 bytes apart, like the inbox's default slots), with no claim, no
+//! header and no sender check; the reader announces what it consumed every
+//! quarter ring. Any ring in which a message takes a fresh cache line pays
+//! at least what this one pays, unless it fetches that line for writing
+//! ahead of time, as the inbox does when it prepares a reply (see
+//! `bcl_shm::inbox`).
+//!
+//! This is a memory module: it maps shared files itself (with `mmap`, not
+//! through bcl-shm, so the floor shares no code with what it measures) and
+//! touches them only through atomics; each `unsafe` block says why it is
+//! sound.
 
-use crate::segment::Mapping;
-use std::fs::OpenOptions;
+use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
+use std::ffi::c_void;
+use std::fs::{File, OpenOptions};
+use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Largest message of a [`SpinLink`].
@@ -92,6 +101,49 @@ pub enum SpinError {
     TooLarge(usize),
 }
 
+/// A shared read-write mapping of the first `len` bytes of a file,
+/// unmapped on drop.
+struct Mapping {
+    ptr: NonNull<c_void>,
+    len: usize,
+}
+
+// SAFETY: the mapping is shared memory that this module accesses only
+// through atomics; the pointer itself may move to another thread.
+unsafe impl Send for Mapping {}
+
+impl Mapping {
+    fn new(file: &File, len: usize) -> nix::Result<Mapping> {
+        let len = NonZeroUsize::new(len).ok_or(nix::errno::Errno::EINVAL)?;
+        // SAFETY: a new MAP_SHARED mapping of a file opened read-write, at
+        // an address the kernel chooses, so no existing memory is replaced.
+        // The caller checked that the file is at least `len` bytes long.
+        let ptr = unsafe {
+            mmap(
+                None,
+                len,
+                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+                MapFlags::MAP_SHARED,
+                file,
+                0,
+            )?
+        };
+        Ok(Mapping {
+            ptr,
+            len: len.get(),
+        })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly what `new` mapped; every reference into
+        // the mapping borrows the link or ring that owns it, so none
+        // outlives it.
+        let _ = unsafe { munmap(self.ptr, self.len) };
+    }
+}
+
 /// The file behind a [`SpinLink`] or [`LineRing`], mapped shared: created
 /// (mode 0600) by side 0, which removes it when dropped; opened by side 1.
 struct SharedFile {
@@ -132,7 +184,7 @@ impl SharedFile {
                 ));
             }
         }
-        let map = Mapping::map(&file.into(), len).map_err(|e| io("mapping", e))?;
+        let map = Mapping::new(&file, len).map_err(|e| io("mapping", e.into()))?;
         Ok(SharedFile {
             map,
             side: usize::from(!create),
@@ -142,7 +194,7 @@ impl SharedFile {
 
     /// The mapping's first byte (page-aligned).
     fn base(&self) -> *mut u8 {
-        self.map.ptr()
+        self.map.ptr.as_ptr().cast()
     }
 }
 
@@ -227,10 +279,10 @@ impl SpinLink {
     }
 }
 
-/// Lines per direction of a [`LineRing`] (the system ring's default slot
+/// Lines per direction of a [`LineRing`] (the inbox's default slot
 /// count).
 pub const LINE_RING_SLOTS: usize = 1024;
-/// Bytes between a [`LineRing`]'s lines (the system ring's default slot
+/// Bytes between a [`LineRing`]'s lines (the inbox's default slot
 /// size); only the first 64 of each are used.
 const LINE_RING_STRIDE: usize = 256;
 /// One direction: a 128-byte control pair (the reader's consumed count),

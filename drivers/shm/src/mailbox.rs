@@ -1,24 +1,26 @@
-//! [`ShmPort`]: the shared-memory side of one endpoint.
+//! [`Mailbox`]: the shared-memory side of one process.
 //!
-//! It owns the endpoint's segment (its system ring, its directory of
+//! It owns the process's segment (its inbox, its directory of
 //! senders with their exchange queues, its bell flag) and its doorbell
 //! socket, keeps one [`Link`] per peer it sends to (the peer's mapped
-//! segment, our directory entry there, our ring producer and exchange
+//! segment, our directory entry there, our inbox producer and exchange
 //! sender), and one record per peer that sends to it. It turns the
-//! algorithms of [`crate::ring`], [`crate::exchange`] and [`crate::bell`]
-//! into an endpoint API: connect, send, receive in place, push and pull
-//! large messages, wait, and learn about dead peers from
-//! [`ShmPort::poll_event`].
+//! algorithms of [`crate::inbox`], [`crate::exchange`] and [`crate::bell`]
+//! into the API a method needs: connect, send, receive in place, push and
+//! pull large messages, wait, and learn about dead peers from
+//! [`Mailbox::poll_event`]. It is not a BCL port (`bcl_core::Port`, the
+//! protocol endpoint): [`crate::ShmMethod`] owns one mailbox and carries a
+//! port's frames through it.
 
 use crate::bell;
 use crate::doorbell::{self, Doorbell, Rang, Ringer};
 use crate::exchange::{ExReceiver, ExSender, ExView, PullProgress, PushProgress};
+use crate::inbox::{
+    pack_addr, unpack_addr, Head, InboxConsumer, InboxCtl, InboxProducer, InboxSendError,
+    InboxView, FLAG_VOID,
+};
 use crate::layout::{entry_state, EntryHead, Geometry, Layout, STATE_READY};
 use crate::proc::{self, Watch};
-use crate::ring::{
-    pack_addr, unpack_addr, Head, RingConsumer, RingCtl, RingProducer, RingSendError, RingView,
-    FLAG_VOID,
-};
 use crate::segment::{self, Segment};
 use crate::sync::Ordering;
 use crate::{SendError, ShmError};
@@ -37,7 +39,7 @@ const LIVENESS_INTERVAL: Duration = Duration::from_millis(1);
 const ORPHAN_TIMEOUT: Duration = Duration::from_secs(1);
 /// Idle polls between checks of a stuck head slot.
 const IDLE_STUCK_MASK: u32 = (1 << 10) - 1;
-/// Idle polls between peer checks ([`ShmPort::check_peers`]).
+/// Idle polls between peer checks ([`Mailbox::check_peers`]).
 const IDLE_PEERS_MASK: u32 = (1 << 16) - 1;
 
 const EP_BELL: u64 = 0;
@@ -51,12 +53,12 @@ enum Act {
 const EP_LINK: u64 = 1 << 32;
 const EP_SENDER: u64 = 2 << 32;
 
-/// How to open a [`ShmPort`].
+/// How to open a [`Mailbox`].
 #[derive(Clone, Debug)]
-pub struct ShmConfig {
+pub struct MailboxConfig {
     /// The job: segments of other jobs are invisible.
     pub job: JobKey,
-    /// This endpoint's address.
+    /// This process's address.
     pub local: ProcessAddr,
     /// Where segments live (`/dev/shm`).
     pub dir: PathBuf,
@@ -66,10 +68,10 @@ pub struct ShmConfig {
     pub cleanup_on_open: bool,
 }
 
-impl ShmConfig {
+impl MailboxConfig {
     /// The default configuration for `local` in `job`.
     pub fn new(job: JobKey, local: ProcessAddr) -> Self {
-        ShmConfig {
+        MailboxConfig {
             job,
             local,
             dir: PathBuf::from("/dev/shm"),
@@ -79,7 +81,7 @@ impl ShmConfig {
     }
 }
 
-/// A peer this port sends to, as returned by [`ShmPort::connect`].
+/// A peer this mailbox sends to, as returned by [`Mailbox::connect`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PeerId(pub u32);
 
@@ -95,7 +97,7 @@ pub enum ShmEvent {
         /// Its pid.
         pid: u32,
     },
-    /// The peer closed its endpoint.
+    /// The peer closed its mailbox.
     PeerClosed {
         /// The peer.
         addr: ProcessAddr,
@@ -148,12 +150,12 @@ impl Stall {
 struct Link {
     addr: ProcessAddr,
     entry: u32,
-    producer: RingProducer,
+    producer: InboxProducer,
     ex: ExSender,
     watch: Watch,
     ringer: Option<Ringer>,
     dead: bool,
-    ring_blocked: bool,
+    inbox_blocked: bool,
     ex_blocked: bool,
     stall: Stall,
     /// Last: the producer and exchange views point into this mapping.
@@ -171,7 +173,7 @@ struct Sender {
     /// The exchange head when we last looked (pulled or prepared to wait).
     ex_seen: u64,
     ringer: Option<Ringer>,
-    /// Dead or left: report it and free the entry once the ring head
+    /// Dead or left: report it and free the entry once the inbox head
     /// reaches `free_after` (so everything it published is delivered
     /// before the event).
     gone: bool,
@@ -179,12 +181,12 @@ struct Sender {
     free_after: u64,
     stall: Stall,
     /// Our link to this sender, if we have one: receiving from it prepares
-    /// a send to it ([`RingProducer::prepare_send`]).
+    /// a send to it ([`InboxProducer::prepare_send`]).
     reply: Option<PeerId>,
 }
 
 /// Prepares a send on `reply`, our link to the sender of the message just
-/// received, if we have one (see [`RingProducer::prepare_send`]).
+/// received, if we have one (see [`InboxProducer::prepare_send`]).
 #[inline]
 fn prepare_reply(links: &[Link], reply: Option<PeerId>) {
     if let Some(l) = reply.and_then(|p| links.get(p.0 as usize)) {
@@ -192,10 +194,10 @@ fn prepare_reply(links: &[Link], reply: Option<PeerId>) {
     }
 }
 
-/// The shared-memory side of one endpoint (see the module documentation).
-pub struct ShmPort {
-    cfg: ShmConfig,
-    rx: RingConsumer,
+/// The shared-memory side of one process (see the module documentation).
+pub struct Mailbox {
+    cfg: MailboxConfig,
+    rx: InboxConsumer,
     senders: Vec<Option<Sender>>,
     by_addr: HashMap<ProcessAddr, u32>,
     /// The last sender looked up by address (exchange pulls repeat it).
@@ -218,9 +220,9 @@ pub struct ShmPort {
     seg: Segment,
 }
 
-impl std::fmt::Debug for ShmPort {
+impl std::fmt::Debug for Mailbox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ShmPort")
+        f.debug_struct("Mailbox")
             .field("local", &self.cfg.local)
             .field("segment", &self.seg.path())
             .field("links", &self.links.len())
@@ -228,19 +230,19 @@ impl std::fmt::Debug for ShmPort {
     }
 }
 
-fn ring_view(seg: &Segment) -> RingView {
+fn inbox_view(seg: &Segment) -> InboxView {
     let l = seg.layout();
     // SAFETY: the layout was computed (own segment) or validated against the
     // file size (peer segment), so the control block and the
-    // ring_slots * block_size bytes of slots lie inside the mapping, which
+    // inbox_slots * block_size bytes of slots lie inside the mapping, which
     // lives as long as the Segment; the owner initialised the slots before
     // marking the segment ready. block_size is a multiple of 64 >= 64.
     unsafe {
-        RingView::new(
-            seg.at(l.ring_ctl_off) as *const RingCtl,
-            seg.at(l.ring_off),
+        InboxView::new(
+            seg.at(l.inbox_ctl_off) as *const InboxCtl,
+            seg.at(l.inbox_off),
             l.geometry.block_size as usize,
-            u64::from(l.geometry.ring_slots),
+            u64::from(l.geometry.inbox_slots),
         )
     }
 }
@@ -280,16 +282,16 @@ fn epoll_ctl(ep: &OwnedFd, op: libc::c_int, fd: RawFd, data: u64) {
     unsafe { libc::epoll_ctl(ep.as_raw_fd(), op, fd, &mut ev) };
 }
 
-impl ShmPort {
-    /// Creates this endpoint's segment and doorbell (after removing stale
+impl Mailbox {
+    /// Creates this process's segment and doorbell (after removing stale
     /// segments of dead processes, if configured).
-    pub fn open(cfg: ShmConfig) -> Result<ShmPort, ShmError> {
+    pub fn open(cfg: MailboxConfig) -> Result<Mailbox, ShmError> {
         let layout = Layout::new(cfg.geometry).map_err(ShmError::BadConfig)?;
         if cfg.cleanup_on_open {
             segment::cleanup_stale(&cfg.dir)?;
         }
         let seg = Segment::create(&cfg.dir, cfg.job, cfg.local, layout, |seg| {
-            ring_view(seg).init();
+            inbox_view(seg).init();
         })?;
         let bell = Doorbell::bind(&doorbell::path_for(seg.path())).map_err(|e| ShmError::Io {
             context: format!("binding the doorbell of {}", seg.path().display()),
@@ -306,9 +308,9 @@ impl ShmPort {
         // SAFETY: a fresh fd owned by nobody else.
         let epoll = unsafe { OwnedFd::from_raw_fd(ep) };
         epoll_ctl(&epoll, libc::EPOLL_CTL_ADD, bell.fd(), EP_BELL);
-        let rx = RingConsumer::new(ring_view(&seg));
+        let rx = InboxConsumer::new(inbox_view(&seg));
         let entries = layout.geometry.dir_entries as usize;
-        Ok(ShmPort {
+        Ok(Mailbox {
             rx,
             senders: (0..entries).map(|_| None).collect(),
             by_addr: HashMap::new(),
@@ -330,27 +332,27 @@ impl ShmPort {
         })
     }
 
-    /// This endpoint's address.
+    /// This process's address.
     pub fn local(&self) -> ProcessAddr {
         self.cfg.local
     }
 
-    /// The configuration the port was opened with.
-    pub fn config(&self) -> &ShmConfig {
+    /// The configuration the mailbox was opened with.
+    pub fn config(&self) -> &MailboxConfig {
         &self.cfg
     }
 
-    /// Path of this endpoint's segment.
+    /// Path of this process's segment.
     pub fn segment_path(&self) -> &Path {
         self.seg.path()
     }
 
-    /// Largest message [`try_send`](Self::try_send) carries (one ring slot).
+    /// Largest message [`try_send`](Self::try_send) carries (one inbox slot).
     pub fn max_inline(&self) -> usize {
         self.rx.payload_max()
     }
 
-    /// An fd that becomes readable when this port may have work: a peer
+    /// An fd that becomes readable when this mailbox may have work: a peer
     /// rang the doorbell or a watched peer died. For the engine's epoll
     /// set; see [`prepare_wait`](Self::prepare_wait) for the protocol.
     pub fn readiness_fd(&self) -> RawFd {
@@ -409,8 +411,8 @@ impl ShmPort {
         // mapping, which the Link keeps alive as long as the producer; no
         // other producer uses our entry.
         let producer = unsafe {
-            RingProducer::new(
-                ring_view(&seg),
+            InboxProducer::new(
+                inbox_view(&seg),
                 &*e.intent,
                 i as u16,
                 pack_addr(self.cfg.local),
@@ -428,7 +430,7 @@ impl ShmPort {
             watch,
             ringer,
             dead: false,
-            ring_blocked: false,
+            inbox_blocked: false,
             ex_blocked: false,
             stall: Stall::default(),
             seg,
@@ -490,12 +492,12 @@ impl ShmPort {
     }
 
     /// Sends `msg` (at most [`max_inline`](Self::max_inline) bytes) through
-    /// `peer`'s system ring: one claim, one copy, one publish. `Full` is
+    /// `peer`'s inbox: one claim, one copy, one publish. `Full` is
     /// back-pressure: nothing was sent, retry on a later progress call.
     ///
     /// The fast path does not look at the peer's health: a send to a peer
-    /// that has just closed or died succeeds into its abandoned ring (the
-    /// message is lost with the peer). The death is reported when the ring
+    /// that has just closed or died succeeds into its abandoned inbox (the
+    /// message is lost with the peer). The death is reported when the inbox
     /// fills up (`PeerGone` instead of `Full`) or by
     /// [`check_peers`](Self::check_peers), which the engine runs
     /// periodically and after every sleep.
@@ -504,8 +506,8 @@ impl ShmPort {
         self.try_send_parts(peer, None, msg)
     }
 
-    /// As [`ShmPort::try_send`] with the message `tag` followed by `msg`,
-    /// written straight into the ring slot.
+    /// As [`Mailbox::try_send`] with the message `tag` followed by `msg`,
+    /// written straight into the inbox slot.
     pub fn try_send_tagged(&mut self, peer: PeerId, tag: u8, msg: &[u8]) -> Result<(), SendError> {
         self.try_send_parts(peer, Some(tag), msg)
     }
@@ -529,20 +531,20 @@ impl ShmPort {
         };
         match sent {
             Ok(wake) => {
-                if link.ring_blocked {
-                    link.ring_blocked = false;
+                if link.inbox_blocked {
+                    link.inbox_blocked = false;
                 }
                 if wake {
                     self.ring_link(peer);
                 }
                 Ok(())
             }
-            Err(RingSendError::TooLarge) => Err(SendError::TooLarge {
+            Err(InboxSendError::TooLarge) => Err(SendError::TooLarge {
                 len: msg.len() + usize::from(tag.is_some()),
                 max: link.producer.payload_max(),
             }),
-            Err(RingSendError::Full) => {
-                link.ring_blocked = true;
+            Err(InboxSendError::Full) => {
+                link.inbox_blocked = true;
                 let addr = link.addr;
                 match self.check_link(peer) {
                     Ok(()) => Err(SendError::Full),
@@ -552,7 +554,7 @@ impl ShmPort {
         }
     }
 
-    /// Fault injection for tests: claims a ring slot of `peer`, writes
+    /// Fault injection for tests: claims an inbox slot of `peer`, writes
     /// `partial` into it and never publishes it, as a producer killed in
     /// the middle of a send would (call it, then die). Not for production
     /// use: the slot stays claimed until the receiver finds this process
@@ -643,8 +645,8 @@ impl ShmPort {
     // Receiving side
     // ----------------------------------------------------------------
 
-    /// The next message in the system ring, in place, or `None`. The
-    /// message stays in the ring until [`Incoming::release`]; dropping the
+    /// The next message in the inbox, in place, or `None`. The
+    /// message stays in the inbox until [`Incoming::release`]; dropping the
     /// `Incoming` without releasing leaves it at the head.
     #[inline]
     pub fn recv(&mut self) -> Option<Incoming<'_>> {
@@ -656,7 +658,7 @@ impl ShmPort {
                         let from = s.addr;
                         prepare_reply(&self.links, s.reply);
                         return Some(Incoming {
-                            port: self,
+                            mailbox: self,
                             from,
                             len: info.len,
                         });
@@ -694,7 +696,7 @@ impl ShmPort {
                                 .and_then(|s| s.as_ref()?.reply);
                             prepare_reply(&self.links, reply);
                             return Some(Incoming {
-                                port: self,
+                                mailbox: self,
                                 from,
                                 len: info.len,
                             });
@@ -703,7 +705,7 @@ impl ShmPort {
                             self.rx.release();
                             self.events.push_back(ShmEvent::Corrupt {
                                 addr: None,
-                                what: "ring message from an unregistered sender",
+                                what: "inbox message from an unregistered sender",
                             });
                         }
                     }
@@ -712,7 +714,7 @@ impl ShmPort {
                     self.rx.release();
                     self.events.push_back(ShmEvent::Corrupt {
                         addr: None,
-                        what: "ring slot length beyond the slot",
+                        what: "inbox slot length beyond the slot",
                     });
                 }
                 Head::NotReady => return None,
@@ -803,7 +805,7 @@ impl ShmPort {
         Some(addr)
     }
 
-    /// Bookkeeping when the ring has nothing for us: wake producers waiting
+    /// Bookkeeping when the inbox has nothing for us: wake producers waiting
     /// for space, and now and then look for a stuck head and dead peers.
     #[cold]
     #[inline(never)]
@@ -894,7 +896,7 @@ impl ShmPort {
             if !found {
                 self.events.push_back(ShmEvent::Corrupt {
                     addr: None,
-                    what: "ring slot claimed by no registered sender",
+                    what: "inbox slot claimed by no registered sender",
                 });
             }
         }
@@ -924,7 +926,7 @@ impl ShmPort {
     }
 
     /// The sender in entry `i` died (`died`) or closed. Its entry is freed,
-    /// and the event reported, once everything it claimed in the ring has
+    /// and the event reported, once everything it claimed in the inbox has
     /// been consumed (see [`reap_gone`](Self::reap_gone)).
     fn sender_gone(&mut self, i: u32, died: bool) {
         let tail = self.rx.tail();
@@ -949,7 +951,7 @@ impl ShmPort {
         self.reap_gone();
     }
 
-    /// Reports and frees the gone senders whose ring messages have all
+    /// Reports and frees the gone senders whose inbox messages have all
     /// been consumed (and, for one that closed cleanly, whose exchange
     /// queue has been drained).
     fn reap_gone(&mut self) {
@@ -1086,7 +1088,7 @@ impl ShmPort {
         self.reap_gone();
     }
 
-    /// Whether [`ShmPort::poll_event`] has something.
+    /// Whether [`Mailbox::poll_event`] has something.
     pub fn has_events(&self) -> bool {
         !self.events.is_empty()
     }
@@ -1212,7 +1214,7 @@ impl ShmPort {
     // ----------------------------------------------------------------
 
     /// Prepares to sleep: arms the flags that make peers ring our doorbell
-    /// (our ring's sleep bit, our bell flag for exchange chunks, and the
+    /// (our inbox's sleep bit, our bell flag for exchange chunks, and the
     /// waiting flags in the peers we are blocked on), then re-checks
     /// everything. Returns true if the caller may now sleep in `epoll` on
     /// [`readiness_fd`](Self::readiness_fd) (alone or in its own epoll
@@ -1230,13 +1232,13 @@ impl ShmPort {
         for l in self
             .links
             .iter()
-            .filter(|l| !l.dead && (l.ring_blocked || l.ex_blocked))
+            .filter(|l| !l.dead && (l.inbox_blocked || l.ex_blocked))
         {
             entry(&l.seg, l.entry)
                 .ctl
                 .waiting
                 .store(1, Ordering::Relaxed);
-            if l.ring_blocked {
+            if l.inbox_blocked {
                 l.producer.want_space();
             }
         }
@@ -1257,7 +1259,7 @@ impl ShmPort {
             }
         }
         for l in self.links.iter().filter(|l| !l.dead) {
-            if (l.ring_blocked && l.producer.has_space())
+            if (l.inbox_blocked && l.producer.has_space())
                 || (l.ex_blocked && l.ex.view().has_space())
             {
                 work = true;
@@ -1274,7 +1276,7 @@ impl ShmPort {
         for l in self
             .links
             .iter()
-            .filter(|l| !l.dead && (l.ring_blocked || l.ex_blocked))
+            .filter(|l| !l.dead && (l.inbox_blocked || l.ex_blocked))
         {
             entry(&l.seg, l.entry)
                 .ctl
@@ -1302,7 +1304,7 @@ impl ShmPort {
     }
 }
 
-impl Drop for ShmPort {
+impl Drop for Mailbox {
     fn drop(&mut self) {
         // Leave the peers' directories: they free our entries once they
         // have consumed what we sent.
@@ -1334,9 +1336,9 @@ impl Drop for ShmPort {
     }
 }
 
-/// A message at the head of the system ring, shown in place.
+/// A message at the head of the inbox, shown in place.
 pub struct Incoming<'a> {
-    port: &'a mut ShmPort,
+    mailbox: &'a mut Mailbox,
     from: ProcessAddr,
     len: usize,
 }
@@ -1357,9 +1359,9 @@ impl Incoming<'_> {
         self.len == 0
     }
 
-    /// The message bytes, in the ring slot.
+    /// The message bytes, in the inbox slot.
     ///
-    /// Valid until [`release`](Self::release). By the ring protocol no
+    /// Valid until [`release`](Self::release). By the inbox protocol no
     /// process writes a published slot before the consumer releases it;
     /// a peer that breaks the protocol can change these bytes under the
     /// reader (then the reader sees garbage, which it must validate as it
@@ -1367,29 +1369,29 @@ impl Incoming<'_> {
     /// validated when the message was found.
     #[inline]
     pub fn bytes(&self) -> &[u8] {
-        self.port.rx.reading(|| {
+        self.mailbox.rx.reading(|| {
             // SAFETY: payload_ptr points to the head slot's payload area of
             // payload_max bytes in our mapping; len <= payload_max (checked
             // by poll); the slot is published and not released, so by the
-            // protocol nobody writes it while `self` (which borrows the port
+            // protocol nobody writes it while `self` (which borrows the mailbox
             // mutably, so the slot cannot be released) lives.
-            unsafe { std::slice::from_raw_parts(self.port.rx.payload_ptr(), self.len) }
+            unsafe { std::slice::from_raw_parts(self.mailbox.rx.payload_ptr(), self.len) }
         })
     }
 
     /// Copies the message into `dst`; returns the bytes copied.
     #[inline]
     pub fn copy_to(&self, dst: &mut [u8]) -> usize {
-        self.port.rx.copy_head(self.len, dst)
+        self.mailbox.rx.copy_head(self.len, dst)
     }
 
     /// Gives the slot back to the producers.
     #[inline]
     pub fn release(self) {
-        let port = self.port;
-        port.rx.release();
-        if port.rx.announce(false) {
-            port.wake_space_waiters();
+        let mailbox = self.mailbox;
+        mailbox.rx.release();
+        if mailbox.rx.announce(false) {
+            mailbox.wake_space_waiters();
         }
     }
 }
@@ -1398,16 +1400,16 @@ impl Incoming<'_> {
 mod tests {
     use super::*;
 
-    fn port(job: JobKey, port: u16) -> ShmPort {
-        let mut cfg = ShmConfig::new(job, ProcessAddr::new(1, port));
-        cfg.geometry.ring_slots = 16;
+    fn mailbox(job: JobKey, port: u16) -> Mailbox {
+        let mut cfg = MailboxConfig::new(job, ProcessAddr::new(1, port));
+        cfg.geometry.inbox_slots = 16;
         cfg.geometry.dir_entries = 4;
         cfg.geometry.chunk_size = 4096;
         cfg.geometry.chunks = 4;
-        ShmPort::open(cfg).unwrap()
+        Mailbox::open(cfg).unwrap()
     }
 
-    fn take_one(p: &mut ShmPort) -> Vec<u8> {
+    fn take_one(p: &mut Mailbox) -> Vec<u8> {
         let m = p.recv().expect("a message");
         let bytes = m.bytes().to_vec();
         m.release();
@@ -1419,33 +1421,33 @@ mod tests {
     #[test]
     fn receiving_prepares_the_reply_slot_whatever_came_first() {
         let job = JobKey(std::process::id() << 8 ^ 0x71);
-        let mut a = port(job, 1);
-        let mut b = port(job, 2);
+        let mut a = mailbox(job, 1);
+        let mut b = mailbox(job, 2);
         let a_to_b = a.connect(b.local()).unwrap();
         a.try_send(a_to_b, b"first").unwrap();
         assert_eq!(take_one(&mut b), b"first", "b has no link to a yet");
         // The link comes after the sender: connecting finds the sender.
         let b_to_a = b.connect(a.local()).unwrap();
-        let prepared = |p: &ShmPort, id: PeerId| p.links[id.0 as usize].producer.prepared();
+        let prepared = |p: &Mailbox, id: PeerId| p.links[id.0 as usize].producer.prepared();
         assert_eq!(prepared(&b, b_to_a), None);
         a.try_send(a_to_b, b"second").unwrap();
         assert_eq!(take_one(&mut b), b"second");
         assert_eq!(
             prepared(&b, b_to_a),
             Some(0),
-            "a's ring tail, where b sends next"
+            "a's inbox tail, where b sends next"
         );
         // The sender comes after the link: registering finds the link.
         b.try_send(b_to_a, b"reply").unwrap();
         assert_eq!(take_one(&mut a), b"reply");
-        assert_eq!(prepared(&a, a_to_b), Some(2), "a sent two into b's ring");
+        assert_eq!(prepared(&a, a_to_b), Some(2), "a sent two into b's inbox");
         // Messages without an answer in between prepare the same slot.
         a.try_send(a_to_b, b"third").unwrap();
         a.try_send(a_to_b, b"fourth").unwrap();
         assert_eq!(take_one(&mut b), b"third");
         assert_eq!(take_one(&mut b), b"fourth");
         assert_eq!(prepared(&b, b_to_a), Some(1));
-        // A ring that looks full is left alone: its tail slot is the
+        // An inbox that looks full is left alone: its tail slot is the
         // consumer's.
         // (a has consumed one of b's messages and announced none: 16 slots
         // from position 0 are b's to fill.)

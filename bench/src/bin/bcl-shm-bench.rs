@@ -1,14 +1,15 @@
-//! Raw micro-benchmarks of the shared-memory primitives, each printed next
-//! to its baseline from the same run, as a ratio.
+//! `bcl-shm-bench`: raw benchmarks of bcl-shm's mailbox (inbox and
+//! exchange queue, no engine), each printed next to its baseline from the
+//! same run, as a ratio.
 //!
 //! ```text
-//! cargo run --release -p bcl-shm --example shm_bench -- [all|latency|unix|rate|bw|sweep] [--cpus 0,1] [--iters N]
+//! bcl-shm-bench [all|latency|unix|rate|bw|sweep] [--cpus 0,1] [--iters N]
 //! ```
 //!
 //! Two processes (this one and a re-executed child), pinned to CPUs 0 and 1:
 //!
-//! * `latency`: 8-byte ping-pong through the system ring vs the floor
-//!   ("spin": two processes ping-ponging one cache line in shared memory);
+//! * `latency`: 8-byte ping-pong through the inbox vs the floor
+//!   ("spin": [`SpinLink`], two cache lines ping-ponged in shared memory);
 //!   one way = RTT/2;
 //! * `unix`: 8-byte ping-pong over a Unix stream socket (blocking reads),
 //!   for reference;
@@ -23,26 +24,21 @@
 //! window are printed (the machine is shared, so a window can be hit by
 //! another process being scheduled on one of the two CPUs).
 
-use bcl_core::{JobKey, ProcessAddr};
-use bcl_shm::{Geometry, PullProgress, SendError, ShmConfig, ShmError, ShmPort};
+use bcl::shm::{Geometry, Mailbox, MailboxConfig, PeerId, PullProgress, SendError, ShmError};
+use bcl::{JobKey, ProcessAddr};
+use bcl_bench::floors::{SpinLink, SPIN_MAX_MESSAGE};
 use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
+use std::path::PathBuf;
 use std::process::{Child, Command};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 fn pin(cpu: usize) {
-    // SAFETY: cpu_set_t is plain data; CPU_SET writes inside it;
-    // sched_setaffinity reads it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            eprintln!(
-                "warning: cannot pin to CPU {cpu}: {}",
-                std::io::Error::last_os_error()
-            );
-        }
+    let mut set = nix::sched::CpuSet::new();
+    let pinned = set
+        .set(cpu)
+        .and_then(|()| nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set));
+    if let Err(e) = pinned {
+        eprintln!("warning: cannot pin to CPU {cpu}: {e}");
     }
 }
 
@@ -96,13 +92,13 @@ fn addr_b() -> ProcessAddr {
     ProcessAddr::new(0, 2)
 }
 
-fn open_port(o: &Opts, addr: ProcessAddr, g: Geometry) -> ShmPort {
-    let mut cfg = ShmConfig::new(o.job, addr);
+fn open_mailbox(o: &Opts, addr: ProcessAddr, g: Geometry) -> Mailbox {
+    let mut cfg = MailboxConfig::new(o.job, addr);
     cfg.geometry = g;
-    ShmPort::open(cfg).expect("open shm port")
+    Mailbox::open(cfg).expect("open mailbox")
 }
 
-fn connect(p: &mut ShmPort, to: ProcessAddr) -> bcl_shm::PeerId {
+fn connect(p: &mut Mailbox, to: ProcessAddr) -> PeerId {
     let t = Instant::now();
     loop {
         match p.connect(to) {
@@ -117,7 +113,7 @@ fn connect(p: &mut ShmPort, to: ProcessAddr) -> bcl_shm::PeerId {
     }
 }
 
-fn send_spin(p: &mut ShmPort, to: bcl_shm::PeerId, msg: &[u8]) {
+fn send_spin(p: &mut Mailbox, to: PeerId, msg: &[u8]) {
     loop {
         match p.try_send(to, msg) {
             Ok(()) => return,
@@ -128,7 +124,7 @@ fn send_spin(p: &mut ShmPort, to: bcl_shm::PeerId, msg: &[u8]) {
 }
 
 /// Receives one message (spinning), returns its first 8 bytes.
-fn recv_spin(p: &mut ShmPort) -> u64 {
+fn recv_spin(p: &mut Mailbox) -> u64 {
     loop {
         if let Some(m) = p.recv() {
             let mut b = [0u8; 8];
@@ -141,13 +137,13 @@ fn recv_spin(p: &mut ShmPort) -> u64 {
 }
 
 /// Sends per-window results to the parent (one message each, then NaN).
-fn send_results(p: &mut ShmPort, to: bcl_shm::PeerId, v: &[f64]) {
+fn send_results(p: &mut Mailbox, to: PeerId, v: &[f64]) {
     for x in v.iter().chain(std::iter::once(&f64::NAN)) {
         send_spin(p, to, &x.to_bits().to_le_bytes());
     }
 }
 
-fn recv_results(p: &mut ShmPort) -> Vec<f64> {
+fn recv_results(p: &mut Mailbox) -> Vec<f64> {
     let mut v = Vec::new();
     loop {
         let x = f64::from_bits(recv_spin(p));
@@ -178,65 +174,47 @@ fn windows(per: u64, mut step: impl FnMut(u64)) -> Vec<f64> {
 
 // ---------------------------------------------------------------- spin floor
 
-fn spin_file(job: JobKey) -> String {
-    format!("/dev/shm/bcl-bench-spin-{:08x}", job.0)
+fn spin_file(job: JobKey) -> PathBuf {
+    PathBuf::from(format!("/dev/shm/bcl-bench-spin-{:08x}", job.0))
 }
 
-fn map_spin(path: &str, create: bool) -> &'static AtomicU64 {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(create)
-        .truncate(false)
-        .open(path)
-        .expect("spin file");
-    f.set_len(4096).unwrap();
-    // SAFETY: maps one page of the file shared; the mapping is leaked
-    // (lives until exit), so the 'static reference stays valid; the word is
-    // only accessed atomically.
-    unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            4096,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        );
-        assert_ne!(p, libc::MAP_FAILED);
-        &*(p as *const AtomicU64)
+/// Receives one message on the floor link (spinning), returns its length.
+fn spin_recv(link: &mut SpinLink, buf: &mut [u8; SPIN_MAX_MESSAGE]) -> usize {
+    loop {
+        if let Some(n) = link.try_recv(buf) {
+            return n;
+        }
+        std::hint::spin_loop();
     }
 }
 
 fn spin_pingpong(o: &Opts, child: bool) -> Option<Vec<f64>> {
     let path = spin_file(o.job);
+    let mut buf = [0u8; SPIN_MAX_MESSAGE];
     if child {
         pin(o.cpus.1);
-        let w = map_spin(&path, false);
-        for i in 0..o.iters * (WINDOWS + 1) {
-            while w.load(Ordering::Acquire) != 2 * i + 1 {
-                std::hint::spin_loop();
-            }
-            w.store(2 * i + 2, Ordering::Release);
+        let mut link = SpinLink::open(&path).expect("spin link");
+        for _ in 0..o.iters * (WINDOWS + 1) {
+            let n = spin_recv(&mut link, &mut buf);
+            while !link.try_send(&buf[..n]).expect("spin send") {}
         }
         return None;
     }
-    let w = map_spin(&path, true);
-    w.store(0, Ordering::Relaxed);
+    // A link left behind by a killed run would make creating fail.
+    let _ = std::fs::remove_file(&path);
+    let mut link = SpinLink::create(&path).expect("spin link");
     let mut c = spawn_child(o, "spin", &[]);
     pin(o.cpus.0);
     let out = windows(o.iters, |i| {
-        w.store(2 * i + 1, Ordering::Release);
-        while w.load(Ordering::Acquire) != 2 * i + 2 {
-            std::hint::spin_loop();
-        }
+        while !link.try_send(&i.to_le_bytes()).expect("spin send") {}
+        let n = spin_recv(&mut link, &mut buf);
+        assert_eq!(buf[..n], i.to_le_bytes());
     });
     c.wait().unwrap();
-    let _ = std::fs::remove_file(&path);
     Some(out.into_iter().map(|rtt| rtt / 2.0).collect())
 }
 
-// ---------------------------------------------------------------- ring ping-pong
+// --------------------------------------------------------------- inbox ping-pong
 
 fn small_geometry() -> Geometry {
     Geometry {
@@ -247,10 +225,10 @@ fn small_geometry() -> Geometry {
     }
 }
 
-fn ring_pingpong(o: &Opts, child: bool) -> Option<Vec<f64>> {
+fn inbox_pingpong(o: &Opts, child: bool) -> Option<Vec<f64>> {
     if child {
         pin(o.cpus.1);
-        let mut b = open_port(o, addr_b(), small_geometry());
+        let mut b = open_mailbox(o, addr_b(), small_geometry());
         let to_a = connect(&mut b, addr_a());
         for _ in 0..o.iters * (WINDOWS + 1) {
             let v = recv_spin(&mut b);
@@ -258,9 +236,9 @@ fn ring_pingpong(o: &Opts, child: bool) -> Option<Vec<f64>> {
         }
         return None;
     }
-    let mut c = spawn_child(o, "ring", &[]);
+    let mut c = spawn_child(o, "inbox", &[]);
     pin(o.cpus.0);
-    let mut a = open_port(o, addr_a(), small_geometry());
+    let mut a = open_mailbox(o, addr_a(), small_geometry());
     let to_b = connect(&mut a, addr_b());
     let out = windows(o.iters, |i| {
         send_spin(&mut a, to_b, &i.to_le_bytes());
@@ -280,7 +258,7 @@ fn rate(o: &Opts, child: bool) -> Option<Vec<f64>> {
     let n = win * (WINDOWS + 1);
     if child {
         pin(o.cpus.1);
-        let mut b = open_port(o, addr_b(), small_geometry());
+        let mut b = open_mailbox(o, addr_b(), small_geometry());
         let to_a = connect(&mut b, addr_a());
         let mut got = 0u64;
         let mut next = 0u64;
@@ -306,7 +284,7 @@ fn rate(o: &Opts, child: bool) -> Option<Vec<f64>> {
     }
     let mut c = spawn_child(o, "rate", &[]);
     pin(o.cpus.0);
-    let mut a = open_port(o, addr_a(), small_geometry());
+    let mut a = open_mailbox(o, addr_a(), small_geometry());
     let to_b = connect(&mut a, addr_b());
     for i in 0..n {
         send_spin(&mut a, to_b, &i.to_le_bytes());
@@ -325,7 +303,7 @@ fn bw_geometry(chunk: u32, chunks: u32) -> Geometry {
         chunk_size: chunk,
         chunks,
         dir_entries: 2,
-        ring_slots: 64,
+        inbox_slots: 64,
         ..Geometry::default()
     }
 }
@@ -338,7 +316,7 @@ fn bw(o: &Opts, child: bool, chunk: u32, chunks: u32) -> Option<Vec<f64>> {
     let g = bw_geometry(chunk, chunks);
     if child {
         pin(o.cpus.1);
-        let mut b = open_port(o, addr_b(), g);
+        let mut b = open_mailbox(o, addr_b(), g);
         let to_a = connect(&mut b, addr_a());
         let mut dst = vec![1u8; MSG];
         let mut out = Vec::new();
@@ -373,7 +351,7 @@ fn bw(o: &Opts, child: bool, chunk: u32, chunks: u32) -> Option<Vec<f64>> {
     ];
     let mut c = spawn_child(o, "bw", &extra);
     pin(o.cpus.0);
-    let mut a = open_port(o, addr_a(), g);
+    let mut a = open_mailbox(o, addr_a(), g);
     let to_b = connect(&mut a, addr_b());
     let mut src = vec![0u8; MSG];
     for r in 0..warm + WINDOWS {
@@ -466,7 +444,7 @@ fn main() {
     if let Some(role) = opt(&args, "--child") {
         match role {
             "spin" => spin_pingpong(&o, true),
-            "ring" => ring_pingpong(&o, true),
+            "inbox" => inbox_pingpong(&o, true),
             "rate" => rate(&o, true),
             "unix" => unix_pingpong(&o, true),
             "bw" => {
@@ -484,7 +462,7 @@ fn main() {
         .filter(|a| !a.starts_with("--"))
         .unwrap_or("all");
     println!(
-        "# bcl-shm raw benchmarks; CPUs {},{}; best of {WINDOWS} windows [median]; load before: {}",
+        "# bcl-shm-bench: raw mailbox benchmarks; CPUs {},{}; best of {WINDOWS} windows [median]; load before: {}",
         cpus.0,
         cpus.1,
         loadavg()
@@ -492,9 +470,9 @@ fn main() {
     let all = what == "all";
     if all || what == "latency" {
         let (fb, fm) = best_median(spin_pingpong(&o, false).unwrap(), false);
-        let (rb, rm) = best_median(ring_pingpong(&o, false).unwrap(), false);
+        let (rb, rm) = best_median(inbox_pingpong(&o, false).unwrap(), false);
         println!(
-            "latency 8 B one-way: ring {rb:.0} ns [{rm:.0}], floor (spin) {fb:.0} ns [{fm:.0}], ratio {:.2} [{:.2}] (target <= 1.3 and <= 250 ns)",
+            "latency 8 B one-way: inbox {rb:.0} ns [{rm:.0}], floor (spin) {fb:.0} ns [{fm:.0}], ratio {:.2} [{:.2}] (target <= 1.3 and <= 250 ns)",
             rb / fb,
             rm / fm
         );
