@@ -135,6 +135,12 @@ impl PartialEq<[u8; 6]> for Mac {
     }
 }
 
+impl PartialEq<Mac> for [u8; 6] {
+    fn eq(&self, other: &Mac) -> bool {
+        *self == other.0
+    }
+}
+
 impl AsRef<[u8]> for Mac {
     fn as_ref(&self) -> &[u8] {
         &self.0
@@ -181,6 +187,7 @@ mod tests {
         assert_eq!(Mac::from(EthernetAddress::from(m)), m);
         assert_eq!(<[u8; 6]>::from(m), [2, 0, 0, 0, 0, 1]);
         assert_eq!(m, [2, 0, 0, 0, 0, 1]);
+        assert_eq!([2, 0, 0, 0, 0, 1], m);
         assert_eq!(Mac::from_bytes(&[2, 0, 0, 0, 0, 1]), Some(m));
         assert_eq!(Mac::from_bytes(&[2, 0, 0]), None);
     }
