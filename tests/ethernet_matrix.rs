@@ -23,7 +23,7 @@ mod common;
 
 use bcl::core::method::OpenSpec;
 use bcl::core::SendError;
-use bcl::ether::{EthernetFrame, Mac};
+use bcl::ether::{Frame, Mac};
 use bcl::vfio::testing::{InMemoryPci, Wire, WirePort};
 use bcl::vfio::virtio::model::{VirtioNetModel, VirtioNetModelConfig};
 use bcl::vfio::virtio::net::{VirtioNet, VirtioNetConfig};
@@ -139,7 +139,7 @@ impl Pump {
                     // Anything that is an Ethernet frame goes to the NIC;
                     // its driver and the method decide what to keep.
                     let frame = &self.buf[..n];
-                    if EthernetFrame::new_checked(frame).is_err() {
+                    if Frame::new_checked(frame).is_err() {
                         continue;
                     }
                     if self.port.send(frame.to_vec()) {

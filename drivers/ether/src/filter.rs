@@ -10,7 +10,7 @@
 //! for us: another EtherType, another station, our own frame) and
 //! *malformed* (a runt, a frame cut short, a multicast source).
 
-use crate::frame::EthernetFrame;
+use crate::frame::{Frame, HEADER_LEN};
 use crate::mac::Mac;
 use bcl_core::MethodCounters;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -78,25 +78,27 @@ impl RxFilter {
     /// Any bytes may be given; nothing is read outside them.
     #[inline]
     pub fn check<'a>(&self, frame: &'a [u8]) -> Result<Accepted<'a>, Discard> {
-        let f = EthernetFrame::new_checked(frame).map_err(|_| Discard::Runt)?;
-        if u16::from(f.ethertype()) != self.ethertype {
+        // The header as a fixed-size array: the view's accessors then need
+        // no bounds checks, and the payload is the rest.
+        let (hdr, payload) = frame
+            .split_first_chunk::<HEADER_LEN>()
+            .ok_or(Discard::Runt)?;
+        let f = Frame::from(hdr);
+        if f.ethertype() != self.ethertype {
             return Err(Discard::OtherEtherType);
         }
-        let dst = Mac::from(f.dst_addr());
+        let dst = f.dst_addr();
         if dst != self.own && dst.is_unicast() {
             return Err(Discard::NotForUs);
         }
-        let src = Mac::from(f.src_addr());
+        let src = f.src_addr();
         if src.is_multicast() {
             return Err(Discard::MulticastSource);
         }
         if src == self.own {
             return Err(Discard::OwnFrame);
         }
-        Ok(Accepted {
-            src,
-            payload: f.payload(),
-        })
+        Ok(Accepted { src, payload })
     }
 }
 

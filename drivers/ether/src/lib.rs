@@ -6,8 +6,9 @@
 //! the others. What they must agree on lives here, once:
 //!
 //! - [`mac`]: the MAC address type [`Mac`] and its text form.
-//! - [`frame`]: the frame layout — smoltcp's [`EthernetFrame`] view,
-//!   [`HEADER_LEN`] and the other sizes, [`write_header`].
+//! - [`frame`]: the frame layout — the [`Frame`] view (checked
+//!   constructor, one accessor per field), [`HEADER_LEN`] and the other
+//!   sizes, [`write_header`].
 //! - [`descriptor`]: the one descriptor grammar `MAC[/IFINDEX][@PCI]`
 //!   ([`DescriptorAddress`]) and [`peer_mac`], which every method's
 //!   `open_link` uses.
@@ -35,8 +36,8 @@ pub mod station;
 pub use descriptor::{peer_mac, DescriptorAddress, ETHERNET_METHODS};
 pub use filter::{Accepted, Discard, RxFilter, RxStats, SharedRxStats};
 pub use frame::{
-    header, write_header, EthernetAddress, EthernetFrame, Header, ETHERTYPE_OFFSET, HEADER_LEN,
-    MIN_ETHERTYPE, MIN_FRAME_LEN, SOURCE_OFFSET, VLAN_TAG_LEN,
+    header, write_header, Frame, Header, TooShort, DESTINATION_OFFSET, ETHERTYPE_OFFSET,
+    HEADER_LEN, MIN_ETHERTYPE, MIN_FRAME_LEN, SOURCE_OFFSET, VLAN_TAG_LEN,
 };
 pub use iface::{choose_interface, interfaces, Interface, InterfaceError};
 pub use mac::Mac;

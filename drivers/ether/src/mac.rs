@@ -1,7 +1,6 @@
-//! MAC addresses: the one type every Ethernet method uses, its text form
-//! and its conversions to and from smoltcp's [`EthernetAddress`].
+//! MAC addresses: the one type every Ethernet method uses and its text
+//! form.
 
-use smoltcp::wire::EthernetAddress;
 use std::fmt;
 
 /// An Ethernet MAC address (six octets, in the order they are sent).
@@ -115,20 +114,6 @@ impl From<Mac> for [u8; 6] {
     }
 }
 
-impl From<EthernetAddress> for Mac {
-    #[inline]
-    fn from(a: EthernetAddress) -> Mac {
-        Mac(a.0)
-    }
-}
-
-impl From<Mac> for EthernetAddress {
-    #[inline]
-    fn from(m: Mac) -> EthernetAddress {
-        EthernetAddress(m.0)
-    }
-}
-
 impl PartialEq<[u8; 6]> for Mac {
     fn eq(&self, other: &[u8; 6]) -> bool {
         self.0 == *other
@@ -184,7 +169,6 @@ mod tests {
         assert!(Mac([1, 0, 0x5e, 0, 0, 1]).is_multicast());
         assert!(Mac([2, 0, 0, 0, 0, 1]).is_unicast());
         let m = Mac([2, 0, 0, 0, 0, 1]);
-        assert_eq!(Mac::from(EthernetAddress::from(m)), m);
         assert_eq!(<[u8; 6]>::from(m), [2, 0, 0, 0, 0, 1]);
         assert_eq!(m, [2, 0, 0, 0, 0, 1]);
         assert_eq!([2, 0, 0, 0, 0, 1], m);
