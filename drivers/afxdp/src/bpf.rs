@@ -98,10 +98,12 @@ pub const XDP_MD_DATA: i16 = 0;
 pub const XDP_MD_DATA_END: i16 = 4;
 /// Offset of `rx_queue_index` in `struct xdp_md`.
 pub const XDP_MD_RX_QUEUE_INDEX: i16 = 16;
-/// Length of an Ethernet II header.
-pub const ETH_HLEN: i32 = 14;
-/// Offset of the EtherType in an Ethernet II header.
-pub const ETH_TYPE_OFFSET: i16 = 12;
+/// Length of an Ethernet II header, as the program's immediate
+/// ([`bcl_ether::HEADER_LEN`]).
+pub const ETH_HLEN: i32 = bcl_ether::HEADER_LEN as i32;
+/// Offset of the EtherType in an Ethernet II header, as the program's load
+/// offset ([`bcl_ether::ETHERTYPE_OFFSET`]).
+pub const ETH_TYPE_OFFSET: i16 = bcl_ether::ETHERTYPE_OFFSET as i16;
 
 /// Register numbers.
 pub mod reg {

@@ -4,14 +4,13 @@
 use std::fmt;
 
 use crate::bpf::LoadError;
+use bcl_ether::Mac;
 
 /// Default EtherType of BCL frames (IEEE 802 local experimental 1).
 pub const DEFAULT_ETHERTYPE: u16 = bcl_core::wire::DEFAULT_ETHERTYPE;
 /// Headroom the kernel leaves before a received frame in its chunk
 /// (`XDP_PACKET_HEADROOM`), in copy and zero-copy mode alike.
 pub const XDP_PACKET_HEADROOM: u32 = 256;
-/// Length of an Ethernet II header.
-pub const ETH_HLEN: usize = 14;
 
 /// Which RX queues get a socket.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -162,7 +161,7 @@ impl AfXdpConfig {
                 return bad("queues: a queue is listed twice".into());
             }
         }
-        if self.ethertype < 0x0600 {
+        if self.ethertype < bcl_ether::MIN_ETHERTYPE {
             return bad(format!(
                 "ethertype {:#06x} is a length, not an EtherType (must be ≥ 0x0600)",
                 self.ethertype
@@ -204,7 +203,7 @@ pub struct ModeReport {
     /// Interface index.
     pub ifindex: u32,
     /// Interface MAC.
-    pub mac: [u8; 6],
+    pub mac: Mac,
     /// Interface MTU.
     pub if_mtu: u32,
     /// RX queues the interface has.
@@ -233,7 +232,7 @@ impl fmt::Display for ModeReport {
             "afxdp on {} (ifindex {}, {}, MTU {}, {} RX queue{}):",
             self.ifname,
             self.ifindex,
-            format_mac(&self.mac),
+            self.mac,
             self.if_mtu,
             self.if_rx_queues,
             if self.if_rx_queues == 1 { "" } else { "s" }
@@ -269,26 +268,16 @@ impl fmt::Display for ModeReport {
     }
 }
 
-/// `02:00:00:00:00:01`.
+/// `02:00:00:00:00:01`: [`Mac`]'s text form of raw octets (for code that
+/// builds whole frames from octets, such as the `afxdp-raw` floor).
 pub fn format_mac(m: &[u8; 6]) -> String {
-    format!(
-        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-        m[0], m[1], m[2], m[3], m[4], m[5]
-    )
+    Mac(*m).to_string()
 }
 
-/// Parses `02:00:00:00:00:01` (or with `-`).
+/// The octets of a MAC in [`Mac`]'s text form (`02:00:00:00:00:01`, or
+/// with `-`), for code that builds whole frames from octets.
 pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
-    let mut mac = [0u8; 6];
-    let mut parts = s.split([':', '-']);
-    for m in mac.iter_mut() {
-        let p = parts.next()?;
-        if p.len() != 2 {
-            return None;
-        }
-        *m = u8::from_str_radix(p, 16).ok()?;
-    }
-    parts.next().is_none().then_some(mac)
+    s.parse::<Mac>().ok().map(|m| m.0)
 }
 
 /// Everything that can go wrong opening or running an AF_XDP endpoint.
@@ -404,7 +393,7 @@ mod tests {
         let r = ModeReport {
             ifname: "to-b".into(),
             ifindex: 3,
-            mac: [2, 0, 0, 0, 2, 1],
+            mac: Mac([2, 0, 0, 0, 2, 1]),
             if_mtu: 1500,
             if_rx_queues: 2,
             attach: AttachMode::Native,

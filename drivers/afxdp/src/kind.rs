@@ -1,6 +1,6 @@
 //! The `afxdp` method kind, for the method registry.
 
-use crate::config::{parse_mac, AfXdpConfig};
+use crate::config::AfXdpConfig;
 use crate::method::{probe, AfXdpMethod, METHOD_NAME};
 use bcl_core::method::{
     Attachment, Availability, Method, MethodError, MethodKind, OpenSpec, ProbeResult, Scope,
@@ -78,10 +78,9 @@ impl MethodKind for AfXdpKind {
         Ok(Box::new(m))
     }
 
+    /// The Ethernet grammar `MAC[/IFINDEX][@PCI]`, shared by every
+    /// Ethernet method ([`bcl_ether::descriptor`]).
     fn check_address(&self, address: &str) -> Result<(), String> {
-        let mac = address.split('/').next().unwrap_or_default();
-        parse_mac(mac)
-            .map(drop)
-            .ok_or_else(|| format!("{address:?} is not MAC/IFINDEX (e.g. 02:bc:01:00:00:02/3)"))
+        address.parse::<bcl_ether::DescriptorAddress>().map(drop)
     }
 }

@@ -7,13 +7,14 @@
 //! interface (ARP, IP, SSH, …) goes on to the kernel untouched.
 //!
 //! * [`AfXdpMethod`] implements [`bcl_core::Method`] (name `afxdp`,
-//!   descriptor `afxdp:MAC/IFINDEX`); it talks to `packet` (AF_PACKET)
-//!   peers too, since the frames are the same.
+//!   descriptor `afxdp:MAC/IFINDEX`); it talks to `packet` (AF_PACKET) and
+//!   `vfio` peers too, since the frames are the same: framing, the
+//!   receive filter, the descriptor grammar and the peer table are
+//!   [`bcl_ether`]'s.
 //! * [`RawXsk`] is the same machinery with a whole-frame API and no
 //!   protocol: the floor that BCL is measured against (`afxdp-raw`).
-//! * [`probe`] says whether the method can run here, and why not;
-//!   [`fallback::open_ethernet`] opens `afxdp`, or else the `packet`
-//!   (AF_PACKET) method with the reason.
+//! * [`probe`] says whether the method can run here, and why not (where
+//!   it cannot, the cluster layer opens `packet` instead, with the reason).
 //! * [`AfXdpConfig`] holds the settings; [`ModeReport`] says what was
 //!   obtained (native or generic XDP, zero-copy or copy per queue) and why.
 //! * [`bpf`] holds the XDP redirect program — fifteen eBPF instructions
@@ -24,7 +25,6 @@
 
 pub mod bpf;
 pub mod config;
-pub mod fallback;
 pub mod kind;
 pub mod method;
 pub mod netlink;
@@ -35,9 +35,11 @@ mod umem;
 pub mod xdp;
 mod xsk;
 
+/// Length of an Ethernet II header ([`bcl_ether::HEADER_LEN`]).
+pub use bcl_ether::HEADER_LEN as ETH_HLEN;
 pub use config::{
     format_mac, parse_mac, AfXdpConfig, AfXdpError, AttachMode, BindMode, ModeReport, QueueReport,
-    Queues, DEFAULT_ETHERTYPE, ETH_HLEN, XDP_PACKET_HEADROOM,
+    Queues, DEFAULT_ETHERTYPE, XDP_PACKET_HEADROOM,
 };
 pub use kind::AfXdpKind;
 pub use method::{probe, AfXdpMethod, MethodStats, METHOD_NAME};

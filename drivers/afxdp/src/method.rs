@@ -3,17 +3,19 @@
 //!
 //! * Descriptor: `afxdp:MAC/IFINDEX`, e.g. `afxdp:02:00:00:00:02:01/3`.
 //!   Peers are addressed by MAC; the index after `/` is for people.
-//!   [`Method::open_link`] also takes `packet:MAC/...` descriptors: the
-//!   `packet` (AF_PACKET) method puts the same frames on the wire, so the
-//!   two interoperate on one L2 segment.
+//!   [`Method::open_link`] takes a descriptor of any Ethernet method in the
+//!   shared grammar `MAC[/IFINDEX][@PCI]` ([`bcl_ether::descriptor`]):
+//!   `packet` and `vfio` put the same frames on the wire, so they
+//!   interoperate on one L2 segment.
 //! * Frame: destination MAC, source MAC, EtherType (default 0x88B5,
-//!   configurable), then the BCL frame; no padding is added.
+//!   configurable), then the BCL frame; no padding is added. The header is
+//!   written, and every received frame filtered, by [`bcl_ether::Station`].
 //! * Receive: frames are shown to the core in place in the UMEM (no copy
 //!   in user space), then their chunks go back to the fill ring. Frames of
 //!   another EtherType never get here (the XDP program passes them to the
-//!   kernel); frames for another unicast MAC, runts and frames from a
-//!   multicast source are skipped and counted. A frame from a MAC never
-//!   seen before gets a new link so the core can answer.
+//!   kernel); frames for another unicast MAC, our own frames, runts and
+//!   frames from a multicast source are skipped and counted. A frame from
+//!   a MAC never seen before gets a new link so the core can answer.
 //! * Transmit: the core writes each frame straight into a UMEM chunk, 14
 //!   bytes in; the Ethernet header goes in front; the batch is submitted
 //!   with one release store and one `sendto` kick when the kernel asks.
@@ -27,18 +29,14 @@ use std::os::fd::RawFd;
 use bcl_core::method::{
     Availability, Descriptor, LinkId, Method, MethodCaps, MethodCounters, MethodError, TxFrame,
 };
-use rustc_hash::FxHashMap;
+use bcl_ether::{Mac, RxStats, Station, HEADER_LEN};
 
-use crate::config::{format_mac, parse_mac, AfXdpConfig, AfXdpError, ModeReport, ETH_HLEN};
+use crate::config::{AfXdpConfig, AfXdpError, ModeReport};
 use crate::raw::RawXsk;
 use crate::xsk::QueueStats;
 
 /// The method's name.
 pub const METHOD_NAME: &str = "afxdp";
-/// Descriptor methods whose frames are wire-compatible with ours.
-pub const COMPATIBLE_METHODS: [&str; 2] = ["afxdp", "packet"];
-/// Most links (distinct peer MACs) one endpoint keeps.
-pub const MAX_LINKS: usize = 65_536;
 
 /// Counters of an [`AfXdpMethod`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -47,65 +45,18 @@ pub struct MethodStats {
     pub tx_frames: u64,
     /// BCL frames shown to the core.
     pub rx_frames: u64,
-    /// Frames skipped: another EtherType (should not happen: the XDP
-    /// program filters them).
-    pub rx_other_ethertype: u64,
-    /// Frames skipped: addressed to another unicast MAC.
-    pub rx_not_for_us: u64,
-    /// Frames skipped: shorter than an Ethernet header.
-    pub rx_runt: u64,
-    /// Frames skipped: multicast source MAC.
-    pub rx_bad_source: u64,
-    /// Frames skipped: a new source while [`MAX_LINKS`] links exist.
-    pub rx_link_limit: u64,
-}
-
-/// Peer MACs and their link numbers.
-#[derive(Default)]
-struct Links {
-    list: Vec<[u8; 6]>,
-    by_mac: FxHashMap<[u8; 6], LinkId>,
-    /// The last source seen, to skip the hash lookup in a stream.
-    last: Option<([u8; 6], LinkId)>,
-}
-
-impl Links {
-    fn mac(&self, link: LinkId) -> Option<[u8; 6]> {
-        self.list.get(link.0 as usize).copied()
-    }
-
-    fn get_or_add(&mut self, mac: [u8; 6]) -> Option<LinkId> {
-        if let Some((m, l)) = self.last {
-            if m == mac {
-                return Some(l);
-            }
-        }
-        let l = match self.by_mac.get(&mac) {
-            Some(&l) => l,
-            None => {
-                if self.list.len() >= MAX_LINKS {
-                    return None;
-                }
-                let l = LinkId(self.list.len() as u32);
-                self.list.push(mac);
-                self.by_mac.insert(mac, l);
-                l
-            }
-        };
-        self.last = Some((mac, l));
-        Some(l)
-    }
+    /// The receive filter's counts, reason by reason (frames of another
+    /// EtherType should not occur: the XDP program passes them on).
+    pub rx: RxStats,
 }
 
 /// The `afxdp` method (see the module documentation).
 pub struct AfXdpMethod {
     raw: Option<RawXsk>,
-    mac: [u8; 6],
     ifindex: u32,
-    ethertype: [u8; 2],
     mtu: usize,
-    links: Links,
-    stats: MethodStats,
+    station: Station,
+    tx_frames: u64,
     report: ModeReport,
 }
 
@@ -125,14 +76,12 @@ impl AfXdpMethod {
     /// namespace (see [`RawXsk::open`]).
     pub fn open(config: AfXdpConfig) -> Result<AfXdpMethod, AfXdpError> {
         let raw = RawXsk::open(&config)?;
-        let mtu = (raw.if_mtu() as usize).min(raw.max_rx_frame() - ETH_HLEN);
+        let mtu = (raw.if_mtu() as usize).min(raw.max_rx_frame() - HEADER_LEN);
         Ok(AfXdpMethod {
-            mac: raw.mac(),
+            station: Station::new(Mac(raw.mac()), config.ethertype),
             ifindex: raw.ifindex(),
-            ethertype: config.ethertype.to_be_bytes(),
             mtu,
-            links: Links::default(),
-            stats: MethodStats::default(),
+            tx_frames: 0,
             report: raw.mode_report().clone(),
             raw: Some(raw),
         })
@@ -145,7 +94,12 @@ impl AfXdpMethod {
 
     /// Counters.
     pub fn stats(&self) -> MethodStats {
-        self.stats
+        let rx = *self.station.stats();
+        MethodStats {
+            tx_frames: self.tx_frames,
+            rx_frames: rx.accepted,
+            rx,
+        }
     }
 
     /// Counters per bound queue (empty after shutdown).
@@ -157,31 +111,13 @@ impl AfXdpMethod {
     }
 
     /// The MAC of `link`, if it exists.
-    pub fn link_mac(&self, link: LinkId) -> Option<[u8; 6]> {
-        self.links.mac(link)
+    pub fn link_mac(&self, link: LinkId) -> Option<Mac> {
+        self.station.link_mac(link)
     }
 
     /// The interface's MAC.
-    pub fn mac(&self) -> [u8; 6] {
-        self.mac
-    }
-
-    fn parse_descriptor(d: &Descriptor) -> Result<[u8; 6], MethodError> {
-        let bad = |reason: &str| MethodError::BadDescriptor {
-            method: METHOD_NAME,
-            descriptor: d.clone(),
-            reason: reason.to_string(),
-        };
-        if !COMPATIBLE_METHODS.contains(&d.method.as_str()) {
-            return Err(bad("not an afxdp or packet descriptor"));
-        }
-        let mac_text = d.address.split(['/', '@']).next().unwrap_or_default();
-        let mac = parse_mac(mac_text)
-            .ok_or_else(|| bad("expected a MAC like 02:00:00:00:02:01, optionally /IFINDEX"))?;
-        if mac[0] & 1 != 0 {
-            return Err(bad("a multicast MAC cannot name a peer"));
-        }
-        Ok(mac)
+    pub fn mac(&self) -> Mac {
+        self.station.mac()
     }
 }
 
@@ -199,17 +135,12 @@ impl Method for AfXdpMethod {
     }
 
     fn descriptor(&self) -> Descriptor {
-        Descriptor::new(
-            METHOD_NAME,
-            format!("{}/{}", format_mac(&self.mac), self.ifindex),
-        )
+        let a = self.station.address().with_ifindex(self.ifindex);
+        Descriptor::new(METHOD_NAME, a.to_string())
     }
 
     fn open_link(&mut self, peer: &Descriptor) -> Result<LinkId, MethodError> {
-        let mac = Self::parse_descriptor(peer)?;
-        self.links
-            .get_or_add(mac)
-            .ok_or_else(|| other(format!("more than {MAX_LINKS} links")))
+        self.station.open_link(METHOD_NAME, peer)
     }
 
     fn rx_burst(
@@ -217,47 +148,15 @@ impl Method for AfXdpMethod {
         budget: usize,
         sink: &mut dyn FnMut(LinkId, &[u8]),
     ) -> Result<usize, MethodError> {
-        let Self {
-            raw,
-            links,
-            stats,
-            mac,
-            ethertype,
-            ..
-        } = self;
+        let Self { raw, station, .. } = self;
         let raw = raw.as_mut().ok_or_else(closed)?;
-        let own = *mac;
-        let et = *ethertype;
         let mut shown = 0;
         raw.recv(budget, &mut |_queue, frame: &[u8]| {
-            let Some((hdr, body)) = frame.split_first_chunk::<ETH_HLEN>() else {
-                stats.rx_runt += 1;
-                return;
-            };
-            if hdr[12..14] != et {
-                stats.rx_other_ethertype += 1;
-                return;
+            if let Some((link, bcl)) = station.receive(frame) {
+                shown += 1;
+                sink(link, bcl);
             }
-            let mut dst = [0u8; 6];
-            dst.copy_from_slice(&hdr[0..6]);
-            if dst != own && dst[0] & 1 == 0 {
-                stats.rx_not_for_us += 1;
-                return;
-            }
-            let mut src = [0u8; 6];
-            src.copy_from_slice(&hdr[6..12]);
-            if src[0] & 1 != 0 {
-                stats.rx_bad_source += 1;
-                return;
-            }
-            let Some(link) = links.get_or_add(src) else {
-                stats.rx_link_limit += 1;
-                return;
-            };
-            shown += 1;
-            sink(link, body);
         })?;
-        stats.rx_frames += shown as u64;
         Ok(shown)
     }
 
@@ -267,37 +166,34 @@ impl Method for AfXdpMethod {
     ) -> Result<usize, MethodError> {
         let Self {
             raw,
-            links,
-            stats,
-            mac,
-            ethertype,
+            station,
             mtu,
+            tx_frames,
             ..
         } = self;
         let raw = raw.as_mut().ok_or_else(closed)?;
         let mtu = *mtu;
         let mut failure: Option<MethodError> = None;
         let sent = raw.send_with(&mut |chunk: &mut [u8]| {
-            if chunk.len() < ETH_HLEN + mtu {
+            let Some((hdr, body)) = chunk
+                .split_first_chunk_mut()
+                .filter(|(_, body)| body.len() >= mtu)
+            else {
                 failure = Some(other("UMEM chunk smaller than the MTU"));
                 return None;
-            }
-            let (hdr, body) = chunk.split_at_mut(ETH_HLEN);
+            };
             let TxFrame { link, len } = source(&mut body[..mtu])?;
             if len > mtu {
                 failure = Some(other(format!("frame of {len} bytes exceeds the MTU {mtu}")));
                 return None;
             }
-            let Some(dst) = links.mac(link) else {
+            if !station.write_header(link, hdr) {
                 failure = Some(other(format!("unknown link {}", link.0)));
                 return None;
-            };
-            hdr[0..6].copy_from_slice(&dst);
-            hdr[6..12].copy_from_slice(mac);
-            hdr[12..14].copy_from_slice(ethertype);
-            Some(ETH_HLEN + len)
+            }
+            Some(HEADER_LEN + len)
         })?;
-        stats.tx_frames += sent as u64;
+        *tx_frames += sent as u64;
         match failure {
             Some(e) => Err(e),
             None => Ok(sent),
@@ -309,15 +205,7 @@ impl Method for AfXdpMethod {
     }
 
     fn counters(&self) -> MethodCounters {
-        let s = self.stats;
-        MethodCounters {
-            rx_frames: s.rx_frames,
-            tx_frames: s.tx_frames,
-            rx_foreign: s.rx_other_ethertype + s.rx_not_for_us,
-            rx_malformed: s.rx_runt + s.rx_bad_source,
-            tx_errors: 0,
-            detail: vec![("rx_link_limit", s.rx_link_limit)],
-        }
+        self.station.method_counters(self.tx_frames, 0)
     }
 
     fn notes(&self) -> Vec<String> {
@@ -419,44 +307,27 @@ fn probe_reason(ifname: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use bcl_core::method::MethodKind;
 
     #[test]
-    fn descriptors_of_both_wire_compatible_methods_parse() {
-        let ok = |s: &str| AfXdpMethod::parse_descriptor(&s.parse().unwrap());
-        assert_eq!(ok("afxdp:02:00:00:00:02:01/3").unwrap(), [2, 0, 0, 0, 2, 1]);
-        assert_eq!(ok("afxdp:02:00:00:00:02:01").unwrap(), [2, 0, 0, 0, 2, 1]);
-        assert_eq!(
-            ok("packet:02:00:00:00:02:0b/7").unwrap(),
-            [2, 0, 0, 0, 2, 11]
-        );
-        assert_eq!(
-            ok("packet:02-00-00-00-02-0B@to-b").unwrap(),
-            [2, 0, 0, 0, 2, 11]
-        );
-        for bad in [
-            "udp:10.0.0.1:7",
-            "afxdp:02:00:00:00:02",
-            "afxdp:zz:00:00:00:02:01/3",
-            "afxdp:01:00:5e:00:00:01/3",
-            "vfio:02:00:00:00:02:01",
+    fn the_kind_checks_the_shared_ethernet_grammar() {
+        let k = crate::AfXdpKind;
+        for ok in [
+            "02:00:00:00:02:01/3",
+            "02:00:00:00:02:01",
+            "02-00-00-00-02-0B",
+            "52:54:00:12:34:56@0000:00:02.0",
         ] {
-            assert!(
-                matches!(ok(bad), Err(MethodError::BadDescriptor { .. })),
-                "{bad} accepted"
-            );
+            assert!(k.check_address(ok).is_ok(), "{ok}");
         }
-    }
-
-    #[test]
-    fn links_are_stable_and_bounded() {
-        let mut l = Links::default();
-        let a = l.get_or_add([2, 0, 0, 0, 0, 1]).unwrap();
-        let b = l.get_or_add([2, 0, 0, 0, 0, 2]).unwrap();
-        assert_ne!(a, b);
-        assert_eq!(l.get_or_add([2, 0, 0, 0, 0, 1]), Some(a));
-        assert_eq!(l.get_or_add([2, 0, 0, 0, 0, 2]), Some(b));
-        assert_eq!(l.mac(b), Some([2, 0, 0, 0, 0, 2]));
-        assert_eq!(l.mac(LinkId(99)), None);
+        for bad in [
+            "10.0.0.1:7",
+            "02:00:00:00:02",
+            "zz:00:00:00:02:01/3",
+            "01:00:5e:00:00:01/3",
+            "02:00:00:00:02:01@to-b",
+        ] {
+            assert!(k.check_address(bad).is_err(), "{bad} accepted");
+        }
     }
 }

@@ -75,7 +75,7 @@ pub struct LinkInfo {
     /// `IFF_*` flags.
     pub flags: u32,
     /// Hardware address (6 bytes for Ethernet; `None` otherwise).
-    pub mac: Option<[u8; 6]>,
+    pub mac: Option<bcl_ether::Mac>,
     /// MTU (Ethernet payload bytes).
     pub mtu: u32,
     /// Number of RX queues.
@@ -219,7 +219,7 @@ fn parse_link(msg: &[u8]) -> io::Result<LinkInfo> {
             let end = p.iter().position(|&c| c == 0).unwrap_or(p.len());
             info.name = String::from_utf8_lossy(&p[..end]).into_owned();
         }
-        IFLA_ADDRESS => info.mac = p.try_into().ok(),
+        IFLA_ADDRESS => info.mac = bcl_ether::Mac::from_bytes(p),
         IFLA_MTU => info.mtu = u32_at(p, 0).unwrap_or(0),
         IFLA_NUM_RX_QUEUES => info.rx_queues = u32_at(p, 0).unwrap_or(1).max(1),
         IFLA_NUM_TX_QUEUES => info.tx_queues = u32_at(p, 0).unwrap_or(1).max(1),
@@ -293,7 +293,7 @@ mod tests {
         assert_eq!(info.name, "to-b");
         assert_eq!(info.ifindex, 7);
         assert!(info.is_up());
-        assert_eq!(info.mac, Some([2, 0, 0, 0, 0, 1]));
+        assert_eq!(info.mac, Some(bcl_ether::Mac([2, 0, 0, 0, 0, 1])));
         assert_eq!((info.mtu, info.rx_queues, info.tx_queues), (1500, 2, 1));
         assert_eq!(
             info.xdp,

@@ -7,11 +7,12 @@
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
-use crate::config::{AfXdpConfig, AfXdpError, AttachMode, ModeReport, Queues, ETH_HLEN};
+use crate::config::{AfXdpConfig, AfXdpError, AttachMode, ModeReport, Queues};
 use crate::netlink::{self, LinkInfo};
 use crate::sys;
 use crate::xdp::Attachment;
 use crate::xsk::{QueueStats, Xsk, XskParams};
+use bcl_ether::{Mac, HEADER_LEN};
 
 /// An AF_XDP endpoint on one interface, moving whole Ethernet frames (see
 /// the module documentation).
@@ -25,7 +26,7 @@ pub struct RawXsk {
     next_rx: usize,
     epoll: Option<OwnedFd>,
     info: LinkInfo,
-    mac: [u8; 6],
+    mac: Mac,
     report: ModeReport,
     config: AfXdpConfig,
     /// Largest Ethernet frame sent or received.
@@ -71,7 +72,7 @@ impl RawXsk {
         // Frames larger than a chunk need multi-buffer support: from the
         // program (so the driver hands it such frames) and the sockets.
         let one_chunk = config.max_rx_frame();
-        let mtu_frame = info.mtu as usize + ETH_HLEN;
+        let mtu_frame = info.mtu as usize + HEADER_LEN;
         let multi_buffer = (config.multi_buffer && mtu_frame > one_chunk).then_some(mtu_frame);
         let attachment = Attachment::attach(
             &info,
@@ -128,7 +129,7 @@ impl RawXsk {
             ),
             (Some(_), None) => format!(
                 "multi-buffer refused by the kernel; frames stay within one chunk, MTU {} B",
-                one_chunk - ETH_HLEN
+                one_chunk - HEADER_LEN
             ),
             (None, _) if !config.multi_buffer => "one chunk per frame (multi-buffer off)".into(),
             (None, _) => "one chunk per frame (the MTU fits in one)".into(),
@@ -161,9 +162,11 @@ impl RawXsk {
         })
     }
 
-    /// The interface's MAC address.
+    /// The interface's MAC address, as the octets a whole frame carries
+    /// (`RawXsk` sends and receives whole frames; see [`bcl_ether::Mac`]
+    /// for its text form).
     pub fn mac(&self) -> [u8; 6] {
-        self.mac
+        self.mac.0
     }
 
     /// The interface index.

@@ -49,6 +49,8 @@ impl MethodKind for PacketKind {
         Ok(Box::new(PacketMethod::open(cfg)?))
     }
 
+    /// The Ethernet grammar `MAC[/IFINDEX][@PCI]`, shared by every
+    /// Ethernet method ([`bcl_ether::descriptor`]).
     fn check_address(&self, address: &str) -> Result<(), String> {
         parse_address(address).map(drop)
     }

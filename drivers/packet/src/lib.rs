@@ -8,7 +8,9 @@
 //!
 //! - **Descriptor**: `packet:MAC/IFINDEX`, e.g. `packet:02:bc:01:00:00:02/3`
 //!   (one token): the interface's MAC address, which is what peers send to,
-//!   and its index on its own host (informational).
+//!   and its index on its own host (informational). Links are opened from
+//!   a descriptor of any Ethernet method in the shared grammar
+//!   `MAC[/IFINDEX][@PCI]` ([`bcl_ether::descriptor`]).
 //! - **Sockets and rings**: one `AF_PACKET`/`SOCK_RAW` socket bound to the
 //!   interface and to the EtherType (so the kernel hands it only BCL frames),
 //!   with `PACKET_QDISC_BYPASS`, `PACKET_IGNORE_OUTGOING`, and PACKET_MMAP
@@ -18,7 +20,8 @@
 //!   into the transmit ring (the core encodes into it) and one `send()` per
 //!   burst.
 //! - **Links**: one per peer MAC. A frame from a MAC never seen before gets a
-//!   new link, so the core can answer it.
+//!   new link, so the core can answer it. Framing, the receive filter, the
+//!   peer table and the filter counters are [`bcl_ether::Station`]'s.
 //! - **Blocking mode**: [`bcl_core::Method::readiness_fd`] is the socket; it
 //!   polls readable while the receive ring holds a frame.
 //! - **Interface**: [`PacketConfig::ifname`], or the only non-loopback
@@ -31,8 +34,7 @@ mod sys;
 
 pub use kind::{PacketKind, JOB_ETHERTYPE};
 pub use method::{
-    parse_address, probe, PacketConfig, PacketCounters, PacketMethod, PacketStats, ETH_HEADER_LEN,
-    METHOD_NAME,
+    parse_address, probe, PacketConfig, PacketCounters, PacketMethod, PacketStats, METHOD_NAME,
 };
 
 #[cfg(test)]

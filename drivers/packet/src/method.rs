@@ -1,25 +1,23 @@
 //! The `packet` method.
 
 use crate::sys::{
-    can_open_packet_socket, interface_mtu, OpenError, PacketSocket, PACKET_OTHERHOST,
-    PACKET_OUTGOING, RX_MAX_MAC_OFFSET, TP_STATUS_AVAILABLE, TP_STATUS_KERNEL,
-    TP_STATUS_SEND_REQUEST, TP_STATUS_USER,
+    can_open_packet_socket, interface_mtu, OpenError, PacketSocket, RX_MAX_MAC_OFFSET,
+    TP_STATUS_AVAILABLE, TP_STATUS_KERNEL, TP_STATUS_SEND_REQUEST, TP_STATUS_USER,
 };
 use bcl_core::wire::{DEFAULT_ETHERTYPE, HEADER_LEN};
 use bcl_core::{
     Availability, Descriptor, LinkId, Method, MethodCaps, MethodCounters, MethodError, TxFrame,
 };
-use bcl_ether::{choose_interface, Interface, Mac};
-use std::collections::HashMap;
+use bcl_ether::{
+    choose_interface, DescriptorAddress, Interface, Mac, RxStats, SharedRxStats, Station,
+    MIN_ETHERTYPE, VLAN_TAG_LEN,
+};
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// The method's name, as in its descriptors.
 pub const METHOD_NAME: &str = "packet";
-
-/// Length of an Ethernet II header.
-pub const ETH_HEADER_LEN: usize = 14;
 
 /// How to open a [`PacketMethod`].
 #[derive(Clone, Debug)]
@@ -51,10 +49,10 @@ pub struct PacketStats {
     /// Frames shown to the core.
     pub rx_frames: u64,
     /// Frames not for us, dropped: another host's destination MAC, our own
-    /// outgoing frames, another EtherType.
+    /// frames, another EtherType ([`RxStats::foreign`]).
     pub rx_foreign: u64,
-    /// Frames cut short by the ring or shorter than an Ethernet header,
-    /// dropped.
+    /// Malformed frames, dropped: cut short by the ring, shorter than an
+    /// Ethernet header, from a multicast source ([`RxStats::malformed`]).
     pub rx_truncated: u64,
     /// Frames the kernel dropped because the receive ring was full (read
     /// from PACKET_STATISTICS at each [`PacketMethod::stats`]).
@@ -68,6 +66,8 @@ pub struct PacketStats {
     pub tx_errors: u64,
     /// Links opened because a new source MAC sent to us.
     pub links_learned: u64,
+    /// The receive filter's counts, reason by reason.
+    pub rx: RxStats,
 }
 
 /// Shared counters of a [`PacketMethod`]; keep a handle with
@@ -75,9 +75,7 @@ pub struct PacketStats {
 /// endpoint.
 #[derive(Debug, Default)]
 pub struct PacketCounters {
-    rx_frames: AtomicU64,
-    rx_foreign: AtomicU64,
-    rx_truncated: AtomicU64,
+    rx: SharedRxStats,
     rx_ring_drops: AtomicU64,
     tx_frames: AtomicU64,
     tx_ring_full: AtomicU64,
@@ -89,15 +87,17 @@ impl PacketCounters {
     /// The current values.
     pub fn snapshot(&self) -> PacketStats {
         let r = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let rx = self.rx.snapshot();
         PacketStats {
-            rx_frames: r(&self.rx_frames),
-            rx_foreign: r(&self.rx_foreign),
-            rx_truncated: r(&self.rx_truncated),
+            rx_frames: rx.accepted,
+            rx_foreign: rx.foreign(),
+            rx_truncated: rx.malformed(),
             rx_ring_drops: r(&self.rx_ring_drops),
             tx_frames: r(&self.tx_frames),
             tx_ring_full: r(&self.tx_ring_full),
             tx_errors: r(&self.tx_errors),
             links_learned: r(&self.links_learned),
+            rx,
         }
     }
 }
@@ -120,26 +120,18 @@ pub fn probe() -> Availability {
     }
 }
 
-/// Parses the address part of a `packet:` descriptor, `MAC/IFINDEX`.
-pub fn parse_address(text: &str) -> Result<(Mac, u32), String> {
-    let (mac, index) = text
-        .split_once('/')
-        .ok_or_else(|| format!("{text:?} is not MAC/IFINDEX (e.g. 02:bc:01:00:00:02/3)"))?;
-    let mac: Mac = mac.parse()?;
-    let index = index
-        .parse()
-        .map_err(|_| format!("interface index {index:?} is not a number"))?;
-    Ok((mac, index))
+/// Parses the address part of a descriptor of any Ethernet method,
+/// `MAC[/IFINDEX][@PCI]` ([`bcl_ether::descriptor`]).
+pub fn parse_address(text: &str) -> Result<DescriptorAddress, String> {
+    text.parse()
 }
 
 /// Raw Ethernet frames with the BCL EtherType (see the crate documentation).
 pub struct PacketMethod {
     sock: PacketSocket,
     iface: Interface,
-    ethertype: u16,
     mtu: usize,
-    links: Vec<Mac>,
-    by_mac: HashMap<Mac, u32>,
+    station: Station,
     counters: Arc<PacketCounters>,
     closed: bool,
 }
@@ -149,7 +141,10 @@ impl std::fmt::Debug for PacketMethod {
         f.debug_struct("PacketMethod")
             .field("iface", &self.iface.name)
             .field("mac", &self.iface.mac.to_string())
-            .field("ethertype", &format_args!("{:#06x}", self.ethertype))
+            .field(
+                "ethertype",
+                &format_args!("{:#06x}", self.station.ethertype()),
+            )
             .field("mtu", &self.mtu)
             .finish_non_exhaustive()
     }
@@ -160,17 +155,6 @@ fn not_usable(reason: String) -> MethodError {
         method: METHOD_NAME,
         reason,
     }
-}
-
-/// The link of `mac`, created on first sight.
-fn link_for(links: &mut Vec<Mac>, by_mac: &mut HashMap<Mac, u32>, mac: Mac) -> (LinkId, bool) {
-    if let Some(&i) = by_mac.get(&mac) {
-        return (LinkId(i), false);
-    }
-    let i = links.len() as u32;
-    links.push(mac);
-    by_mac.insert(mac, i);
-    (LinkId(i), true)
 }
 
 impl PacketMethod {
@@ -192,7 +176,7 @@ impl PacketMethod {
                 iface.name
             )));
         }
-        if cfg.ethertype < 0x0600 {
+        if cfg.ethertype < MIN_ETHERTYPE {
             return Err(MethodError::Other {
                 method: METHOD_NAME,
                 reason: format!(
@@ -203,7 +187,7 @@ impl PacketMethod {
         }
         // Room for the ring header, the MAC header (and a VLAN tag) and the
         // largest frame.
-        let frame_size = (RX_MAX_MAC_OFFSET + ETH_HEADER_LEN + 4 + if_mtu)
+        let frame_size = (RX_MAX_MAC_OFFSET + bcl_ether::HEADER_LEN + VLAN_TAG_LEN + if_mtu)
             .next_power_of_two()
             .max(2048);
         let sock = PacketSocket::open(
@@ -223,11 +207,9 @@ impl PacketMethod {
         })?;
         Ok(PacketMethod {
             sock,
+            station: Station::new(iface.mac, cfg.ethertype),
             iface,
-            ethertype: cfg.ethertype,
             mtu: if_mtu,
-            links: Vec::new(),
-            by_mac: HashMap::new(),
             counters: Arc::default(),
             closed: false,
         })
@@ -240,12 +222,12 @@ impl PacketMethod {
 
     /// The EtherType in use.
     pub fn ethertype(&self) -> u16 {
-        self.ethertype
+        self.station.ethertype()
     }
 
     /// The MAC address of `link`.
     pub fn link_mac(&self, link: LinkId) -> Option<Mac> {
-        self.links.get(link.0 as usize).copied()
+        self.station.link_mac(link)
     }
 
     /// A handle on the method's counters that stays valid after the method
@@ -287,32 +269,12 @@ impl Method for PacketMethod {
     }
 
     fn descriptor(&self) -> Descriptor {
-        Descriptor::new(
-            METHOD_NAME,
-            format!("{}/{}", self.iface.mac, self.iface.index),
-        )
+        let a = self.station.address().with_ifindex(self.iface.index);
+        Descriptor::new(METHOD_NAME, a.to_string())
     }
 
     fn open_link(&mut self, peer: &Descriptor) -> Result<LinkId, MethodError> {
-        let bad = |reason: String| MethodError::BadDescriptor {
-            method: METHOD_NAME,
-            descriptor: peer.clone(),
-            reason,
-        };
-        if peer.method != METHOD_NAME {
-            return Err(bad(format!(
-                "it is for method {:?}, not {METHOD_NAME:?}",
-                peer.method
-            )));
-        }
-        let (mac, _) = parse_address(&peer.address).map_err(bad)?;
-        if mac == self.iface.mac {
-            return Err(bad(format!(
-                "{mac} is this endpoint's own interface ({})",
-                self.iface.name
-            )));
-        }
-        Ok(link_for(&mut self.links, &mut self.by_mac, mac).0)
+        self.station.open_link(METHOD_NAME, peer)
     }
 
     fn rx_burst(
@@ -321,9 +283,9 @@ impl Method for PacketMethod {
         sink: &mut dyn FnMut(LinkId, &[u8]),
     ) -> Result<usize, MethodError> {
         self.check_open()?;
-        let (mut shown, mut foreign, mut truncated, mut learned) = (0u64, 0u64, 0u64, 0u64);
+        let mut shown = 0usize;
         let ring = &mut self.sock.rx;
-        let ethertype = self.ethertype.to_be_bytes();
+        let station = &mut self.station;
         let mut taken = 0;
         while taken < budget {
             let i = ring.head;
@@ -331,36 +293,29 @@ impl Method for PacketMethod {
                 break;
             }
             taken += 1;
+            // The filter's destination and source checks drop, from the
+            // bytes alone, what the kernel marks PACKET_OTHERHOST (another
+            // station's frame, seen in promiscuous mode) and
+            // PACKET_OUTGOING (our own).
             match ring.rx_frame(i) {
-                None => truncated += 1,
-                Some((_, true, _)) => truncated += 1,
-                Some((bytes, false, pkttype)) => {
-                    if bytes.len() < ETH_HEADER_LEN {
-                        truncated += 1;
-                    } else if pkttype == PACKET_OUTGOING
-                        || pkttype == PACKET_OTHERHOST
-                        || bytes[12..14] != ethertype
-                    {
-                        foreign += 1;
-                    } else {
-                        let mut src = [0u8; 6];
-                        src.copy_from_slice(&bytes[6..12]);
-                        let (link, new) = link_for(&mut self.links, &mut self.by_mac, Mac(src));
-                        learned += u64::from(new);
-                        sink(link, &bytes[ETH_HEADER_LEN..]);
+                Some((bytes, false)) => {
+                    if let Some((link, frame)) = station.receive(bytes) {
+                        sink(link, frame);
                         shown += 1;
                     }
                 }
+                None | Some((_, true)) => station.stats_mut().truncated += 1,
             }
             ring.store_status(i, TP_STATUS_KERNEL);
             ring.head = (i + 1) % ring.frames;
         }
-        let c = &self.counters;
-        add(&c.rx_frames, shown);
-        add(&c.rx_foreign, foreign);
-        add(&c.rx_truncated, truncated);
-        add(&c.links_learned, learned);
-        Ok(shown as usize)
+        if taken > 0 {
+            self.counters.rx.publish(station.stats());
+            self.counters
+                .links_learned
+                .store(station.peers().learned(), Ordering::Relaxed);
+        }
+        Ok(shown)
     }
 
     fn tx_burst(
@@ -371,8 +326,7 @@ impl Method for PacketMethod {
         let mut count = 0usize;
         let mut bad = None;
         let mtu = self.mtu;
-        let src = self.iface.mac.0;
-        let ethertype = self.ethertype.to_be_bytes();
+        let station = &self.station;
         let ring = &mut self.sock.tx;
         while count < ring.frames {
             let i = ring.head;
@@ -380,18 +334,20 @@ impl Method for PacketMethod {
                 add(&self.counters.tx_ring_full, 1);
                 break;
             }
-            let data = ring.tx_data(i);
-            let (eth, rest) = data.split_at_mut(ETH_HEADER_LEN);
+            let Some((eth, rest)) = ring.tx_data(i).split_first_chunk_mut() else {
+                bad = Some("transmit ring frame shorter than an Ethernet header".into());
+                break;
+            };
             let Some(frame) = source(&mut rest[..mtu]) else {
                 break;
             };
-            let Some(dst) = self.links.get(frame.link.0 as usize) else {
+            if !station.write_header(frame.link, eth) {
                 bad = Some(format!(
                     "frame for unknown link {}; discarded",
                     frame.link.0
                 ));
                 break;
-            };
+            }
             if frame.len > mtu {
                 bad = Some(format!(
                     "frame of {} bytes exceeds the MTU of {mtu} bytes; discarded",
@@ -399,10 +355,7 @@ impl Method for PacketMethod {
                 ));
                 break;
             }
-            eth[..6].copy_from_slice(&dst.0);
-            eth[6..12].copy_from_slice(&src);
-            eth[12..14].copy_from_slice(&ethertype);
-            ring.set_tx_len(i, ETH_HEADER_LEN + frame.len);
+            ring.set_tx_len(i, bcl_ether::HEADER_LEN + frame.len);
             ring.store_status(i, TP_STATUS_SEND_REQUEST);
             ring.head = (i + 1) % ring.frames;
             count += 1;
@@ -428,18 +381,12 @@ impl Method for PacketMethod {
 
     fn counters(&self) -> MethodCounters {
         let s = self.stats();
-        MethodCounters {
-            rx_frames: s.rx_frames,
-            tx_frames: s.tx_frames,
-            rx_foreign: s.rx_foreign,
-            rx_malformed: s.rx_truncated,
-            tx_errors: s.tx_errors,
-            detail: vec![
-                ("rx_ring_drops", s.rx_ring_drops),
-                ("tx_ring_full", s.tx_ring_full),
-                ("links_learned", s.links_learned),
-            ],
-        }
+        let mut c = self.station.method_counters(s.tx_frames, s.tx_errors);
+        c.detail.extend([
+            ("rx_ring_drops", s.rx_ring_drops),
+            ("tx_ring_full", s.tx_ring_full),
+        ]);
+        c
     }
 
     fn shutdown(&mut self) {

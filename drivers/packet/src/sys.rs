@@ -41,10 +41,6 @@ pub(crate) const TP_STATUS_USER: u32 = 1;
 pub(crate) const TP_STATUS_AVAILABLE: u32 = 0;
 pub(crate) const TP_STATUS_SEND_REQUEST: u32 = 1;
 
-/// `sll_pkttype` values.
-pub(crate) const PACKET_OTHERHOST: u8 = 3;
-pub(crate) const PACKET_OUTGOING: u8 = 4;
-
 /// `struct tpacket2_hdr` (32 bytes).
 #[repr(C)]
 struct Tpacket2Hdr {
@@ -80,10 +76,6 @@ struct TpacketStats {
 /// Offset of the frame data in a transmit-ring frame: the header, aligned
 /// (`TPACKET2_HDRLEN - sizeof(struct sockaddr_ll)`).
 pub(crate) const TX_DATA_OFFSET: usize = 32;
-/// Offset of the `sockaddr_ll` in a receive-ring frame.
-const RX_SLL_OFFSET: usize = 32;
-/// Offset of `sll_pkttype` inside `struct sockaddr_ll`.
-const SLL_PKTTYPE: usize = 10;
 /// Where the kernel places a received frame's MAC header at the latest
 /// (TPACKET_ALIGN(TPACKET2_HDRLEN) + 16 + an aligned network header).
 pub(crate) const RX_MAX_MAC_OFFSET: usize = 96;
@@ -162,17 +154,15 @@ impl Ring {
         self.status(i).store(status, Ordering::Release)
     }
 
-    /// A received frame `i` (status USER): its bytes from the MAC header on,
-    /// whether it was truncated, and its `sll_pkttype`. `None` if the header
-    /// is inconsistent (never from a sane kernel).
-    pub fn rx_frame(&self, i: usize) -> Option<(&[u8], bool, u8)> {
+    /// A received frame `i` (status USER): its bytes from the MAC header on
+    /// and whether it was truncated. `None` if the header is inconsistent
+    /// (never from a sane kernel).
+    pub fn rx_frame(&self, i: usize) -> Option<(&[u8], bool)> {
         let f = self.frame(i);
         // SAFETY: the frame is ours (status USER, checked by the caller with
         // acquire ordering) and starts with a tpacket2_hdr; read_unaligned
         // copies it out without forming a reference.
         let h = unsafe { std::ptr::read_unaligned(f.cast::<Tpacket2Hdr>()) };
-        // SAFETY: RX_SLL_OFFSET + SLL_PKTTYPE is inside the frame header area.
-        let pkttype = unsafe { std::ptr::read(f.add(RX_SLL_OFFSET + SLL_PKTTYPE)) };
         let mac = usize::from(h.tp_mac);
         let snap = h.tp_snaplen as usize;
         if mac.checked_add(snap)? > self.frame_size {
@@ -183,7 +173,7 @@ impl Ring {
         // TP_STATUS_KERNEL, which the caller does only after the slice is
         // gone (it borrows &self... and the caller's borrow of the ring).
         let bytes = unsafe { std::slice::from_raw_parts(f.add(mac), snap) };
-        Some((bytes, h.tp_snaplen < h.tp_len, pkttype))
+        Some((bytes, h.tp_snaplen < h.tp_len))
     }
 
     /// The data area of transmit frame `i` (ours: status AVAILABLE).
@@ -273,8 +263,9 @@ impl PacketSocket {
         // A frame the kernel cannot send is dropped, not kept in the ring
         // (the protocol retransmits).
         setsockopt(raw, SOL_PACKET, PACKET_LOSS, &one).map_err(|_| io("PACKET_LOSS"))?;
-        // Never see frames sent on this interface (by us or by others);
-        // pkttype is checked as well for kernels without the option.
+        // Never see frames sent on this interface (by us or by others); on
+        // kernels without the option the receive filter drops them (their
+        // source is this interface's MAC).
         let _ = setsockopt(raw, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one);
         let rx_req = request(frame_size, rx_frames);
         let tx_req = request(frame_size, tx_frames);

@@ -240,17 +240,46 @@ fn the_interface_choice_is_explained() {
 }
 
 #[test]
-fn descriptors_parse_and_bad_ones_are_explained() {
-    let (mac, idx) = parse_address("02:bc:01:00:00:02/3").unwrap();
-    assert_eq!(mac.to_string(), "02:bc:01:00:00:02");
-    assert_eq!(idx, 3);
-    assert!(parse_address("02:bc:01:00:00:02")
-        .unwrap_err()
-        .contains("MAC/IFINDEX"));
+fn descriptors_of_every_ethernet_method_parse_and_bad_ones_are_explained() {
+    let a = parse_address("02:bc:01:00:00:02/3").unwrap();
+    assert_eq!(a.mac.to_string(), "02:bc:01:00:00:02");
+    assert_eq!(a.ifindex, Some(3));
+    // The forms the other Ethernet methods print parse too.
+    let v = parse_address("52:54:00:12:34:56@0000:00:02.0").unwrap();
+    assert_eq!((v.ifindex, v.pci.as_deref()), (None, Some("0000:00:02.0")));
+    assert!(parse_address("02:bc:01:00:00:02").is_ok());
     assert!(parse_address("02:bc:01:00:00/3")
         .unwrap_err()
         .contains("not a MAC"));
     assert!(parse_address("02:bc:01:00:00:02/x")
         .unwrap_err()
         .contains("not a number"));
+    let k = crate::PacketKind;
+    use bcl_core::method::MethodKind;
+    assert!(k.check_address("52:54:00:12:34:56@0000:00:02.0").is_ok());
+    assert!(k.check_address("01:00:5e:00:00:01/2").is_err());
+}
+
+#[test]
+fn links_open_from_descriptors_of_the_other_ethernet_methods() {
+    if !privileged("links_open_from_descriptors_of_the_other_ethernet_methods") {
+        return;
+    }
+    in_private_netns(true, || {
+        let mut a = open("va", 0x88B5);
+        let b = open("vb", 0x88B5);
+        let mac = b.interface().mac;
+        let own = a.descriptor();
+        let l = a.open_link(&b.descriptor()).unwrap();
+        for d in [
+            format!("afxdp:{mac}/{}", b.interface().index),
+            format!("vfio:{mac}@0000:00:02.0"),
+            format!("packet:{mac}"),
+        ] {
+            assert_eq!(a.open_link(&d.parse().unwrap()).unwrap(), l, "{d}");
+        }
+        assert!(a.open_link(&"udp:10.0.0.1:7".parse().unwrap()).is_err());
+        let e = a.open_link(&own).unwrap_err().to_string();
+        assert!(e.contains("own MAC"), "{e}");
+    });
 }

@@ -1,6 +1,6 @@
 //! The `vfio` method kind, for the method registry.
 
-use crate::method::{open_nic, parse_mac, probe, VfioMethodConfig, METHOD_NAME};
+use crate::method::{open_nic, probe, VfioMethodConfig, METHOD_NAME};
 use crate::sysfs::Sysfs;
 use bcl_core::method::{
     Attachment, Availability, Method, MethodError, MethodKind, OpenSpec, ProbeResult, Scope,
@@ -87,10 +87,9 @@ impl MethodKind for VfioKind {
         open_nic(&pci, config)
     }
 
+    /// The Ethernet grammar `MAC[/IFINDEX][@PCI]`, shared by every
+    /// Ethernet method ([`bcl_ether::descriptor`]).
     fn check_address(&self, address: &str) -> Result<(), String> {
-        let mac = address.split('@').next().unwrap_or_default();
-        parse_mac(mac).map(drop).ok_or_else(|| {
-            format!("{address:?} is not MAC[@PCI] (e.g. 52:54:00:12:34:56@0000:00:02.0)")
-        })
+        address.parse::<bcl_ether::DescriptorAddress>().map(drop)
     }
 }

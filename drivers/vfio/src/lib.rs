@@ -13,10 +13,14 @@
 //!      in Rust plays the device behind a software IOMMU.
 //! 2. NIC drivers: [`virtio`] (virtio-net 1.x, modern PCI) and
 //!    [`myri10ge`] (Myricom Myri-10G with its Ethernet firmware, BCL's
-//!    Myrinet backend).
+//!    Myrinet backend). Each implements [`nic::EthernetDevice`] (whole
+//!    Ethernet frames in and out of DMA buffers) and knows nothing of the
+//!    method above it.
 //! 3. [`method`]: the `vfio` [`Method`](bcl_core::method::Method) — BCL
-//!    frames in Ethernet II frames with EtherType 0x88B5 over any NIC
-//!    driver that implements [`method::EthernetDevice`].
+//!    frames in Ethernet II frames with EtherType 0x88B5 over any
+//!    [`nic::EthernetDevice`], with the framing, receive filter,
+//!    descriptor grammar and counters of [`bcl_ether`]:
+//!    [`VirtioNetMethod`], [`Myri10geMethod`], [`open_nic`].
 //!
 //! [`sysfs`] reads what the kernel knows (drivers, IOMMU groups), for
 //! [`probe`] and the `bcl-vfio` tool.
@@ -30,6 +34,7 @@ pub mod dma;
 pub mod kind;
 pub mod method;
 pub mod myri10ge;
+pub mod nic;
 pub mod pci;
 pub mod sysfs;
 #[cfg(any(test, doc, feature = "test-support"))]
@@ -38,4 +43,5 @@ pub mod vfio;
 pub mod virtio;
 
 pub use kind::VfioKind;
-pub use method::{open_nic, probe, EthernetDevice, NicMethod, VfioMethod, VfioMethodConfig};
+pub use method::{open_nic, probe, Myri10geMethod, NicMethod, VfioMethodConfig, VirtioNetMethod};
+pub use nic::{EthernetDevice, NicError};

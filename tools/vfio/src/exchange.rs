@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use bcl_core::method::{LinkId, Method, TxFrame};
-use bcl_vfio::method::{VfioMethod, VfioMethodConfig};
+use bcl_vfio::method::{VfioMethodConfig, VirtioNetMethod};
 use bcl_vfio::pci::wait_readable;
 
 /// Settings of an exchange.
@@ -113,7 +113,7 @@ pub fn one_way<M: Method, N: Method>(
 }
 
 /// Counters of both ends, for the report and for failures.
-fn stats_line(ma: &VfioMethod, mb: &VfioMethod) -> String {
+fn stats_line(ma: &VirtioNetMethod, mb: &VirtioNetMethod) -> String {
     let (sa, sb) = (ma.nic().stats(), mb.nic().stats());
     format!(
         "NIC A: {sa:?}; method A: {:?}; NIC B: {sb:?}; method B: {:?}",
@@ -131,8 +131,8 @@ pub fn exchange(
     opts: ExchangeOptions,
     out: &mut dyn FnMut(String),
 ) -> Result<(), String> {
-    let mut ma = VfioMethod::open(a, opts.method).map_err(|e| format!("open {a}: {e}"))?;
-    let mut mb = VfioMethod::open(b, opts.method).map_err(|e| format!("open {b}: {e}"))?;
+    let mut ma = VirtioNetMethod::open(a, opts.method).map_err(|e| format!("open {a}: {e}"))?;
+    let mut mb = VirtioNetMethod::open(b, opts.method).map_err(|e| format!("open {b}: {e}"))?;
     out(format!(
         "opened A = {} and B = {} (MTU {}, queue size {}, DMA pages {} KiB)",
         ma.descriptor(),
@@ -223,23 +223,23 @@ pub fn exchange(
     ));
 
     // A frame of another EtherType is skipped and counted.
-    let before = mb.stats().rx_other_ethertype;
-    let mut raw = mb.nic().mac().to_vec();
-    raw.extend_from_slice(&ma.nic().mac());
+    let before = mb.stats().rx.other_ethertype;
+    let mut raw = mb.nic().mac().0.to_vec();
+    raw.extend_from_slice(&ma.nic().mac().0);
     raw.extend_from_slice(&0x0800u16.to_be_bytes());
     raw.extend_from_slice(&[0u8; 46]);
     ma.nic_mut().send(&[&raw]).map_err(|e| e.to_string())?;
     ma.nic_mut().flush();
     let t = Instant::now();
     let mut shown = 0;
-    while mb.stats().rx_other_ethertype == before && t.elapsed() < Duration::from_secs(5) {
+    while mb.stats().rx.other_ethertype == before && t.elapsed() < Duration::from_secs(5) {
         shown += mb.rx_burst(8, &mut |_, _| {}).map_err(|e| e.to_string())?;
     }
-    if mb.stats().rx_other_ethertype != before + 1 || shown != 0 {
+    if mb.stats().rx.other_ethertype != before + 1 || shown != 0 {
         return Err(format!(
             "an IPv4 frame was not skipped: other-ethertype {} -> {}, shown {shown}",
             before,
-            mb.stats().rx_other_ethertype
+            mb.stats().rx.other_ethertype
         ));
     }
     out("an EtherType 0x0800 frame was skipped and counted".into());

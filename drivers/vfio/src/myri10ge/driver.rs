@@ -15,11 +15,13 @@ use std::sync::atomic::{fence, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::dma::{DmaRegion, DmaView};
-use crate::method::{EthernetDevice, NicError};
+use crate::nic::{EthernetDevice, NicError};
 use crate::pci::{
     EventFd, Mmio, MmioWindow, PciAddress, PciFunction, CFG_COMMAND, COMMAND_BUS_MASTER,
 };
-use crate::virtio::net::format_mac;
+use bcl_ether::{
+    Mac, HEADER_LEN as ETH_HLEN, MIN_FRAME_LEN as ETH_ZLEN, VLAN_TAG_LEN as VLAN_HLEN,
+};
 
 use super::mcp::{
     self, bytes_to_u32, bytes_to_u64, response, slot, Cmd, CmdStatus, EepromInfo, FirmwareImage,
@@ -34,12 +36,9 @@ use super::{
     MYRICOM_VENDOR_ID,
 };
 
-/// Ethernet header length.
-const ETH_HLEN: usize = 14;
-/// VLAN tag length (the firmware's frame limit includes one, as in Linux).
-const VLAN_HLEN: usize = 4;
-/// Shortest Ethernet frame without FCS; shorter frames are padded.
-const ETH_ZLEN: usize = 60;
+// Ethernet sizes are bcl-ether's, under the names the Linux driver uses:
+// ETH_HLEN (header), VLAN_HLEN (the firmware's frame limit includes one
+// tag, as in Linux) and ETH_ZLEN (shorter frames are padded to it).
 /// Smallest MTU we accept (IPv4's minimum, as Linux).
 pub const MIN_MTU: usize = 68;
 /// Largest MTU we accept (Linux: `MYRI10GE_MAX_ETHER_MTU` 9014 minus the
@@ -425,7 +424,7 @@ impl<B> TxRing<B> {
 /// A Myri-10G NIC driven from user space (see the [module
 /// documentation](super)).
 pub struct Myri10ge<P: PciFunction> {
-    mac: [u8; 6],
+    mac: Mac,
     eeprom: EepromInfo,
     firmware_version: String,
     sram_size: u64,
@@ -457,7 +456,7 @@ impl<P: PciFunction> std::fmt::Debug for Myri10ge<P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Myri10ge")
             .field("address", &self.ctl.pci.address())
-            .field("mac", &format_mac(&self.mac))
+            .field("mac", &self.mac)
             .field("firmware", &self.firmware_version)
             .field("mtu", &self.mtu)
             .field("send_ring", &(self.tx.mask + 1))
@@ -666,7 +665,7 @@ impl<P: PciFunction> Myri10ge<P> {
         );
         coal_w.write_u32(0, config.interrupt_delay_us.to_be());
         rx_mem.fill(0, slots as usize * slot::LEN, 0);
-        let mac = eeprom.mac;
+        let mac = eeprom.mac.octets();
         tri!(
             ctl,
             ctl.command(
@@ -741,7 +740,7 @@ impl<P: PciFunction> Myri10ge<P> {
         let tx_mem = tri!(ctl, ctl.pci.alloc_dma(tx_entries as usize * TX_BOUNDARY));
 
         let mut me = Self {
-            mac,
+            mac: Mac(mac),
             eeprom,
             firmware_version,
             sram_size,
@@ -836,7 +835,7 @@ impl<P: PciFunction> Myri10ge<P> {
     }
 
     /// The MAC address from the EEPROM strings.
-    pub fn mac(&self) -> [u8; 6] {
+    pub fn mac(&self) -> Mac {
         self.mac
     }
 
@@ -1332,7 +1331,7 @@ fn adopt_running_firmware<B: Mmio>(sram: &B, sram_size: u64) -> Result<String, M
 }
 
 impl<P: PciFunction> EthernetDevice for Myri10ge<P> {
-    fn mac(&self) -> [u8; 6] {
+    fn mac(&self) -> Mac {
         Myri10ge::mac(self)
     }
     fn mtu(&self) -> usize {

@@ -859,7 +859,7 @@ impl FirmwareImage {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct EepromInfo {
     /// `MAC=`: the board's MAC address.
-    pub mac: [u8; 6],
+    pub mac: bcl_ether::Mac,
     /// `SN=`: serial number, if present and numeric.
     pub serial_number: Option<u64>,
     /// `PC=`: product code, if present.
@@ -869,9 +869,9 @@ pub struct EepromInfo {
 /// Parses the EEPROM strings: NUL-terminated `KEY=value` strings, ended by
 /// an empty one, within [`EEPROM_STRINGS_SIZE`] bytes (as
 /// `myri10ge_read_mac_addr` reads them, e.g. `SN=123456\0MAC=00:60:dd:
-/// 47:ab:cd\0PC=10G-PCIE-8B-S\0\0`). The MAC must be six two-digit hex
-/// octets separated by `:`; stricter than the Linux parser, which accepts
-/// anything `simple_strtoul` does.
+/// 47:ab:cd\0PC=10G-PCIE-8B-S\0\0`). The MAC must be in
+/// [`bcl_ether::Mac`]'s text form (six two-digit hex octets); stricter
+/// than the Linux parser, which accepts anything `simple_strtoul` does.
 pub fn parse_eeprom_strings(area: &[u8]) -> Result<EepromInfo, String> {
     let area = &area[..area.len().min(EEPROM_STRINGS_SIZE)];
     let mut mac = None;
@@ -882,16 +882,10 @@ pub fn parse_eeprom_strings(area: &[u8]) -> Result<EepromInfo, String> {
         }
         let s = String::from_utf8_lossy(s);
         if let Some(m) = s.strip_prefix("MAC=") {
-            let parts: Vec<&str> = m.split(':').collect();
-            let mut octets = [0u8; 6];
-            let ok = parts.len() == 6
-                && parts.iter().zip(octets.iter_mut()).all(|(p, o)| {
-                    p.len() == 2 && u8::from_str_radix(p, 16).map(|v| *o = v).is_ok()
-                });
-            if !ok {
-                return Err(format!("EEPROM string {s:?} is not a MAC address"));
-            }
-            mac = Some(octets);
+            let m: bcl_ether::Mac = m
+                .parse()
+                .map_err(|_| format!("EEPROM string {s:?} is not a MAC address"))?;
+            mac = Some(m);
         } else if let Some(sn) = s.strip_prefix("SN=") {
             info.serial_number = sn.trim().parse().ok();
         } else if let Some(pc) = s.strip_prefix("PC=") {
@@ -899,10 +893,10 @@ pub fn parse_eeprom_strings(area: &[u8]) -> Result<EepromInfo, String> {
         }
     }
     info.mac = mac.ok_or("the EEPROM strings have no MAC= entry")?;
-    if info.mac[0] & 1 != 0 || info.mac == [0; 6] {
+    if info.mac.is_multicast() || info.mac == [0; 6] {
         return Err(format!(
             "the EEPROM MAC {} is not a unicast address",
-            crate::virtio::net::format_mac(&info.mac)
+            info.mac
         ));
     }
     Ok(info)
@@ -914,7 +908,7 @@ pub fn parse_eeprom_strings(area: &[u8]) -> Result<EepromInfo, String> {
 /// to the stack as `CHECKSUM_COMPLETE` for IP frames). Our driver does not
 /// use it: BCL frames carry their own CRC32C.
 pub fn partial_checksum(frame: &[u8]) -> u16 {
-    let data = frame.get(14..).unwrap_or(&[]);
+    let data = frame.get(bcl_ether::HEADER_LEN..).unwrap_or(&[]);
     let mut sum: u32 = 0;
     for c in data.chunks(2) {
         let w = if c.len() == 2 {

@@ -47,7 +47,7 @@ pub mod mcp;
 pub mod model;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use driver::{LinkState, Myri10ge, Myri10geStats};
 
@@ -230,42 +230,4 @@ pub enum Myri10geError {
     /// The interface is not up (it was shut down).
     #[error("the Myri-10G interface is down (shut down)")]
     Down,
-}
-
-/// The `vfio` method over a Myri-10G NIC bound to `vfio-pci`.
-pub type Myri10geMethod = crate::method::NicMethod<Myri10ge<crate::vfio::VfioPciFunction>>;
-
-impl Myri10geMethod {
-    /// Opens the Myri-10G NIC at PCI address `pci` (bound to vfio-pci),
-    /// loads its firmware and brings it up. Fails with
-    /// [`MethodError::NotUsable`](bcl_core::method::MethodError::NotUsable)
-    /// and the reason [`crate::probe`] gives when the device cannot be used.
-    pub fn open(
-        pci: &str,
-        config: Myri10geConfig,
-        method: crate::method::VfioMethodConfig,
-    ) -> Result<Self, bcl_core::method::MethodError> {
-        use bcl_core::method::{Availability, MethodError};
-        let name = crate::method::METHOD_NAME;
-        if let Availability::NotUsable(reason) = crate::probe(pci) {
-            return Err(MethodError::NotUsable {
-                method: name,
-                reason,
-            });
-        }
-        let address: crate::pci::PciAddress = pci.parse().map_err(|e| MethodError::Other {
-            method: name,
-            reason: format!("{e}"),
-        })?;
-        let function =
-            crate::vfio::VfioPciFunction::open(address).map_err(|e| MethodError::NotUsable {
-                method: name,
-                reason: e.to_string(),
-            })?;
-        let nic = Myri10ge::new(function, config).map_err(|e| MethodError::Other {
-            method: name,
-            reason: format!("{address}: {e}"),
-        })?;
-        Ok(crate::method::NicMethod::new(nic, method))
-    }
 }

@@ -141,7 +141,7 @@ impl Myri10geModelConfig {
             Some(s) => s.clone(),
             None => format!(
                 "SN=424242\0MAC={}\0PC=10G-PCIE-8B-S\0\0",
-                crate::virtio::net::format_mac(&self.mac)
+                bcl_ether::Mac(self.mac)
             )
             .into_bytes(),
         }

@@ -31,12 +31,13 @@ use super::{
     STATUS_FEATURES_OK, VIRTIO_NET_MODERN_DEVICE_ID, VIRTIO_VENDOR_ID,
 };
 use crate::dma::{DmaRegion, DmaView};
-use crate::pci::{EventFd, PciFunction};
+use crate::nic::{EthernetDevice, NicError};
+use crate::pci::{EventFd, PciAddress, PciFunction};
+use bcl_ether::{Mac, HEADER_LEN};
+use std::os::fd::{AsRawFd, RawFd};
 
 /// Size of `virtio_net_hdr` with VERSION_1 (includes `num_buffers`).
 pub const NET_HDR_LEN: usize = 12;
-/// Ethernet header length (no VLAN tag).
-pub const ETH_HDR_LEN: usize = 14;
 /// MTU when the device does not state one.
 pub const DEFAULT_MTU: usize = 1500;
 /// Largest MTU we size buffers for.
@@ -100,7 +101,7 @@ pub struct VirtioNet<P: PciFunction> {
     tx_bufs: usize,
     tx_free: Vec<u16>,
     rx_done: Vec<u16>,
-    mac: [u8; 6],
+    mac: Mac,
     mtu: usize,
     features: u64,
     irq: Option<u32>,
@@ -115,20 +116,12 @@ impl<P: PciFunction> std::fmt::Debug for VirtioNet<P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("VirtioNet")
             .field("address", &self.pci.address())
-            .field("mac", &format_mac(&self.mac))
+            .field("mac", &self.mac)
             .field("mtu", &self.mtu)
             .field("queue_size", &self.rx.size())
             .field("features", &format_args!("{:#x}", self.features))
             .finish()
     }
-}
-
-/// Formats a MAC address as `52:54:00:12:34:56`.
-pub fn format_mac(mac: &[u8; 6]) -> String {
-    mac.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
 }
 
 impl<P: PciFunction> VirtioNet<P> {
@@ -233,7 +226,7 @@ impl<P: PciFunction> VirtioNet<P> {
         // Largest power of two <= size (split queues need one).
         let size = 1u16 << (15 - size.leading_zeros().min(15));
 
-        let buf_size = (NET_HDR_LEN + ETH_HDR_LEN + mtu).next_multiple_of(64);
+        let buf_size = (NET_HDR_LEN + HEADER_LEN + mtu).next_multiple_of(64);
         let qbytes = SplitQueue::bytes(size);
         let n = usize::from(size);
         let rx_bufs = 2 * qbytes;
@@ -286,7 +279,7 @@ impl<P: PciFunction> VirtioNet<P> {
             tx_bufs,
             tx_free: (0..size).rev().collect(),
             rx_done: Vec::with_capacity(usize::from(size)),
-            mac,
+            mac: Mac(mac),
             mtu,
             features,
             irq,
@@ -305,12 +298,12 @@ impl<P: PciFunction> VirtioNet<P> {
     }
 
     /// The device's MAC address.
-    pub fn mac(&self) -> [u8; 6] {
+    pub fn mac(&self) -> Mac {
         self.mac
     }
 
-    /// The MTU: the largest Ethernet payload (the frame minus its 14-byte
-    /// header).
+    /// The MTU: the largest Ethernet payload (the frame minus its
+    /// [`HEADER_LEN`]-byte header).
     pub fn mtu(&self) -> usize {
         self.mtu
     }
@@ -517,5 +510,42 @@ impl<P: PciFunction> Drop for VirtioNet<P> {
     fn drop(&mut self) {
         // The device must stop using the rings before their memory goes.
         self.shutdown();
+    }
+}
+
+impl<P: PciFunction> EthernetDevice for VirtioNet<P> {
+    fn mac(&self) -> Mac {
+        VirtioNet::mac(self)
+    }
+    fn mtu(&self) -> usize {
+        VirtioNet::mtu(self)
+    }
+    fn pci_address(&self) -> PciAddress {
+        self.pci().address()
+    }
+    fn tx_space(&mut self) -> usize {
+        self.tx_available()
+    }
+    fn send(&mut self, parts: &[&[u8]]) -> Result<bool, NicError> {
+        Ok(VirtioNet::send(self, parts)?)
+    }
+    fn flush(&mut self) {
+        VirtioNet::flush(self)
+    }
+    fn receive(
+        &mut self,
+        budget: usize,
+        f: &mut dyn FnMut(DmaView<'_>),
+    ) -> Result<usize, NicError> {
+        Ok(VirtioNet::receive(self, budget, f)?)
+    }
+    fn interrupt_fd(&self) -> Option<RawFd> {
+        VirtioNet::interrupt_fd(self).map(|e| e.as_raw_fd())
+    }
+    fn ack_interrupt(&self) {
+        VirtioNet::ack_interrupt(self);
+    }
+    fn shutdown(&mut self) {
+        VirtioNet::shutdown(self)
     }
 }
