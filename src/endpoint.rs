@@ -30,7 +30,7 @@ use crate::clock::{Clock, MonotonicClock};
 use crate::method_slot::MethodSlot;
 use crate::schedule::{self, Schedule};
 use crate::wait::{Waiter, Woken};
-use bcl_core::method::{Descriptor, Method, MethodError, Route, TakeDirect};
+use bcl_core::method::{Descriptor, DirectHead, Method, MethodError, Route};
 use bcl_core::port::{Port, ReleaseError, SendError};
 use bcl_core::{
     ConfigError, Delivery, JobKey, PortConfig, ProcessAddr, SendEvent, SendFailure, SendHandle,
@@ -43,8 +43,8 @@ use std::time::Duration;
 /// Frames taken from one method per progress round, at most.
 const RX_BUDGET: usize = 64;
 
-/// Rounds between two looks at the clock of a waiting call (see
-/// [`Endpoint::progress_until`]).
+/// Rounds between two looks at the clock of a busy-polling waiting call
+/// (see [`Endpoint::progress_until`]).
 const CLOCK_CHECK_ROUNDS: u32 = 64;
 
 /// Calls of [`Endpoint::poll_recv_with`] between two looks at the clock in
@@ -546,33 +546,28 @@ impl Endpoint {
             self.port.release(d.slot)?;
             return Ok(Some(r));
         }
-        let mut f = Some(f);
         if let Some(q) = self.quick {
             if let Some(m) = self.methods[q].direct() {
-                let mut out = None;
-                let took = m.take_direct(&mut |from, bytes| {
-                    out = f.take().map(|f| f(from, bytes));
-                });
-                match took {
-                    TakeDirect::Taken => {
+                match m.take_direct() {
+                    DirectHead::Message(from, bytes) => {
                         self.port.count_direct_delivery();
-                        return Ok(out);
+                        return Ok(Some(f(from, bytes)));
                     }
-                    TakeDirect::Empty if self.schedule.quick_poll() => return Ok(None),
-                    TakeDirect::Empty | TakeDirect::Other => {}
+                    DirectHead::Empty if self.schedule.quick_poll() => return Ok(None),
+                    DirectHead::Empty | DirectHead::Other => {}
                 }
             }
         }
         self.progress()?;
         let limit = self.quick_poll_limit();
         self.schedule.full_round_done(limit);
-        match (self.port.poll_delivery(), f.take()) {
-            (Some(d), Some(f)) => {
+        match self.port.poll_delivery() {
+            Some(d) => {
                 let r = f(d.from, self.port.message(&d).unwrap_or_default());
                 self.port.release(d.slot)?;
                 Ok(Some(r))
             }
-            _ => Ok(None),
+            None => Ok(None),
         }
     }
 
@@ -673,14 +668,21 @@ impl Endpoint {
         deadline: Time,
         mut ready: impl FnMut(&mut Endpoint) -> Result<Option<R>, Error>,
     ) -> Result<Option<R>, Error> {
+        // A busy-polling loop reads the clock every CLOCK_CHECK_ROUNDS
+        // rounds only (a reading is a large part of an idle round); a
+        // blocking one every round (a round sleeps, and after the deadline
+        // it returns at once).
+        let every = if self.waiter.is_some() {
+            1
+        } else {
+            CLOCK_CHECK_ROUNDS
+        };
         let mut rounds = 0u32;
         loop {
             if let Some(r) = ready(self)? {
                 return Ok(Some(r));
             }
-            // Reading the clock every round would slow a busy-polling loop
-            // (a round reads it already when a timer is near).
-            if rounds.is_multiple_of(CLOCK_CHECK_ROUNDS) && self.clock.now() >= deadline {
+            if rounds.is_multiple_of(every) && self.clock.now() >= deadline {
                 return Ok(None);
             }
             rounds = rounds.wrapping_add(1);

@@ -8,8 +8,9 @@
 //! * **direct messages**: a small system-channel message to a peer with
 //!   nothing else queued travels whole, without a BCL header
 //!   ([`DirectMethod::send_direct`]), and the receiver reads it in place
-//!   from the method's receive slot ([`DirectMethod::take_direct`]) — no
-//!   copy, no progress round;
+//!   from the method's receive slot, which the method lends until the next
+//!   receive call ([`DirectMethod::take_direct`]) — no copy, no progress
+//!   round;
 //! * **bulk transfers**: the data of a normal-channel message, an RMA put
 //!   or a get reply is not cut into frames; the method moves it from the
 //!   port's source buffer straight into the receiver's destination buffer
@@ -71,9 +72,10 @@ pub trait TransferHost {
 /// What [`DirectMethod::take_direct`] found at the head of the receive
 /// queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TakeDirect {
-    /// A direct message, shown to the caller and consumed.
-    Taken,
+pub enum DirectHead<'a> {
+    /// A direct message from a sender, in place in its receive slot, which
+    /// is lent until the next receive call.
+    Message(ProcessAddr, &'a [u8]),
     /// Nothing.
     Empty,
     /// Something else (a frame, a transfer notice): for
@@ -110,10 +112,15 @@ pub trait DirectMethod: Method {
     /// number handled.
     fn poll_rx(&mut self, budget: usize, rx: &mut dyn RxHandler) -> usize;
 
-    /// If the next received item is a direct message, shows it in place to
-    /// `f` (sender, bytes) and consumes it: the receive path with no copy
-    /// and no engine round. Costs a few loads when nothing is there.
-    fn take_direct(&mut self, f: &mut dyn FnMut(ProcessAddr, &[u8])) -> TakeDirect;
+    /// Takes the next received item if it is a direct message, in place:
+    /// the receive path with no copy and no engine round, a few loads when
+    /// nothing is there. The message's slot is lent to the caller until its
+    /// next receive call on this method (`take_direct` or
+    /// [`poll_rx`](DirectMethod::poll_rx)), which gives it back first — so
+    /// giving it back is not on the path from arrival to reply, and the
+    /// caller's handling of the bytes compiles into the caller (no closure
+    /// behind an indirect call).
+    fn take_direct(&mut self) -> DirectHead<'_>;
 
     /// Sends a whole system-channel message to the peer of `link` if nothing
     /// of that link is queued and there is room; otherwise says why not

@@ -37,12 +37,7 @@ fn main() {
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
-            "--iters" => {
-                iters = args
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .expect("--iters N")
-            }
+            "--iters" => iters = args.next().and_then(|v| v.parse().ok()).expect("--iters N"),
             _ => {
                 eprintln!("usage: bcl-shm-insns [--iters N]");
                 std::process::exit(2);

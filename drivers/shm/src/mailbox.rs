@@ -213,6 +213,9 @@ pub struct Mailbox {
     stuck_since: Option<Instant>,
     /// Senders that are gone and not yet reaped.
     gone_pending: usize,
+    /// The head slot holds a message that `recv` handed out and nobody has
+    /// released yet (what [`Mailbox::release_head`] releases).
+    head_found: bool,
     pid: u32,
     start: u64,
     bell: Doorbell,
@@ -324,6 +327,7 @@ impl Mailbox {
             idle_head: 0,
             stuck_since: None,
             gone_pending: 0,
+            head_found: false,
             pid: std::process::id(),
             start: seg.header().owner_start,
             bell,
@@ -657,6 +661,7 @@ impl Mailbox {
                     if s.src == info.src {
                         let from = s.addr;
                         prepare_reply(&self.links, s.reply);
+                        self.head_found = true;
                         return Some(Incoming {
                             mailbox: self,
                             from,
@@ -677,6 +682,22 @@ impl Mailbox {
         self.recv_slow()
     }
 
+    /// Releases the message at the head of the inbox that [`recv`](Self::recv)
+    /// handed out (its [`Incoming`] was dropped or taken apart with
+    /// [`Incoming::into_parts`]); does nothing if there is none. Returns
+    /// whether it released one.
+    #[inline]
+    pub fn release_head(&mut self) -> bool {
+        if !std::mem::take(&mut self.head_found) {
+            return false;
+        }
+        self.rx.release();
+        if self.rx.announce(false) {
+            self.wake_space_waiters();
+        }
+        true
+    }
+
     /// [`recv`](Self::recv) for everything but the fast paths: void and
     /// corrupt slots, a sender's first message.
     #[inline(never)]
@@ -695,6 +716,7 @@ impl Mailbox {
                                 .get(usize::from(info.entry))
                                 .and_then(|s| s.as_ref()?.reply);
                             prepare_reply(&self.links, reply);
+                            self.head_found = true;
                             return Some(Incoming {
                                 mailbox: self,
                                 from,
@@ -1343,7 +1365,7 @@ pub struct Incoming<'a> {
     len: usize,
 }
 
-impl Incoming<'_> {
+impl<'a> Incoming<'a> {
     /// The sender.
     pub fn from(&self) -> ProcessAddr {
         self.from
@@ -1388,11 +1410,25 @@ impl Incoming<'_> {
     /// Gives the slot back to the producers.
     #[inline]
     pub fn release(self) {
-        let mailbox = self.mailbox;
-        mailbox.rx.release();
-        if mailbox.rx.announce(false) {
-            mailbox.wake_space_waiters();
-        }
+        self.mailbox.release_head();
+    }
+
+    /// The sender and the bytes, for as long as the mailbox is borrowed;
+    /// the message stays at the head of the inbox (as when an `Incoming`
+    /// is dropped) until [`Mailbox::release_head`].
+    #[inline]
+    pub fn into_parts(self) -> (ProcessAddr, &'a [u8]) {
+        let from = self.from;
+        let mailbox: &'a Mailbox = self.mailbox;
+        let len = self.len;
+        let bytes = mailbox.rx.reading(|| {
+            // SAFETY: as in `bytes`: the head slot's payload, `len` checked
+            // by poll, published and not released; the returned slice
+            // borrows the mailbox for 'a, so the slot cannot be released
+            // while it lives.
+            unsafe { std::slice::from_raw_parts(mailbox.rx.payload_ptr(), len) }
+        });
+        (from, bytes)
     }
 }
 

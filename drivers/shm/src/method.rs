@@ -39,8 +39,8 @@
 use crate::heap::{self, PeerMappings, SharedBytes, SharedRef};
 use crate::{Mailbox, MailboxConfig, PeerId, PullProgress, ShmError, ShmEvent};
 use bcl_core::method::{
-    Descriptor, DirectError, DirectMethod, LinkId, Method, MethodCaps, MethodCounters, MethodError,
-    RxHandler, TakeDirect, TransferHost, TxFrame,
+    Descriptor, DirectError, DirectHead, DirectMethod, LinkId, Method, MethodCaps, MethodCounters,
+    MethodError, RxHandler, TransferHost, TxFrame,
 };
 use bcl_core::port::{BulkKind, BulkToken, OutboundBulk};
 use bcl_core::{Availability, JobKey, ProcessAddr};
@@ -233,6 +233,9 @@ pub struct ShmMethod {
     read_peer_heaps: bool,
     /// Housekeeping's list of transfers to push, kept to reuse its memory.
     to_push: Vec<(LinkId, BulkToken)>,
+    /// The message at the head of the inbox is lent to the engine by
+    /// `take_direct`; the next receive call gives its slot back.
+    head_lent: bool,
     stats: ShmMethodStats,
 }
 
@@ -265,6 +268,7 @@ impl ShmMethod {
             mappings: PeerMappings::default(),
             read_peer_heaps: true,
             to_push: Vec::new(),
+            head_lent: false,
             stats: ShmMethodStats::default(),
         })
     }
@@ -286,6 +290,14 @@ impl ShmMethod {
     /// inbox, exchange queues), for inspection.
     pub fn mailbox(&self) -> &Mailbox {
         &self.mailbox
+    }
+
+    /// Gives back the inbox slot of the direct message `take_direct` lent.
+    #[inline]
+    fn return_lent(&mut self) {
+        if std::mem::take(&mut self.head_lent) && self.mailbox.release_head() {
+            self.stats.direct_received += 1;
+        }
     }
 
     /// Largest direct message.
@@ -1000,6 +1012,7 @@ impl RxHandler for FramesOnly<'_> {
 
 impl DirectMethod for ShmMethod {
     fn poll_rx(&mut self, budget: usize, h: &mut dyn RxHandler) -> usize {
+        self.return_lent();
         let mut n = self.pull_bulk(h);
         while n < budget {
             let Some(m) = self.mailbox.recv() else { break };
@@ -1076,18 +1089,19 @@ impl DirectMethod for ShmMethod {
     }
 
     #[inline]
-    fn take_direct(&mut self, f: &mut dyn FnMut(ProcessAddr, &[u8])) -> TakeDirect {
+    fn take_direct(&mut self) -> DirectHead<'_> {
+        self.return_lent();
         let Some(m) = self.mailbox.recv() else {
-            return TakeDirect::Empty;
+            return DirectHead::Empty;
         };
-        let bytes = m.bytes();
-        if bytes.first() != Some(&TAG_DIRECT) {
-            return TakeDirect::Other;
+        let (from, bytes) = m.into_parts();
+        match bytes.split_first() {
+            Some((&TAG_DIRECT, message)) => {
+                self.head_lent = true;
+                DirectHead::Message(from, message)
+            }
+            _ => DirectHead::Other,
         }
-        f(m.from(), &bytes[1..]);
-        m.release();
-        self.stats.direct_received += 1;
-        TakeDirect::Taken
     }
 
     fn send_direct(&mut self, link: LinkId, data: &[u8]) -> Result<(), DirectError> {
