@@ -173,7 +173,8 @@ impl EndpointBuilder {
             (ProgressMode::Blocking, Some(fds)) => Some(Waiter::new(&fds)?),
             _ => None,
         };
-        let schedule = Schedule::new(&methods, self.mode, self.clock.is_none());
+        let busy = self.mode == ProgressMode::BusyPoll;
+        let schedule = Schedule::new(&methods, busy, self.clock.is_none());
         let quick = methods.iter().position(MethodSlot::is_direct);
         Ok(Endpoint {
             port,

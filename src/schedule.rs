@@ -32,7 +32,6 @@
 //!   dead peers every [`PEER_CHECK_ROUNDS`] rounds.
 
 use crate::clock::Clock;
-use crate::endpoint::ProgressMode;
 use crate::method_slot::MethodSlot;
 use bcl_core::port::Port;
 use bcl_core::Time;
@@ -108,11 +107,10 @@ pub(crate) struct Schedule {
 }
 
 impl Schedule {
-    /// The schedule of an endpoint with `methods` in `mode`;
-    /// `system_clock`: the endpoint reads the monotonic clock (a simulated
-    /// clock is never reused).
-    pub(crate) fn new(methods: &[MethodSlot], mode: ProgressMode, system_clock: bool) -> Schedule {
-        let busy = mode == ProgressMode::BusyPoll;
+    /// The schedule of an endpoint with `methods` that busy-polls (`busy`)
+    /// or blocks; `system_clock`: the endpoint reads the monotonic clock (a
+    /// simulated clock is never reused).
+    pub(crate) fn new(methods: &[MethodSlot], busy: bool, system_clock: bool) -> Schedule {
         Schedule {
             reuse_clock: system_clock && busy,
             last_now: Time::ZERO,

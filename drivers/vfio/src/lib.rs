@@ -30,6 +30,7 @@
 //! referenced through Rust references, only through volatile or atomic
 //! accessors (see [`dma`]).
 
+pub mod devices;
 pub mod dma;
 pub mod kind;
 pub mod method;

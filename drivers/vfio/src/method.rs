@@ -37,10 +37,11 @@ use bcl_core::method::{
 };
 use bcl_ether::{Mac, RxStats, Station, HEADER_LEN};
 
+use crate::devices::supported_driver;
 use crate::dma::DmaView;
 use crate::myri10ge::{Myri10ge, Myri10geConfig, MYRICOM_VENDOR_ID};
 use crate::nic::EthernetDevice;
-use crate::pci::{supported_driver, PciAddress, PciFunction};
+use crate::pci::{PciAddress, PciFunction};
 use crate::sysfs::Sysfs;
 use crate::vfio::{precheck, VfioPciFunction};
 use crate::virtio::net::{VirtioNet, VirtioNetConfig};
@@ -381,7 +382,7 @@ pub fn probe_with(pci: &str, sysfs: &Sysfs) -> Availability {
             "{address} is {:04x}:{:04x}; no BCL driver supports it (supported: {})",
             info.vendor,
             info.device,
-            crate::pci::SUPPORTED_DEVICES
+            crate::devices::SUPPORTED_DEVICES
                 .iter()
                 .map(|(v, d, n)| format!("{v:04x}:{d:04x} {n}"))
                 .collect::<Vec<_>>()

@@ -526,35 +526,6 @@ pub fn wait_readable(
 /// class).
 pub const CLASS_NETWORK: u8 = 0x02;
 
-/// The NICs that a BCL driver in this crate supports, as
-/// `(vendor, device, driver name)`. Drivers add their IDs here; `bcl-vfio
-/// list` and [`crate::probe`] read it.
-pub const SUPPORTED_DEVICES: &[(u16, u16, &str)] = &[
-    (
-        crate::virtio::VIRTIO_VENDOR_ID,
-        crate::virtio::VIRTIO_NET_MODERN_DEVICE_ID,
-        "virtio-net",
-    ),
-    (
-        crate::myri10ge::MYRICOM_VENDOR_ID,
-        crate::myri10ge::MYRI10GE_Z8E_DEVICE_ID,
-        "myri10ge",
-    ),
-    (
-        crate::myri10ge::MYRICOM_VENDOR_ID,
-        crate::myri10ge::MYRI10GE_Z8E_9_DEVICE_ID,
-        "myri10ge",
-    ),
-];
-
-/// The BCL driver for `vendor:device`, if there is one.
-pub fn supported_driver(vendor: u16, device: u16) -> Option<&'static str> {
-    SUPPORTED_DEVICES
-        .iter()
-        .find(|(v, d, _)| *v == vendor && *d == device)
-        .map(|(_, _, name)| *name)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -591,15 +562,5 @@ mod tests {
         assert!(!wait_readable(e.as_raw_fd(), t).unwrap());
         e.write(1).unwrap();
         assert!(wait_readable(e.as_raw_fd(), t).unwrap());
-    }
-
-    #[test]
-    fn supported_table_knows_virtio_net_modern_and_myri10ge() {
-        assert_eq!(supported_driver(0x1af4, 0x1041), Some("virtio-net"));
-        assert_eq!(supported_driver(0x14c1, 0x0008), Some("myri10ge"));
-        assert_eq!(supported_driver(0x14c1, 0x0009), Some("myri10ge"));
-        assert_eq!(supported_driver(0x14c1, 0x0001), None);
-        assert_eq!(supported_driver(0x1af4, 0x1000), None);
-        assert_eq!(supported_driver(0x8086, 0x10d3), None);
     }
 }

@@ -10,7 +10,8 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::pci::{supported_driver, PciAddress, CLASS_NETWORK};
+use crate::devices::supported_driver;
+use crate::pci::{PciAddress, CLASS_NETWORK};
 
 /// The driver name of the kernel's VFIO PCI driver.
 pub const VFIO_PCI_DRIVER: &str = "vfio-pci";
