@@ -190,10 +190,6 @@ impl Transport for KernelUdp {
         }
     }
 
-    fn flush(&mut self, _deadline: Instant) -> Result<(), TransportError> {
-        Ok(())
-    }
-
     fn counters(&self) -> TransportCounters {
         TransportCounters {
             retransmits: 0,
@@ -418,14 +414,6 @@ impl Transport for KernelTcp {
                 Err(e) => return Err(TransportError::new("recv", e)),
             }
         }
-    }
-
-    fn flush(&mut self, _deadline: Instant) -> Result<(), TransportError> {
-        Ok(())
-    }
-
-    fn counters(&self) -> TransportCounters {
-        TransportCounters::default()
     }
 
     fn max_message(&self) -> usize {

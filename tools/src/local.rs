@@ -6,7 +6,7 @@
 //! Descriptors: `unix:PATH` and `spin:PATH`.
 
 use crate::kernel::KernelTcp;
-use crate::transport::{BoxTransport, Transport, TransportCounters, TransportError};
+use crate::transport::{BoxTransport, Transport, TransportError};
 use bcl_bench::floors::{SpinLink, SPIN_MAX_MESSAGE};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -176,14 +176,6 @@ impl Transport for SpinTransport {
             }
             std::hint::spin_loop();
         }
-    }
-
-    fn flush(&mut self, _deadline: Instant) -> Result<(), TransportError> {
-        Ok(())
-    }
-
-    fn counters(&self) -> TransportCounters {
-        TransportCounters::default()
     }
 
     fn max_message(&self) -> usize {

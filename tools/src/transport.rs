@@ -44,11 +44,16 @@ pub trait Transport {
 
     /// Waits (until `deadline`) until everything sent has been delivered, as
     /// far as the transport can tell, and keeps serving the protocol
-    /// meanwhile.
-    fn flush(&mut self, deadline: Instant) -> Result<(), TransportError>;
+    /// meanwhile. Nothing to do for a transport without a protocol of its
+    /// own.
+    fn flush(&mut self, _deadline: Instant) -> Result<(), TransportError> {
+        Ok(())
+    }
 
-    /// The transport's own counters.
-    fn counters(&self) -> TransportCounters;
+    /// The transport's own counters (none by default).
+    fn counters(&self) -> TransportCounters {
+        TransportCounters::default()
+    }
 
     /// Largest message the transport carries.
     fn max_message(&self) -> usize;

@@ -1251,11 +1251,7 @@ impl Mailbox {
         if !self.events.is_empty() {
             return false;
         }
-        for l in self
-            .links
-            .iter()
-            .filter(|l| !l.dead && (l.inbox_blocked || l.ex_blocked))
-        {
+        for l in self.blocked_links() {
             entry(&l.seg, l.entry)
                 .ctl
                 .waiting
@@ -1290,16 +1286,20 @@ impl Mailbox {
         !work
     }
 
+    /// The live links whose last send found the peer's inbox or exchange
+    /// queue full: while asleep we want to hear when they have room.
+    fn blocked_links(&self) -> impl Iterator<Item = &Link> {
+        self.links
+            .iter()
+            .filter(|l| !l.dead && (l.inbox_blocked || l.ex_blocked))
+    }
+
     /// Undoes [`prepare_wait`](Self::prepare_wait) after sleeping (or not):
     /// disarms the flags, drains the doorbell and checks the peers.
     pub fn finish_wait(&mut self) {
         self.rx.disarm_sleep();
         bell::disarm(self.seg.bell_flag());
-        for l in self
-            .links
-            .iter()
-            .filter(|l| !l.dead && (l.inbox_blocked || l.ex_blocked))
-        {
+        for l in self.blocked_links() {
             entry(&l.seg, l.entry)
                 .ctl
                 .waiting
@@ -1365,6 +1365,21 @@ pub struct Incoming<'a> {
     len: usize,
 }
 
+/// The `len` payload bytes of the message at the head of `mailbox`'s
+/// inbox, found by [`Mailbox::recv`]. The slice borrows the mailbox, so
+/// the slot cannot be released while it lives.
+#[inline]
+fn head_bytes(mailbox: &Mailbox, len: usize) -> &[u8] {
+    mailbox.rx.reading(|| {
+        // SAFETY: payload_ptr points to the head slot's payload area of
+        // payload_max bytes in our mapping; len <= payload_max (checked by
+        // poll); the slot is published and not released, so by the
+        // protocol nobody writes it while the mailbox is borrowed (releasing
+        // needs it mutably).
+        unsafe { std::slice::from_raw_parts(mailbox.rx.payload_ptr(), len) }
+    })
+}
+
 impl<'a> Incoming<'a> {
     /// The sender.
     pub fn from(&self) -> ProcessAddr {
@@ -1391,14 +1406,7 @@ impl<'a> Incoming<'a> {
     /// validated when the message was found.
     #[inline]
     pub fn bytes(&self) -> &[u8] {
-        self.mailbox.rx.reading(|| {
-            // SAFETY: payload_ptr points to the head slot's payload area of
-            // payload_max bytes in our mapping; len <= payload_max (checked
-            // by poll); the slot is published and not released, so by the
-            // protocol nobody writes it while `self` (which borrows the mailbox
-            // mutably, so the slot cannot be released) lives.
-            unsafe { std::slice::from_raw_parts(self.mailbox.rx.payload_ptr(), self.len) }
-        })
+        head_bytes(self.mailbox, self.len)
     }
 
     /// Copies the message into `dst`; returns the bytes copied.
@@ -1418,17 +1426,8 @@ impl<'a> Incoming<'a> {
     /// is dropped) until [`Mailbox::release_head`].
     #[inline]
     pub fn into_parts(self) -> (ProcessAddr, &'a [u8]) {
-        let from = self.from;
         let mailbox: &'a Mailbox = self.mailbox;
-        let len = self.len;
-        let bytes = mailbox.rx.reading(|| {
-            // SAFETY: as in `bytes`: the head slot's payload, `len` checked
-            // by poll, published and not released; the returned slice
-            // borrows the mailbox for 'a, so the slot cannot be released
-            // while it lives.
-            unsafe { std::slice::from_raw_parts(mailbox.rx.payload_ptr(), len) }
-        });
-        (from, bytes)
+        (self.from, head_bytes(mailbox, self.len))
     }
 }
 

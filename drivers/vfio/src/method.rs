@@ -113,23 +113,30 @@ fn other(reason: impl Into<String>) -> MethodError {
     }
 }
 
+/// The function at `pci`, bound to vfio-pci and opened, once [`probe`]
+/// says it can be; the error says why not.
+fn open_function(pci: &str) -> Result<(PciAddress, VfioPciFunction), MethodError> {
+    if let Availability::NotUsable(reason) = probe(pci) {
+        return Err(MethodError::NotUsable {
+            method: METHOD_NAME,
+            reason,
+        });
+    }
+    let address: PciAddress = pci.parse().map_err(|e| other(format!("{e}")))?;
+    let function = VfioPciFunction::open(address).map_err(|e| MethodError::NotUsable {
+        method: METHOD_NAME,
+        reason: e.to_string(),
+    })?;
+    Ok((address, function))
+}
+
 impl VirtioNetMethod {
     /// Opens the virtio-net NIC at PCI address `pci` (bound to vfio-pci).
     /// Fails with
     /// [`MethodError::NotUsable`] and the reason [`probe`] gives when the
     /// device cannot be used.
     pub fn open(pci: &str, config: VfioMethodConfig) -> Result<Self, MethodError> {
-        if let Availability::NotUsable(reason) = probe(pci) {
-            return Err(MethodError::NotUsable {
-                method: METHOD_NAME,
-                reason,
-            });
-        }
-        let address: PciAddress = pci.parse().map_err(|e| other(format!("{e}")))?;
-        let function = VfioPciFunction::open(address).map_err(|e| MethodError::NotUsable {
-            method: METHOD_NAME,
-            reason: e.to_string(),
-        })?;
+        let (address, function) = open_function(pci)?;
         if function.ids().map(|(v, _)| v).ok() == Some(MYRICOM_VENDOR_ID) {
             return Err(MethodError::NotUsable {
                 method: METHOD_NAME,
@@ -160,17 +167,7 @@ impl Myri10geMethod {
         config: Myri10geConfig,
         method: VfioMethodConfig,
     ) -> Result<Self, MethodError> {
-        if let Availability::NotUsable(reason) = probe(pci) {
-            return Err(MethodError::NotUsable {
-                method: METHOD_NAME,
-                reason,
-            });
-        }
-        let address: PciAddress = pci.parse().map_err(|e| other(format!("{e}")))?;
-        let function = VfioPciFunction::open(address).map_err(|e| MethodError::NotUsable {
-            method: METHOD_NAME,
-            reason: e.to_string(),
-        })?;
+        let (address, function) = open_function(pci)?;
         let nic = Myri10ge::new(function, config).map_err(|e| other(format!("{address}: {e}")))?;
         Ok(NicMethod::new(nic, method))
     }
