@@ -133,7 +133,10 @@ impl Registry {
 
     /// Whether a descriptor of method `a` can be opened by method `b`: the
     /// same method, or two methods of one family (same frames, same
-    /// address grammar).
+    /// address grammar), as the tools' `--connect` and the Ethernet test
+    /// matrix use them with one EtherType. Selection within a job pairs a
+    /// method with itself only: there `packet` uses its own EtherType
+    /// ([`bcl_packet::JOB_ETHERTYPE`]) to share a NIC with `afxdp`.
     pub fn reaches(&self, a: &str, b: &str) -> bool {
         if a == b {
             return true;
