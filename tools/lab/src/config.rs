@@ -656,7 +656,8 @@ fn queues_setting(
 }
 
 /// `subnet_pool`, else [`DEFAULT_SUBNET_POOL`]: ADDRESS/LEN of /24 or
-/// larger, since segments without a subnet get one /24 each from it.
+/// larger, since segments without a subnet get one /24 each from it
+/// ([`next_pool_subnet`]); a /24 pool gives one segment its subnet.
 fn subnet_pool(ctx: &Ctx<'_>, pool: &Option<Spanned<String>>) -> Result<Ipv4Cidr, LabError> {
     let Some(p) = pool else {
         return Ok(DEFAULT_SUBNET_POOL.parse().expect("constant"));
@@ -1335,7 +1336,7 @@ fn assign_subnets(
     for (d, f) in drafts.into_iter().zip(&fixed) {
         let subnet = match f {
             Some(c) => *c,
-            None => next_pool_subnet(ctx, pool, &mut next_pool, &fixed)?,
+            None => next_pool_subnet(ctx, pool, &mut next_pool, &fixed, &d.name)?,
         };
         segments.push(Segment {
             name: d.name,
@@ -1420,25 +1421,37 @@ fn disjoint_subnets(
     Ok(())
 }
 
-/// The next /24 of the pool that overlaps no fixed subnet, counting from
-/// `next`; running out of them is an error, since every segment needs one.
+/// The next /24 of the pool (a network address, /24 or larger) that
+/// overlaps no fixed subnet, for `segment`; `next` counts the /24s already
+/// tried. They are tried from the pool's second /24 on and its first one
+/// last: a larger pool numbers its segments' subnets from 1 (10.200.1.0/24,
+/// 10.200.2.0/24, ... from the default pool), and a /24 pool still gives
+/// its one /24. The /24's index is OR-ed into the host bits of the pool's
+/// address, so no pool, not even one at the top of the address space,
+/// makes the arithmetic overflow. Running out of /24s is an error, since
+/// every segment needs one.
 fn next_pool_subnet(
     ctx: &Ctx<'_>,
     pool: Ipv4Cidr,
     next: &mut u32,
     fixed: &[Option<Ipv4Cidr>],
+    segment: &str,
 ) -> Result<Ipv4Cidr, LabError> {
     let pool_size: u32 = 1u32 << (24 - u32::from(pool.prefix_len));
     loop {
         if *next >= pool_size {
-            return Err(ctx.err(None, format!("subnet_pool {pool} has no /24 left")));
+            return Err(ctx.err(
+                None,
+                format!("subnet_pool {pool} has no /24 left for \"{segment}\""),
+            ));
         }
+        let index = (*next + 1) % pool_size;
+        *next += 1;
         let c = Ipv4Cidr {
-            addr: Ipv4Addr::from(u32::from(pool.addr) + ((*next + 1) << 8)),
+            addr: Ipv4Addr::from(u32::from(pool.addr) | (index << 8)),
             prefix_len: 24,
         };
-        *next += 1;
-        if fixed.iter().flatten().all(|f| !f.overlaps(&c)) && pool.contains(c.addr) {
+        if fixed.iter().flatten().all(|f| !f.overlaps(&c)) {
             return Ok(c);
         }
     }
