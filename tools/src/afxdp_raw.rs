@@ -25,7 +25,8 @@
 use crate::end::EndSpec;
 use crate::transport::{BoxTransport, Transport, TransportCounters, TransportError};
 use bcl::core::Availability;
-use bcl_afxdp::{format_mac, parse_mac, probe, AfXdpConfig, ModeReport, RawXsk, ETH_HLEN};
+use bcl::ether::{write_header, Frame, Mac, HEADER_LEN};
+use bcl_afxdp::{probe, AfXdpConfig, ModeReport, RawXsk};
 use std::time::Instant;
 
 /// Descriptor prefix of `afxdp-raw` servers.
@@ -82,7 +83,7 @@ fn print_report(report: &ModeReport) {
 /// (`afxdp-raw:MAC/IFINDEX`) and transport.
 pub fn open_server(spec: &EndSpec) -> Result<(String, BoxTransport), String> {
     let t = RawTransport::open(spec, None)?;
-    let d = format!("{RAW_NAME}:{}/{}", format_mac(&t.mac), t.xsk.ifindex());
+    let d = format!("{RAW_NAME}:{}/{}", t.mac, t.xsk.ifindex());
     Ok((d, Box::new(t)))
 }
 
@@ -93,7 +94,7 @@ pub fn open_client(spec: &EndSpec, descriptor: &str) -> Result<BoxTransport, Str
 }
 
 /// The peer MAC of an `afxdp-raw:MAC[/IFINDEX]` descriptor.
-fn parse_raw_descriptor(text: &str) -> Result<[u8; 6], String> {
+fn parse_raw_descriptor(text: &str) -> Result<Mac, String> {
     let bad = || {
         format!(
             "--connect {text:?}: expected {RAW_NAME}:MAC/IFINDEX as printed by the server's `listening:` line"
@@ -103,8 +104,8 @@ fn parse_raw_descriptor(text: &str) -> Result<[u8; 6], String> {
         .strip_prefix(RAW_NAME)
         .and_then(|r| r.strip_prefix(':'));
     let mac = rest.ok_or_else(bad)?.split('/').next().unwrap_or_default();
-    match parse_mac(mac) {
-        Some(m) if m[0] & 1 == 0 => Ok(m),
+    match mac.parse::<Mac>() {
+        Ok(m) if m.is_unicast() => Ok(m),
         _ => Err(bad()),
     }
 }
@@ -112,9 +113,9 @@ fn parse_raw_descriptor(text: &str) -> Result<[u8; 6], String> {
 /// Bare AF_XDP frames to one peer (see the module documentation).
 pub struct RawTransport {
     xsk: RawXsk,
-    mac: [u8; 6],
-    peer: Option<[u8; 6]>,
-    ethertype: [u8; 2],
+    mac: Mac,
+    peer: Option<Mac>,
+    ethertype: u16,
     busy: bool,
     max_message: usize,
     bad: u64,
@@ -123,19 +124,19 @@ pub struct RawTransport {
 impl RawTransport {
     /// Opens the interface of `spec`; `peer` is the server's MAC (a server
     /// learns its peer from the first frame).
-    pub fn open(spec: &EndSpec, peer: Option<[u8; 6]>) -> Result<RawTransport, String> {
+    pub fn open(spec: &EndSpec, peer: Option<Mac>) -> Result<RawTransport, String> {
         let ifname = interface(spec)?;
         check_usable(&ifname)?;
         let xsk =
             RawXsk::open(&config(spec, &ifname)).map_err(|e| format!("afxdp on {ifname}: {e}"))?;
         print_report(xsk.mode_report());
-        let frame = (xsk.if_mtu() as usize + ETH_HLEN)
+        let frame = (xsk.if_mtu() as usize + HEADER_LEN)
             .min(xsk.max_rx_frame())
             .min(xsk.max_tx_frame());
         Ok(RawTransport {
             mac: xsk.mac(),
-            max_message: frame.saturating_sub(ETH_HLEN + RAW_HEADER),
-            ethertype: spec.ethertype.to_be_bytes(),
+            max_message: frame.saturating_sub(HEADER_LEN + RAW_HEADER),
+            ethertype: spec.ethertype,
             busy: spec.busy_poll,
             peer,
             xsk,
@@ -149,23 +150,37 @@ impl RawTransport {
     }
 }
 
+/// Writes the `afxdp-raw` frame carrying `msg` from `src` to `dst` at the
+/// start of `buf` and returns its length. `buf` must hold
+/// `HEADER_LEN + RAW_HEADER + msg.len()` bytes, which the transport's
+/// `max_message` ensures.
+fn write_raw_frame(buf: &mut [u8], dst: Mac, src: Mac, ethertype: u16, msg: &[u8]) -> usize {
+    let len = HEADER_LEN + RAW_HEADER + msg.len();
+    let (header, rest) = buf[..len]
+        .split_first_chunk_mut::<HEADER_LEN>()
+        .expect("a frame holds a header");
+    write_header(header, dst, src, ethertype);
+    let (msg_len, body) = rest
+        .split_first_chunk_mut::<RAW_HEADER>()
+        .expect("a frame holds the length");
+    *msg_len = (msg.len() as u16).to_le_bytes();
+    body.copy_from_slice(msg);
+    len
+}
+
 /// What a received frame holds: its source and message, if it is one of
 /// ours for `mac` of EtherType `ethertype`.
-fn parse_raw_frame<'a>(
-    frame: &'a [u8],
-    mac: &[u8; 6],
-    ethertype: [u8; 2],
-) -> Option<([u8; 6], &'a [u8])> {
-    let head = ETH_HLEN + RAW_HEADER;
-    if frame.len() < head || frame[12..14] != ethertype || frame[..6] != mac[..] {
+fn parse_raw_frame(frame: &[u8], mac: Mac, ethertype: u16) -> Option<(Mac, &[u8])> {
+    let frame = Frame::new_checked(frame).ok()?;
+    if frame.ethertype() != ethertype || frame.dst_addr() != mac {
         return None;
     }
-    let src: [u8; 6] = frame[6..12].try_into().ok()?;
-    if src[0] & 1 != 0 {
+    let src = frame.src_addr();
+    if src.is_multicast() {
         return None;
     }
-    let len = u16::from_le_bytes([frame[ETH_HLEN], frame[ETH_HLEN + 1]]) as usize;
-    let msg = frame.get(head..head + len)?;
+    let (len, rest) = frame.payload().split_first_chunk::<RAW_HEADER>()?;
+    let msg = rest.get(..usize::from(u16::from_le_bytes(*len)))?;
     Some((src, msg))
 }
 
@@ -189,14 +204,7 @@ impl Transport for RawTransport {
                 .xsk
                 .send_with(&mut |buf| {
                     let m = once.take()?;
-                    buf[..6].copy_from_slice(&peer);
-                    buf[6..12].copy_from_slice(&mac);
-                    buf[12..14].copy_from_slice(&ethertype);
-                    buf[ETH_HLEN..ETH_HLEN + RAW_HEADER]
-                        .copy_from_slice(&(m.len() as u16).to_le_bytes());
-                    let head = ETH_HLEN + RAW_HEADER;
-                    buf[head..head + m.len()].copy_from_slice(m);
-                    Some(head + m.len())
+                    Some(write_raw_frame(buf, peer, mac, ethertype, m))
                 })
                 .map_err(|e| TransportError::new("afxdp-raw send", e))?;
             if n == 1 {
@@ -231,7 +239,7 @@ impl Transport for RawTransport {
             let mut got = false;
             xsk.recv(
                 1,
-                &mut |_queue, frame| match parse_raw_frame(frame, mac, *ethertype) {
+                &mut |_queue, frame| match parse_raw_frame(frame, *mac, *ethertype) {
                     Some((src, msg)) if peer.is_none_or(|p| p == src) => {
                         *peer = Some(src);
                         got = true;
@@ -298,11 +306,11 @@ mod tests {
     fn raw_descriptors_parse() {
         assert_eq!(
             parse_raw_descriptor("afxdp-raw:02:00:00:00:02:01/3").unwrap(),
-            [2, 0, 0, 0, 2, 1]
+            Mac([2, 0, 0, 0, 2, 1])
         );
         assert_eq!(
             parse_raw_descriptor("afxdp-raw:02:00:00:00:02:01").unwrap(),
-            [2, 0, 0, 0, 2, 1]
+            Mac([2, 0, 0, 0, 2, 1])
         );
         for bad in [
             "afxdp:02:00:00:00:02:01/3",
@@ -322,31 +330,36 @@ mod tests {
 
     #[test]
     fn raw_frames_are_checked() {
-        let me = [2, 0, 0, 0, 0, 1];
-        let et = 0x88b5u16.to_be_bytes();
+        let me = Mac([2, 0, 0, 0, 0, 1]);
+        let peer = Mac([2, 0, 0, 0, 0, 2]);
+        let et = 0x88b5;
         let mut f = vec![0u8; 60];
-        f[..6].copy_from_slice(&me);
-        f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
-        f[12..14].copy_from_slice(&et);
-        f[14..16].copy_from_slice(&3u16.to_le_bytes());
-        f[16..19].copy_from_slice(b"abc");
+        let n = write_raw_frame(&mut f, me, peer, et, b"abc");
+        // Destination, source, EtherType (big-endian), the message's length
+        // (little-endian), the message.
+        assert_eq!(
+            f[..n],
+            [2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x88, 0xb5, 3, 0, b'a', b'b', b'c']
+        );
         // Padded to 60 bytes: the length keeps the message exact.
-        let (src, msg) = parse_raw_frame(&f, &me, et).unwrap();
-        assert_eq!((src, msg), ([2, 0, 0, 0, 0, 2], &b"abc"[..]));
+        let (src, msg) = parse_raw_frame(&f, me, et).unwrap();
+        assert_eq!((src, msg), (peer, &b"abc"[..]));
         // An empty message (the end of a pingpong run).
-        f[14..16].copy_from_slice(&0u16.to_le_bytes());
-        assert_eq!(parse_raw_frame(&f[..16], &me, et).unwrap().1, b"");
+        let mut e = vec![0u8; 60];
+        let n = write_raw_frame(&mut e, me, peer, et, b"");
+        assert_eq!(n, 16);
+        assert_eq!(parse_raw_frame(&e[..n], me, et).unwrap().1, b"");
         // A length beyond the frame, another destination, a multicast
         // source, another EtherType, a runt: all refused.
-        f[14..16].copy_from_slice(&100u16.to_le_bytes());
-        assert!(parse_raw_frame(&f, &me, et).is_none());
-        f[14..16].copy_from_slice(&3u16.to_le_bytes());
-        assert!(parse_raw_frame(&f, &[2, 0, 0, 0, 0, 9], et).is_none());
-        let mut g = f.clone();
-        g[6] = 1;
-        assert!(parse_raw_frame(&g, &me, et).is_none());
-        assert!(parse_raw_frame(&f, &me, 0x0800u16.to_be_bytes()).is_none());
-        assert!(parse_raw_frame(&f[..15], &me, et).is_none());
+        let mut long = vec![0u8; 200];
+        write_raw_frame(&mut long, me, peer, et, &[7; 100]);
+        assert!(parse_raw_frame(&long[..60], me, et).is_none());
+        assert!(parse_raw_frame(&f, Mac([2, 0, 0, 0, 0, 9]), et).is_none());
+        let mut g = vec![0u8; 60];
+        write_raw_frame(&mut g, me, Mac([1, 0, 0, 0, 0, 2]), et, b"abc");
+        assert!(parse_raw_frame(&g, me, et).is_none());
+        assert!(parse_raw_frame(&f, me, 0x0800).is_none());
+        assert!(parse_raw_frame(&f[..15], me, et).is_none());
     }
 
     #[test]

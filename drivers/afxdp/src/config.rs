@@ -268,18 +268,6 @@ impl fmt::Display for ModeReport {
     }
 }
 
-/// `02:00:00:00:00:01`: [`Mac`]'s text form of raw octets (for code that
-/// builds whole frames from octets, such as the `afxdp-raw` floor).
-pub fn format_mac(m: &[u8; 6]) -> String {
-    Mac(*m).to_string()
-}
-
-/// The octets of a MAC in [`Mac`]'s text form (`02:00:00:00:00:01`, or
-/// with `-`), for code that builds whole frames from octets.
-pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
-    s.parse::<Mac>().ok().map(|m| m.0)
-}
-
 /// Everything that can go wrong opening or running an AF_XDP endpoint.
 #[derive(Debug, thiserror::Error)]
 pub enum AfXdpError {
@@ -369,23 +357,6 @@ mod tests {
         assert!(err(&|c| c.queues = Queues::List(vec![])).contains("empty"));
         assert!(err(&|c| c.queues = Queues::List(vec![1, 1])).contains("twice"));
         assert!(err(&|c| c.ethertype = 0x05dc).contains("ethertype"));
-    }
-
-    #[test]
-    fn macs_parse_and_print() {
-        let m = parse_mac("02:00:00:00:02:0A").unwrap();
-        assert_eq!(m, [2, 0, 0, 0, 2, 10]);
-        assert_eq!(format_mac(&m), "02:00:00:00:02:0a");
-        assert_eq!(parse_mac("02-00-00-00-02-0a"), Some(m));
-        for bad in [
-            "",
-            "02:00:00:00:02",
-            "02:00:00:00:02:0a:01",
-            "2:0:0:0:2:a",
-            "zz:00:00:00:02:0a",
-        ] {
-            assert_eq!(parse_mac(bad), None, "{bad}");
-        }
     }
 
     #[test]

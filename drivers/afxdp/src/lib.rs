@@ -35,11 +35,9 @@ mod umem;
 pub mod xdp;
 mod xsk;
 
-/// Length of an Ethernet II header ([`bcl_ether::HEADER_LEN`]).
-pub use bcl_ether::HEADER_LEN as ETH_HLEN;
 pub use config::{
-    format_mac, parse_mac, AfXdpConfig, AfXdpError, AttachMode, BindMode, ModeReport, QueueReport,
-    Queues, DEFAULT_ETHERTYPE, XDP_PACKET_HEADROOM,
+    AfXdpConfig, AfXdpError, AttachMode, BindMode, ModeReport, QueueReport, Queues,
+    DEFAULT_ETHERTYPE, XDP_PACKET_HEADROOM,
 };
 pub use kind::AfXdpKind;
 pub use method::{probe, AfXdpMethod, MethodStats, METHOD_NAME};

@@ -78,7 +78,7 @@ impl AfXdpMethod {
         let raw = RawXsk::open(&config)?;
         let mtu = (raw.if_mtu() as usize).min(raw.max_rx_frame() - HEADER_LEN);
         Ok(AfXdpMethod {
-            station: Station::new(Mac(raw.mac()), config.ethertype),
+            station: Station::new(raw.mac(), config.ethertype),
             ifindex: raw.ifindex(),
             mtu,
             tx_frames: 0,

@@ -162,11 +162,9 @@ impl RawXsk {
         })
     }
 
-    /// The interface's MAC address, as the octets a whole frame carries
-    /// (`RawXsk` sends and receives whole frames; see [`bcl_ether::Mac`]
-    /// for its text form).
-    pub fn mac(&self) -> [u8; 6] {
-        self.mac.0
+    /// The interface's MAC address.
+    pub fn mac(&self) -> Mac {
+        self.mac
     }
 
     /// The interface index.

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use bcl_afxdp::bpf;
 use bcl_afxdp::{probe, AfXdpConfig, AfXdpError, AfXdpMethod, AttachMode, RawXsk};
 use bcl_core::method::Availability;
+use bcl_ether::Mac;
 use common::*;
 
 #[test]
@@ -29,8 +30,8 @@ fn program_passes_the_verifier_and_classifies_frames() {
     let info = bpf::prog_info(prog.as_raw_fd()).unwrap();
     assert_eq!(info.name, "bcl_test");
     assert!(info.id > 0);
-    let a = [2, 0, 0, 0, 0, 1];
-    let b = [2, 0, 0, 0, 0, 2];
+    let a = Mac([2, 0, 0, 0, 0, 1]);
+    let b = Mac([2, 0, 0, 0, 0, 2]);
     let run = |f: &[u8]| bpf::test_run(prog.as_raw_fd(), f).expect("test run");
     assert_eq!(
         run(&eth(b, a, 0x88b5, &[0; 60])),
@@ -43,7 +44,7 @@ fn program_passes_the_verifier_and_classifies_frames() {
         "header-only BCL frame"
     );
     assert_eq!(
-        run(&eth([0xff; 6], a, 0x0806, &[0; 28])),
+        run(&eth(Mac::BROADCAST, a, 0x0806, &[0; 28])),
         bpf::XDP_PASS,
         "ARP passes"
     );

@@ -83,12 +83,6 @@ pub struct MethodStats {
     pub rx: RxStats,
 }
 
-/// The octets of a MAC in [`Mac`]'s text form (`52:54:00:12:34:56`, or
-/// with `-`).
-pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
-    s.parse::<Mac>().ok().map(|m| m.0)
-}
-
 /// The `vfio` method over an [`EthernetDevice`] (see the module
 /// documentation).
 pub struct NicMethod<N: EthernetDevice> {

@@ -10,6 +10,7 @@ use std::ops::{Range, RangeInclusive};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use bcl_ether::Mac;
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
@@ -255,7 +256,7 @@ impl Node {
 #[derive(Debug, Clone)]
 pub(crate) struct Iface {
     pub ifname: String,
-    pub mac: [u8; 6],
+    pub mac: Mac,
     pub ipv4: Ipv4Cidr,
     pub link: usize,
     pub segment: usize,
@@ -397,37 +398,23 @@ pub(crate) fn check_ifname(s: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Parses a MAC address `02:00:00:00:00:01`.
-pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
-    let parts: Vec<&str> = s.split(':').collect();
-    let bad = || format!("\"{s}\" is not a MAC address (e.g. \"02:00:00:00:00:01\")");
-    if parts.len() != 6 {
-        return Err(bad());
-    }
-    let mut mac = [0u8; 6];
-    for (i, p) in parts.iter().enumerate() {
-        if p.len() != 2 {
-            return Err(bad());
-        }
-        mac[i] = u8::from_str_radix(p, 16).map_err(|_| bad())?;
-    }
-    if mac[0] & 1 != 0 {
+/// An interface's MAC address in [`Mac`]'s text form (`02:00:00:00:00:01`,
+/// also with `-`): one that can name an interface, so neither a group
+/// (multicast) address nor all zeros. The messages are the lab's own, with
+/// an example of the form, since the file is written by hand.
+fn iface_mac(s: &str) -> Result<Mac, String> {
+    let mac: Mac = s
+        .parse()
+        .map_err(|_| format!("\"{s}\" is not a MAC address (e.g. \"02:00:00:00:00:01\")"))?;
+    if mac.is_multicast() {
         return Err(format!(
             "\"{s}\" is a multicast MAC; an interface needs a unicast one"
         ));
     }
-    if mac == [0; 6] {
+    if mac == Mac::default() {
         return Err(format!("\"{s}\" is the all-zero MAC"));
     }
     Ok(mac)
-}
-
-/// Formats a MAC address.
-pub fn format_mac(m: &[u8; 6]) -> String {
-    format!(
-        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-        m[0], m[1], m[2], m[3], m[4], m[5]
-    )
 }
 
 /// Splits text at the end of its leading number: "1.5ms" is ("1.5", "ms").
@@ -669,7 +656,8 @@ fn queues_setting(
 }
 
 /// `subnet_pool`, else [`DEFAULT_SUBNET_POOL`]: ADDRESS/LEN of /24 or
-/// larger, since segments without a subnet get one /24 each from it.
+/// larger, since segments without a subnet get one /24 each from it
+/// ([`next_pool_subnet`]); a /24 pool gives one segment its subnet.
 fn subnet_pool(ctx: &Ctx<'_>, pool: &Option<Spanned<String>>) -> Result<Ipv4Cidr, LabError> {
     let Some(p) = pool else {
         return Ok(DEFAULT_SUBNET_POOL.parse().expect("constant"));
@@ -1138,7 +1126,7 @@ fn add_iface(node: &mut Node, r: &RawLink, k: usize, li: usize, segment: usize) 
             Some(n) => format!("to-{peer}-{n}"),
             None => format!("to-{peer}"),
         },
-        mac: [0; 6],
+        mac: Mac::default(),
         ipv4: Ipv4Cidr {
             addr: Ipv4Addr::UNSPECIFIED,
             prefix_len: 0,
@@ -1165,12 +1153,12 @@ struct GivenAddr {
 #[derive(Debug, Clone, Default)]
 struct IfaceSettings {
     ipv4: Option<Spanned<GivenAddr>>,
-    mac: Option<Spanned<[u8; 6]>>,
+    mac: Option<Spanned<Mac>>,
 }
 
 /// Applies each node's `[[node.iface]]`: the target interface (see
 /// [`iface_target`] and [`configured_once`]), then its `ifname` (which must
-/// pass [`check_ifname`]), `mac` ([`parse_mac`]) and `ipv4`
+/// pass [`check_ifname`]), `mac` ([`iface_mac`]) and `ipv4`
 /// ([`parse_iface_ipv4`]). Then the node's interface names pass
 /// [`iface_names`]. Returns the MACs and addresses given, per node and
 /// interface.
@@ -1194,7 +1182,7 @@ fn iface_settings(
                 node.ifaces[ii].ifname = n.get_ref().clone();
             }
             if let Some(m) = &ic.mac {
-                let mac = ctx.check(m, &field_of(&nwhat, "iface.mac"), |s| parse_mac(s))?;
+                let mac = ctx.check(m, &field_of(&nwhat, "iface.mac"), |s| iface_mac(s))?;
                 given[ii].mac = Some(Spanned::new(m.span(), mac));
             }
             if let Some(a) = &ic.ipv4 {
@@ -1348,7 +1336,7 @@ fn assign_subnets(
     for (d, f) in drafts.into_iter().zip(&fixed) {
         let subnet = match f {
             Some(c) => *c,
-            None => next_pool_subnet(ctx, pool, &mut next_pool, &fixed)?,
+            None => next_pool_subnet(ctx, pool, &mut next_pool, &fixed, &d.name)?,
         };
         segments.push(Segment {
             name: d.name,
@@ -1433,25 +1421,37 @@ fn disjoint_subnets(
     Ok(())
 }
 
-/// The next /24 of the pool that overlaps no fixed subnet, counting from
-/// `next`; running out of them is an error, since every segment needs one.
+/// The next /24 of the pool (a network address, /24 or larger) that
+/// overlaps no fixed subnet, for `segment`; `next` counts the /24s already
+/// tried. They are tried from the pool's second /24 on and its first one
+/// last: a larger pool numbers its segments' subnets from 1 (10.200.1.0/24,
+/// 10.200.2.0/24, ... from the default pool), and a /24 pool still gives
+/// its one /24. The /24's index is OR-ed into the host bits of the pool's
+/// address, so no pool, not even one at the top of the address space,
+/// makes the arithmetic overflow. Running out of /24s is an error, since
+/// every segment needs one.
 fn next_pool_subnet(
     ctx: &Ctx<'_>,
     pool: Ipv4Cidr,
     next: &mut u32,
     fixed: &[Option<Ipv4Cidr>],
+    segment: &str,
 ) -> Result<Ipv4Cidr, LabError> {
     let pool_size: u32 = 1u32 << (24 - u32::from(pool.prefix_len));
     loop {
         if *next >= pool_size {
-            return Err(ctx.err(None, format!("subnet_pool {pool} has no /24 left")));
+            return Err(ctx.err(
+                None,
+                format!("subnet_pool {pool} has no /24 left for \"{segment}\""),
+            ));
         }
+        let index = (*next + 1) % pool_size;
+        *next += 1;
         let c = Ipv4Cidr {
-            addr: Ipv4Addr::from(u32::from(pool.addr) + ((*next + 1) << 8)),
+            addr: Ipv4Addr::from(u32::from(pool.addr) | (index << 8)),
             prefix_len: 24,
         };
-        *next += 1;
-        if fixed.iter().flatten().all(|f| !f.overlaps(&c)) && pool.contains(c.addr) {
+        if fixed.iter().flatten().all(|f| !f.overlaps(&c)) {
             return Ok(c);
         }
     }
@@ -1579,7 +1579,7 @@ fn assign_macs(
     nodes: &mut [Node],
     settings: &[Vec<IfaceSettings>],
 ) -> Result<(), LabError> {
-    let mut macs: HashMap<[u8; 6], String> = HashMap::new();
+    let mut macs: HashMap<Mac, String> = HashMap::new();
     for (node, given) in nodes.iter_mut().zip(settings) {
         for (f, g) in node.ifaces.iter_mut().zip(given) {
             if let Some(m) = &g.mac {
@@ -1604,18 +1604,15 @@ fn assign_macs(
 /// nodes.
 fn mac_unused(
     ctx: &Ctx<'_>,
-    macs: &mut HashMap<[u8; 6], String>,
+    macs: &mut HashMap<Mac, String>,
     node: &str,
-    given: &Spanned<[u8; 6]>,
+    given: &Spanned<Mac>,
 ) -> Result<(), LabError> {
-    let mac = given.get_ref();
-    if let Some(other) = macs.insert(*mac, node.to_string()) {
+    let mac = *given.get_ref();
+    if let Some(other) = macs.insert(mac, node.to_string()) {
         return Err(ctx.err_at(
             given,
-            format!(
-                "node \"{node}\": iface.mac {} is also used by node \"{other}\"",
-                format_mac(mac)
-            ),
+            format!("node \"{node}\": iface.mac {mac} is also used by node \"{other}\""),
         ));
     }
     Ok(())
@@ -1624,19 +1621,19 @@ fn mac_unused(
 /// 02:bc:SS:SS:HH:HH from the interface's segment (counted from 1) and
 /// host number, with the fifth byte stepped by 0x80 until `macs` does not
 /// hold it.
-fn derived_mac(iface: &Iface, macs: &HashMap<[u8; 6], String>) -> [u8; 6] {
+fn derived_mac(iface: &Iface, macs: &HashMap<Mac, String>) -> Mac {
     let seg = iface.segment as u16 + 1;
     let host = u32::from(iface.ipv4.addr) & !iface.ipv4.mask();
-    let mut mac = [
+    let mut mac = Mac([
         0x02,
         0xbc,
         (seg >> 8) as u8,
         seg as u8,
         (host >> 8) as u8,
         host as u8,
-    ];
+    ]);
     while macs.contains_key(&mac) {
-        mac[4] = mac[4].wrapping_add(0x80);
+        mac.0[4] = mac.0[4].wrapping_add(0x80);
     }
     mac
 }
@@ -1824,7 +1821,7 @@ endpoints = ["a", "b"]
         assert_eq!(t.nodes[0].ifaces[0].ifname, "to-b");
         assert_eq!(t.nodes[0].ifaces[0].ipv4.to_string(), "10.200.1.1/24");
         assert_eq!(t.nodes[1].ifaces[0].ipv4.to_string(), "10.200.1.2/24");
-        assert_eq!(format_mac(&t.nodes[1].ifaces[0].mac), "02:bc:00:01:00:02");
+        assert_eq!(t.nodes[1].ifaces[0].mac.to_string(), "02:bc:00:01:00:02");
         assert_eq!(t.links[0].queues, 1);
         assert_eq!(t.links[0].mtu, 1500);
         assert!(t.nodes[0].routes.is_empty());
@@ -2003,7 +2000,7 @@ subnet = "10.2.0.0/24"
         assert!(!t.nodes[1].multihomed());
         assert_eq!(t.switches[0].ports.len(), 6);
         // Every port has its own MAC.
-        let macs: HashSet<[u8; 6]> = t
+        let macs: HashSet<Mac> = t
             .nodes
             .iter()
             .flat_map(|n| n.ifaces.iter().map(|f| f.mac))
@@ -2029,6 +2026,33 @@ subnet = "10.2.0.0/24"
     }
 
     #[test]
+    fn iface_macs_take_both_text_forms_and_refuse_with_the_field_and_line() {
+        let with_mac = |m: &str| format!("{PAIR}[[node.iface]]\non = \"a-b\"\nmac = \"{m}\"\n");
+        let t = p(&with_mac("02-00-00-00-00-0A")).unwrap();
+        assert_eq!(t.nodes[1].ifaces[0].mac.to_string(), "02:00:00:00:00:0a");
+        for (mac, why) in [
+            (
+                "02:00:00:00:00",
+                "is not a MAC address (e.g. \"02:00:00:00:00:01\")",
+            ),
+            (
+                "+2:00:00:00:00:01",
+                "is not a MAC address (e.g. \"02:00:00:00:00:01\")",
+            ),
+            (
+                "03:00:00:00:00:01",
+                "is a multicast MAC; an interface needs a unicast one",
+            ),
+            ("00:00:00:00:00:00", "is the all-zero MAC"),
+        ] {
+            assert_eq!(
+                err(&with_mac(mac)),
+                format!("x.toml:10: node \"b\": iface.mac: \"{mac}\" {why}")
+            );
+        }
+    }
+
+    #[test]
     fn explicit_addresses() {
         let t = p(&format!(
             "{PAIR}subnet = \"10.9.0.0/24\"\n[[node.iface]]\non = \"a-b\"\nipv4 = \"10.9.0.9\"\nmac = \"02:00:00:00:00:09\"\n"
@@ -2036,7 +2060,7 @@ subnet = "10.2.0.0/24"
         .unwrap();
         assert_eq!(t.nodes[1].ifaces[0].ipv4.to_string(), "10.9.0.9/24");
         assert_eq!(t.nodes[0].ifaces[0].ipv4.to_string(), "10.9.0.1/24");
-        assert_eq!(format_mac(&t.nodes[1].ifaces[0].mac), "02:00:00:00:00:09");
+        assert_eq!(t.nodes[1].ifaces[0].mac.to_string(), "02:00:00:00:00:09");
         let e = err(&format!(
             "{PAIR}subnet = \"10.9.0.0/24\"\n[[node.iface]]\non = \"a-b\"\nipv4 = \"10.8.0.9\"\n"
         ));

@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use bcl_ether::Mac;
 use serde::Serialize;
 
 mod config;
@@ -36,8 +37,7 @@ mod impair;
 mod sys;
 
 pub use config::{
-    check_prefix, format_mac, parse_duration, parse_mac, parse_rate, Ipv4Cidr, LinkImpair, Route,
-    IFNAME_MAX,
+    check_prefix, parse_duration, parse_rate, Ipv4Cidr, LinkImpair, Route, IFNAME_MAX,
 };
 pub use impair::{ImpairCounters, ImpairParams};
 
@@ -375,7 +375,7 @@ impl Lab {
             .map(|f| LabInterface {
                 node: n.name.clone(),
                 ifname: f.ifname.clone(),
-                mac: format_mac(&f.mac),
+                mac: f.mac.to_string(),
                 ipv4: Some(f.ipv4),
                 link: self.topo.links[f.link].name.clone(),
                 segment: self.topo.segments[f.segment].name.clone(),
@@ -564,7 +564,7 @@ impl Lab {
         }
         // Links: veth pairs created directly inside their namespaces.
         for l in &t.links {
-            let side = |e: End| -> (String, String, Option<[u8; 6]>, bool) {
+            let side = |e: End| -> (String, String, Option<Mac>, bool) {
                 match e {
                     End::Node { node, iface } => {
                         let n = &t.nodes[node];
@@ -614,7 +614,7 @@ impl Lab {
                         mtu.clone(),
                     ]);
                     if let Some(m) = s.2 {
-                        args.extend(["address".into(), format_mac(&m)]);
+                        args.extend(["address".into(), m.to_string()]);
                     }
                 }
                 sys::ip(&args)?;

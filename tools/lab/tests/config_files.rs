@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use bcl_lab::Lab;
+use bcl_lab::{Lab, LabError};
 
 fn configs() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/lab")
@@ -70,21 +70,95 @@ fn shipped_configs_load() {
     assert_eq!(rep.nodes[0].routes[0].dest, "10.77.6.0/24");
 }
 
-/// Writes `src` to a temp file and returns the load error's text and the
-/// path. The file and its directory (one per test: tests run in parallel)
-/// are removed afterwards.
-fn load_err(name: &str, src: &str) -> (String, String) {
+/// Writes `src` to a temp file, loads it and returns what loading gave and
+/// the path. The file and its directory (one per file name: tests run in
+/// parallel) are removed afterwards.
+fn load_src(name: &str, src: &str) -> (Result<Lab, LabError>, String) {
     let dir = std::env::temp_dir().join(format!("bcl-lab-cfg-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(name);
     std::fs::write(&path, src).unwrap();
-    let e = Lab::load(&path).expect_err("must be rejected").to_string();
+    let loaded = Lab::load(&path);
     std::fs::remove_file(&path).unwrap();
     std::fs::remove_dir(&dir).unwrap();
-    (e, path.display().to_string())
+    (loaded, path.display().to_string())
+}
+
+/// Loads `src` from a temp file (see [`load_src`]) and returns the load
+/// error's text and the path.
+fn load_err(name: &str, src: &str) -> (String, String) {
+    let (loaded, path) = load_src(name, src);
+    (loaded.expect_err("must be rejected").to_string(), path)
+}
+
+/// Loads `src` from a temp file (see [`load_src`]), which must load.
+fn load_ok(name: &str, src: &str) -> Lab {
+    let (loaded, path) = load_src(name, src);
+    loaded.unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The address of `node`'s interface towards `peer`.
+fn address(lab: &Lab, node: &str, peer: &str) -> String {
+    let ifs = lab.interfaces(node).unwrap();
+    let i = ifs.iter().find(|i| i.peer == peer).expect("interface");
+    i.ipv4.unwrap().to_string()
 }
 
 const PAIR: &str = "[[node]]\nname = \"a\"\n[[node]]\nname = \"b\"\n[[link]]\nname = \"a-b\"\nendpoints = [\"a\", \"b\"]\n";
+
+/// Three nodes in a row: two segments, a-b and b-c.
+const CHAIN: &str = "[[node]]\nname = \"a\"\n[[node]]\nname = \"b\"\n[[node]]\nname = \"c\"\n[[link]]\nendpoints = [\"a\", \"b\"]\n[[link]]\nendpoints = [\"b\", \"c\"]\n";
+
+#[test]
+fn a_slash_24_pool_gives_its_one_slash_24() {
+    let lab = load_ok(
+        "pool24.toml",
+        &format!("subnet_pool = \"10.9.0.0/24\"\n{PAIR}"),
+    );
+    assert_eq!(address(&lab, "a", "b"), "10.9.0.1/24");
+    assert_eq!(address(&lab, "b", "a"), "10.9.0.2/24");
+    // A second segment finds no /24 left: the error names the field, the
+    // segment and the file.
+    let (e, p) = load_err(
+        "pool24-full.toml",
+        &format!("subnet_pool = \"10.9.0.0/24\"\n{CHAIN}"),
+    );
+    assert_eq!(
+        e,
+        format!("{p}: subnet_pool 10.9.0.0/24 has no /24 left for \"b-c\"")
+    );
+    // A larger pool gives its second /24 first and its first one last.
+    let lab = load_ok(
+        "pool23.toml",
+        &format!("subnet_pool = \"10.9.0.0/23\"\n{CHAIN}"),
+    );
+    assert_eq!(address(&lab, "a", "b"), "10.9.1.1/24");
+    assert_eq!(address(&lab, "c", "b"), "10.9.0.2/24");
+}
+
+#[test]
+fn a_pool_at_the_top_of_the_address_space_loads() {
+    let lab = load_ok(
+        "pool-top24.toml",
+        &format!("subnet_pool = \"255.255.255.0/24\"\n{PAIR}"),
+    );
+    assert_eq!(address(&lab, "a", "b"), "255.255.255.1/24");
+    assert_eq!(address(&lab, "b", "a"), "255.255.255.2/24");
+    let lab = load_ok(
+        "pool-top23.toml",
+        &format!("subnet_pool = \"255.255.254.0/23\"\n{CHAIN}"),
+    );
+    assert_eq!(address(&lab, "a", "b"), "255.255.255.1/24");
+    assert_eq!(address(&lab, "c", "b"), "255.255.254.2/24");
+    let (e, p) = load_err(
+        "pool-top-full.toml",
+        &format!("subnet_pool = \"255.255.255.0/24\"\n{CHAIN}"),
+    );
+    assert_eq!(
+        e,
+        format!("{p}: subnet_pool 255.255.255.0/24 has no /24 left for \"b-c\"")
+    );
+}
 
 #[test]
 fn unknown_field() {

@@ -6,6 +6,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread::JoinHandle;
 
+use bcl_ether::Mac;
 use bcl_lab::{Lab, LabGuard};
 
 /// A shipped lab topology file.
@@ -105,9 +106,9 @@ pub fn in_node<T: Send + 'static>(
 }
 
 /// The single interface of `node` (name, MAC, IPv4 address).
-pub fn iface(lab: &Lab, node: &str) -> (String, [u8; 6], Option<std::net::Ipv4Addr>) {
+pub fn iface(lab: &Lab, node: &str) -> (String, Mac, Option<std::net::Ipv4Addr>) {
     let i = lab.interfaces(node).expect("interfaces").remove(0);
-    let mac = bcl_afxdp::parse_mac(&i.mac).expect("mac");
+    let mac: Mac = i.mac.parse().expect("mac");
     (i.ifname, mac, i.ipv4.map(|c| c.addr))
 }
 
@@ -126,10 +127,8 @@ pub fn pattern(seq: u32, len: usize) -> Vec<u8> {
 }
 
 /// An Ethernet II frame.
-pub fn eth(dst: [u8; 6], src: [u8; 6], ethertype: u16, payload: &[u8]) -> Vec<u8> {
-    let mut f = dst.to_vec();
-    f.extend_from_slice(&src);
-    f.extend_from_slice(&ethertype.to_be_bytes());
+pub fn eth(dst: Mac, src: Mac, ethertype: u16, payload: &[u8]) -> Vec<u8> {
+    let mut f = bcl_ether::header(dst, src, ethertype).to_vec();
     f.extend_from_slice(payload);
     f
 }

@@ -9,6 +9,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
+use bcl_ether::HEADER_LEN;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64;
 use serde::{Deserialize, Serialize};
@@ -19,7 +20,6 @@ pub(crate) mod sock;
 /// Length of the `virtio_net_hdr` that PACKET_VNET_HDR puts before every frame.
 pub(crate) const VNET_LEN: usize = 10;
 const VNET_F_NEEDS_CSUM: u8 = 1;
-const ETH_HLEN: usize = 14;
 /// How long a frame chosen for reordering waits for a later frame to overtake it.
 pub(crate) const REORDER_HOLD_NS: u64 = 1_000_000;
 
@@ -427,7 +427,7 @@ impl Engine {
 /// first and the flag cleared, so the receiver verifies it and sees the flip.
 /// Returns false (nothing done) for GSO super-frames.
 fn corrupt(frame: &mut [u8], rng: &mut Pcg64) -> bool {
-    if frame.len() <= VNET_LEN + ETH_HLEN {
+    if frame.len() <= VNET_LEN + HEADER_LEN {
         return true;
     }
     let gso_type = frame[1];
@@ -437,7 +437,7 @@ fn corrupt(frame: &mut [u8], rng: &mut Pcg64) -> bool {
     complete_csum(frame);
     frame[0] = 0; // no NEEDS_CSUM, no DATA_VALID: the receiver verifies
     let pkt = &mut frame[VNET_LEN..];
-    let byte = rng.random_range(ETH_HLEN..pkt.len());
+    let byte = rng.random_range(HEADER_LEN..pkt.len());
     let bit = rng.random_range(0..8);
     pkt[byte] ^= 1 << bit;
     true

@@ -8,14 +8,13 @@
 //!   larger veth MTU.
 //!
 //! ```sh
-//! cargo build --release -p bcl-lab
-//! cargo run --release -p bcl-afxdp --example xdp_pingpong -- [--iters 20000] [--rounds 3] [--skip-bw]
+//! cargo run --release -p bcl-bench --bin bcl-xdp-pingpong -- [--iters 20000] [--rounds 3] [--skip-bw]
 //! ```
 //!
 //! The lab (`configs/lab/pair.toml`) is brought up under its own prefix and
 //! taken down at the end. Latency runs are interleaved over `--rounds`
-//! rounds and summarised by their medians; the ratios the issue sets
-//! targets for are printed last. `--only udp|raw|bcl|rate|rawrate|bw|tcp`
+//! rounds and summarised by their medians; the ratios are printed last,
+//! each with its target in brackets. `--only udp|raw|bcl|rate|rawrate|bw|tcp`
 //! runs one measurement (for `perf record`); `--generic`/`--native` force
 //! the XDP mode; `XPP_RTO_MIN_MS=N` raises the protocol's minimum
 //! retransmission timeout; `XPP_DEBUG=1` prints AF_XDP drop counters.
@@ -28,8 +27,9 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use bcl::afxdp::{AfXdpConfig, AfXdpMethod, AttachMode, RawXsk};
+use bcl::ether::Mac;
 use bcl::{Endpoint, JobKey, ProcessAddr, SendEvent};
-use bcl_afxdp::{AfXdpConfig, AfXdpMethod, AttachMode, RawXsk};
 use bcl_core::Descriptor;
 use bcl_lab::{Lab, LabGuard};
 use hdrhistogram::Histogram;
@@ -81,13 +81,12 @@ fn parse_opts() -> Opts {
     o
 }
 
+/// Pins the calling thread to `cpu`; a CPU that cannot be used leaves the
+/// thread where it is.
 fn pin(cpu: usize) {
-    // SAFETY: cpu_set_t is plain data; sched_setaffinity(0, ...) affects
-    // only the calling thread.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    let mut set = nix::sched::CpuSet::new();
+    if set.set(cpu).is_ok() {
+        let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set);
     }
 }
 
@@ -141,7 +140,7 @@ fn hist() -> Histogram<u64> {
 fn mac_of(lab: &Lab, node: &str) -> ([u8; 6], String, Ipv4Addr) {
     let i = lab.interfaces(node).expect("interfaces").remove(0);
     (
-        bcl_afxdp::parse_mac(&i.mac).expect("mac"),
+        i.mac.parse::<Mac>().expect("mac").octets(),
         i.ifname,
         i.ipv4.expect("ipv4").addr,
     )
@@ -622,7 +621,7 @@ fn row(name: &str, l: &Lat) {
 
 fn main() -> Res<()> {
     let o = parse_opts();
-    let topo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/lab/pair.toml");
+    let topo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/lab/pair.toml");
     let lab = LabGuard::new(
         Lab::load(&topo)?.with_prefix(&format!("xpp{}", std::process::id() % 10000))?,
     )?;

@@ -7,13 +7,71 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use bcl::afxdp::{AfXdpConfig, AfXdpMethod};
 use bcl::{Descriptor, Endpoint, JobKey, PortStats, ProcessAddr, ProgressMode, SendEvent};
-use bcl_afxdp::{AfXdpConfig, AfXdpMethod};
-use common::*;
+use bcl_lab::{Lab, LabGuard};
+use common::{bcl_lab_binary, config};
+
+/// Brings up `file` under a prefix unique to this test and process, or
+/// returns `None` when privileged tests are skipped (`BCL_SKIP_PRIVILEGED=1`);
+/// panics with a clear message when they cannot run otherwise.
+fn lab(file: &str, test: &str) -> Option<LabGuard> {
+    if !bcl_lab::require_privileges(test) {
+        return None;
+    }
+    static N: AtomicU32 = AtomicU32::new(0);
+    let prefix = format!(
+        "ax{}-{}",
+        std::process::id() % 100_000,
+        N.fetch_add(1, Ordering::Relaxed)
+    );
+    let mut lab = Lab::load(&config(file))
+        .expect("load topology")
+        .with_prefix(&prefix)
+        .expect("prefix");
+    if !lab.impaired_links().is_empty() {
+        lab = lab.with_bridge_binary(&bcl_lab_binary());
+    }
+    Some(LabGuard::new(lab).expect("lab up"))
+}
+
+/// Runs `f` on a new thread inside `node`'s network namespace.
+fn in_node<T: Send + 'static>(
+    lab: &Lab,
+    node: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> JoinHandle<T> {
+    let ns_lab = lab.clone();
+    let node = node.to_string();
+    std::thread::spawn(move || {
+        ns_lab.enter(&node).expect("enter node namespace");
+        f()
+    })
+}
+
+/// The name of the single interface of `node`.
+fn ifname(lab: &Lab, node: &str) -> String {
+    lab.interfaces(node).expect("interfaces").remove(0).ifname
+}
+
+/// Deterministic test bytes for frame `seq` of length `len`.
+fn pattern(seq: u32, len: usize) -> Vec<u8> {
+    let mut v: Vec<u8> = (0..len)
+        .map(|i| {
+            (i as u32)
+                .wrapping_mul(seq.wrapping_mul(2) | 1)
+                .wrapping_add(seq) as u8
+        })
+        .collect();
+    let n = len.min(4);
+    v[..n].copy_from_slice(&seq.to_be_bytes()[..n]);
+    v
+}
 
 const SIZES: [usize; 8] = [1, 8, 64, 1000, 1444, 1445, 4000, 16384];
 
@@ -140,7 +198,7 @@ fn exchange(
     modes: [ProgressMode; 2],
     count: u32,
     timeout: Duration,
-) -> Option<(bcl_lab::LabGuard, [PortStats; 2])> {
+) -> Option<(LabGuard, [PortStats; 2])> {
     exchange_with(
         file,
         test,
@@ -158,10 +216,10 @@ fn exchange_with(
     kinds: [Kind; 2],
     count: u32,
     timeout: Duration,
-) -> Option<(bcl_lab::LabGuard, [PortStats; 2])> {
+) -> Option<(LabGuard, [PortStats; 2])> {
     let lab = lab(file, test)?;
-    let (if_a, _, _) = iface(&lab, "a");
-    let (if_b, _, _) = iface(&lab, "b");
+    let if_a = ifname(&lab, "a");
+    let if_b = ifname(&lab, "b");
     let (a_tx, a_rx) = mpsc::channel();
     let (b_tx, b_rx) = mpsc::channel();
     let finished = Arc::new(AtomicUsize::new(0));
