@@ -1591,7 +1591,12 @@ fn assign_macs(
     for (node, given) in nodes.iter_mut().zip(settings) {
         for (f, g) in node.ifaces.iter_mut().zip(given) {
             if g.mac.is_none() {
-                f.mac = derived_mac(f, &macs);
+                f.mac = derived_mac(f, &macs).ok_or_else(|| {
+                    ctx.err(None, format!(
+                        "node \"{}\": interface {}: every MAC the lab would derive for it (02:bc:..:..:XX:..) is given to another interface by iface.mac; give this one an iface.mac too",
+                        node.name, f.ifname
+                    ))
+                })?;
                 macs.insert(f.mac, node.name.clone());
             }
         }
@@ -1619,12 +1624,13 @@ fn mac_unused(
 }
 
 /// 02:bc:SS:SS:HH:HH from the interface's segment (counted from 1) and
-/// host number, with the fifth byte stepped by 0x80 until `macs` does not
-/// hold it.
-fn derived_mac(iface: &Iface, macs: &HashMap<Mac, String>) -> Mac {
-    let seg = iface.segment as u16 + 1;
+/// host number; if `macs` holds that, the first of the other 255 values of
+/// the fifth byte (0x80 further first) that it does not hold. `None` when
+/// all 256 are taken (only explicit MACs can take them).
+fn derived_mac(iface: &Iface, macs: &HashMap<Mac, String>) -> Option<Mac> {
+    let seg = (iface.segment as u16).wrapping_add(1);
     let host = u32::from(iface.ipv4.addr) & !iface.ipv4.mask();
-    let mut mac = Mac([
+    let base = Mac([
         0x02,
         0xbc,
         (seg >> 8) as u8,
@@ -1632,10 +1638,16 @@ fn derived_mac(iface: &Iface, macs: &HashMap<Mac, String>) -> Mac {
         (host >> 8) as u8,
         host as u8,
     ]);
-    while macs.contains_key(&mac) {
-        mac.0[4] = mac.0[4].wrapping_add(0x80);
-    }
-    mac
+    let steps = [0u8, 0x80]
+        .into_iter()
+        .chain((1..=255u8).filter(|s| *s != 0x80));
+    steps
+        .map(|step| {
+            let mut mac = base;
+            mac.0[4] = mac.0[4].wrapping_add(step);
+            mac
+        })
+        .find(|mac| !macs.contains_key(mac))
 }
 
 // ---------------------------------------------------------------- impairment
