@@ -164,10 +164,8 @@ fn a_pool_at_the_top_of_the_address_space_loads() {
 fn derived_macs_step_past_every_mac_given_in_the_file() {
     // b's interface on a-b would derive 02:bc:00:01:00:02 and, taken, its
     // 0x80 neighbour; a takes both explicitly, so b gets the next free one.
-    let src = format!(
-        "[[node]]\nname = \"a\"\n[[node.iface]]\non = \"a-b\"\nmac = \"02:bc:00:01:00:02\"\n[[node.iface]]\non = \"a-c\"\nmac = \"02:bc:00:01:80:02\"\n[[node]]\nname = \"b\"\n[[node]]\nname = \"c\"\n[[link]]\nname = \"a-b\"\nendpoints = [\"a\", \"b\"]\n[[link]]\nname = \"a-c\"\nendpoints = [\"a\", \"c\"]\n"
-    );
-    let lab = load_ok("macs.toml", &src);
+    let src = "[[node]]\nname = \"a\"\n[[node.iface]]\non = \"a-b\"\nmac = \"02:bc:00:01:00:02\"\n[[node.iface]]\non = \"a-c\"\nmac = \"02:bc:00:01:80:02\"\n[[node]]\nname = \"b\"\n[[node]]\nname = \"c\"\n[[link]]\nname = \"a-b\"\nendpoints = [\"a\", \"b\"]\n[[link]]\nname = \"a-c\"\nendpoints = [\"a\", \"c\"]\n";
+    let lab = load_ok("macs.toml", src);
     let mac_of = |node: &str, peer: &str| {
         let ifs = lab.interfaces(node).unwrap();
         ifs.iter().find(|i| i.peer == peer).unwrap().mac.clone()
