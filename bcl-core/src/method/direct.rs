@@ -1,9 +1,8 @@
 //! The direct path: an extension of [`Method`] for methods that move whole
 //! messages and transfer data, not only frames.
 //!
-//! A method whose medium neither loses nor reorders (shared memory today;
-//! AF_XDP's UMEM frames could lend their slots the same way) can do more
-//! than carry frames:
+//! A method whose medium neither loses nor reorders (shared memory) can do
+//! more than carry frames:
 //!
 //! * **direct messages**: a small system-channel message to a peer with
 //!   nothing else queued travels whole, without a BCL header
