@@ -27,9 +27,9 @@
 #   4. mixed test (unless BCL_VM_MIXED=0): creates a network namespace with
 #      a tap interface for the fifth guest NIC and starts, in it, the very
 #      same static bcl-pingpong and bcl-bw binaries as servers on the
-#      `packet` method (or `afxdp`, BCL_VM_HOST_METHOD) (AF_PACKET on the
-#      tap; bcl-bw on EtherType 0x88b6 so
-#      that the two servers see only their own frames); their `listening:`
+#      `packet` method (AF_PACKET on the tap, or `afxdp` with
+#      BCL_VM_HOST_METHOD=afxdp; bcl-bw on EtherType 0x88b6 so that the two
+#      servers see only their own frames); their `listening:`
 #      descriptors go to the guest, whose clients use `--method vfio`; in
 #      the other direction, when the guest prints
 #      "BCL-VM-HOST-CONNECT: DESCRIPTOR" (a bcl-bw server on vfio), a host

@@ -21,9 +21,9 @@
 //!   cap`, using its private cached copy of `released` and reloading it
 //!   (acquire) only when the cache says no. It records its *intent*
 //!   (`pos + 1`) in its own registration word and claims the slot with
-//!   **one** compare-and-swap `tail: pos -> pos + 1` (release). A failed CAS
-//!   means another producer claimed `pos` (the system made progress:
-//!   lock-free); it retries at the new tail. If the slot's previous
+//!   **one** compare-and-swap `tail: pos -> pos + 1` (acquire-release). A
+//!   failed CAS means another producer claimed `pos` (the system made
+//!   progress: lock-free); it retries at the new tail. If the slot's previous
 //!   occupant is still unconsumed and the tail has not moved, the inbox is
 //!   **full**: nothing was claimed and the caller retries later
 //!   (back-pressure, never loss).
