@@ -13,7 +13,8 @@
 //! * **bulk transfers**: the data of a normal-channel message, an RMA put
 //!   or a get reply is not cut into frames; the method moves it from the
 //!   port's source buffer straight into the receiver's destination buffer
-//!   (see [`crate::port::bulk`]).
+//!   (see [`Port::next_outbound_bulk`](crate::Port::next_outbound_bulk)
+//!   and [`Port::inbound_bulk`](crate::Port::inbound_bulk)).
 //!
 //! The engine implements the two callback interfaces, [`RxHandler`] (what
 //! arrives) and [`TransferHost`] (what to send and what to report), over
