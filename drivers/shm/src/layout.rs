@@ -66,8 +66,8 @@ pub struct Geometry {
 
 impl Default for Geometry {
     /// 1024 slots of 256 B, 64 senders, exchange queues of 16 x 64 KiB
-    /// (1 MiB per sender, touched only when used; chosen by the sweep in
-    /// the README).
+    /// (1 MiB per sender, touched only when used; why this geometry: the
+    /// README, "Exchange queue").
     fn default() -> Self {
         Geometry {
             inbox_slots: 1024,
