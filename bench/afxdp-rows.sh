@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/afxdp-rows.sh — the AF_XDP rows of bench/veth-compare.sh (issue 5).
+# bench/afxdp-rows.sh — the AF_XDP rows of bench/veth-compare.sh.
 # Run it through bench/veth-compare.sh (--afxdp-only for these rows alone).
 #
 #   bench/afxdp-rows.sh BIN OUT ITERS BW_ITERS APPEND COMMAND
@@ -14,7 +14,9 @@
 #     window 1024 messages: BCL over afxdp and afxdp-raw;
 #   * bandwidth at 64 KiB: BCL over afxdp (one 64 KiB message per frame)
 #     against kernel TCP (TCP_NODELAY) on the same veth.
-# Prints the table and the ratios against the issue-5 targets; with APPEND=1
+# Prints the table and the ratios against the targets (64 B p50 round trip
+# <= 0.45 x kernel UDP and <= 1.15 x bare AF_XDP; p99 <= 2 x p50; >= 1 M
+# messages/s on one core; 64 KiB bandwidth >= kernel TCP); with APPEND=1
 # adds them, with COMMAND, to the New runs section of docs/PERFORMANCE.md.
 set -euo pipefail
 BIN=$1 OUT=$2 ITERS=$3 BW_ITERS=$4 APPEND=$5 COMMAND=$6
@@ -130,7 +132,7 @@ intro = """`bench/veth-compare.sh --afxdp-only` (or the AF_XDP part of a full
 brings up `configs/lab/pair-jumbo.toml` and measures, in one run and busy-poll,
 BCL over `afxdp`, bare AF_XDP frames (`afxdp-raw`, no protocol) and kernel UDP
 round trips, the 16 B message rate, and 64 KiB bandwidth against kernel TCP on
-the same veth. Targets (issue 5): BCL afxdp p50 ≤ 0.45 × kernel UDP busy-poll
+the same veth. Targets: BCL afxdp p50 ≤ 0.45 × kernel UDP busy-poll
 p50 and ≤ 1.15 × bare AF_XDP p50; p99 ≤ 2 × p50; 8 B messages ≥ 1 M/s on one
 core; 64 KiB bandwidth ≥ kernel TCP. Frames: veth MTU 65535, 4096-byte UMEM
 chunks, frames up to 65549 bytes as multi-buffer frames (XDP_USE_SG), native

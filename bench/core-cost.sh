@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The protocol core's own cost per message, against a bare memcpy of the payload
-# measured in the same run; prints the table and appends it to docs/PERFORMANCE.md.
+# measured in the same run; prints the table and appends it to the New runs
+# section (the end) of docs/PERFORMANCE.md.
 #
 #   bench/core-cost.sh [--no-append]
 set -euo pipefail
@@ -34,7 +35,7 @@ if [ $append -eq 1 ]; then
     [ -f docs/PERFORMANCE.md ] || printf '# Performance\n\nMeasured results, each with the command that produced it and the baseline from the same run.\n' > docs/PERFORMANCE.md
     {
         echo
-        echo "## Protocol core cost per message ($(date -u +%Y-%m-%d), $(nproc) vCPU, load $(cut -d' ' -f1 /proc/loadavg))"
+        echo "### Protocol core cost per message ($(date -u +%Y-%m-%d), $(nproc) vCPU, load $(cut -d' ' -f1 /proc/loadavg))"
         echo
         echo "Command: \`bench/core-cost.sh\` (\`$cmd\`, pinned to CPU 1). One message = send, encode with CRC32C,"
         echo "parse and check, reassemble into the ring, deliver, release, and its share of the"

@@ -5,16 +5,22 @@
 # bcl-pingpong and bcl-bw for BCL over `packet` and `udp` and for the kernel
 # UDP and TCP (TCP_NODELAY) baselines, in busy-poll and blocking mode, with
 # the server pinned to CPU 1 and the client to CPU 0. Prints the figures and
-# the ratios against the issue-3 targets, and appends the table with its
-# command, date, commit and machine load to docs/PERFORMANCE.md.
+# the ratios against their targets (64 B p50 round trip, busy-poll: packet
+# <= 0.75 x kernel UDP, udp <= 1.2 x kernel UDP), and appends the table with
+# its command, date, commit and machine load to the New runs section of
+# docs/PERFORMANCE.md.
 #
-# Then the AF_XDP rows (issue 5), on configs/lab/pair-jumbo.toml (veth MTU
-# 65535; AF_XDP multi-buffer frames over 4 KiB UMEM chunks), busy-poll,
-# same pinning: BCL over `afxdp`, the bare AF_XDP floor `afxdp-raw` and
-# kernel UDP (64 B and 1 KiB round trips), the 16 B message rate (the
-# smallest bcl-bw message) of afxdp and afxdp-raw, and 64 KiB bandwidth of
-# afxdp against kernel TCP on the same veth; ratios against the issue-5
-# targets, appended to the New runs section of docs/PERFORMANCE.md.
+# Before that, the AF_XDP rows (bench/afxdp-rows.sh), on
+# configs/lab/pair-jumbo.toml (veth MTU 65535; AF_XDP multi-buffer frames
+# over 4 KiB UMEM chunks), busy-poll, same pinning: BCL over `afxdp`, the
+# bare AF_XDP floor `afxdp-raw` and kernel UDP (64 B and 1 KiB round
+# trips), the 16 B message rate (the smallest bcl-bw message) of afxdp and
+# afxdp-raw, and 64 KiB bandwidth of afxdp against kernel TCP on the same
+# veth; ratios against their targets (see bench/afxdp-rows.sh), appended to
+# the same section.
+#
+# After them, bench/channels-compare.sh --reps 1 --no-shm: normal channels
+# 64 KiB-64 MiB against kernel TCP and the eager/rendezvous crossover.
 #
 #   bench/veth-compare.sh [--iters N] [--bw-iters N] [--no-append] [--afxdp-only | --no-afxdp]
 #
@@ -25,7 +31,7 @@ cd "$(dirname "$0")/.."
 ITERS=20000
 BW_ITERS=400
 APPEND=1
-ISSUE3=1
+VETH=1
 AFXDP=1
 ARGS="$*"
 while [ $# -gt 0 ]; do
@@ -33,9 +39,9 @@ while [ $# -gt 0 ]; do
     --iters) ITERS=$2; shift 2 ;;
     --bw-iters) BW_ITERS=$2; shift 2 ;;
     --no-append) APPEND=0; shift ;;
-    --afxdp-only) ISSUE3=0; shift ;;
+    --afxdp-only) VETH=0; shift ;;
     --no-afxdp) AFXDP=0; shift ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "veth-compare: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -50,7 +56,7 @@ OUT=$(mktemp -d /tmp/veth-compare.XXXXXX)
 if [ "$AFXDP" = 1 ]; then
   bench/afxdp-rows.sh "$BIN" "$OUT" "$ITERS" "$BW_ITERS" "$APPEND" "bench/veth-compare.sh $ARGS"
 fi
-[ "$ISSUE3" = 1 ] || { echo "raw JSON and .hgrm files: $OUT"; exit 0; }
+[ "$VETH" = 1 ] || { echo "raw JSON and .hgrm files: $OUT"; exit 0; }
 
 "$BIN/bcl-lab" down "$LAB" >/dev/null 2>&1 || true
 "$BIN/bcl-lab" up "$LAB" >/dev/null
@@ -101,7 +107,7 @@ for mode in modes:
         lines.append(f"| {mode} | {m} | {us(a['p50_ns'])} | {us(a['p99_ns'])} | {us(b['p50_ns'])} | {us(c['p50_ns'])} | "
                      f"{bw(m, mode, 64):.1f} | {bw(m, mode, 1024):.1f} | {bw(m, mode, 8192):.1f} | {bw(m, mode, 65536):.1f} |")
 lines.append("")
-lines.append("Ratios against the issue-3 targets (same run):")
+lines.append("Ratios against the targets (same run):")
 lines.append("")
 lines.append("| mode | ratio | value | target |")
 lines.append("|---|---|---|---|")
@@ -134,22 +140,22 @@ if [ "$APPEND" = 1 ]; then
 
 Every figure here comes from a benchmark that measures BCL and the kernel
 baseline in the same run and prints the ratio; the command that produced it
-is given with each table. Runs append; older entries stay for comparison.
+is given with each table.
 MD
   fi
   if ! grep -q '^## New runs' "$DOC"; then
     cat >> "$DOC" <<'MD'
 
-## Issue 3: BCL over a veth pair against kernel UDP and TCP
+## New runs
 
 `bench/veth-compare.sh` brings up `configs/lab/pair.toml`, runs `bcl-pingpong`
 and `bcl-bw` for BCL over `packet` (AF_PACKET, TPACKET_V2 rings) and `udp`
 (recvmmsg/sendmmsg) and for the kernel UDP and TCP baselines (same timing code,
 `--method kernel-udp|kernel-tcp`) in busy-poll and blocking mode, server pinned
 to CPU 1 and client to CPU 0, and appends one entry per run below. Targets:
-64 B p50 RTT busy-poll, BCL `packet` ≤ 0.75 × kernel UDP, BCL `udp` ≤ 1.2 ×
-kernel UDP; bandwidth at 64 KiB reported against kernel TCP and UDP. Kernel UDP
-bandwidth counts only what the receiver got.
+64 B p50 round trip busy-poll, BCL `packet` ≤ 0.75 × kernel UDP, BCL `udp`
+≤ 1.2 × kernel UDP; bandwidth at 64 KiB reported against kernel TCP and UDP.
+Kernel UDP bandwidth counts only what the receiver got.
 MD
   fi
   {
@@ -163,4 +169,6 @@ MD
   echo "appended to $DOC"
 fi
 echo "raw JSON and .hgrm files: $OUT"
-[ "$ISSUE3" = 0 ] || bench/channels-compare.sh --reps 1 --no-shm $([ "$APPEND" = 1 ] || echo --no-append)  # issue 6: normal channels 64 KiB-64 MiB against kernel TCP, eager/rendezvous crossover (see its header)
+# Normal channels 64 KiB-64 MiB against kernel TCP, and the eager/rendezvous
+# crossover (see the header of channels-compare.sh).
+[ "$VETH" = 0 ] || bench/channels-compare.sh --reps 1 --no-shm $([ "$APPEND" = 1 ] || echo --no-append)

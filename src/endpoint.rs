@@ -534,7 +534,7 @@ impl Endpoint {
     /// already delivered to the port; else a direct message at the head of
     /// the first direct method's receive queue, read in place (no copy, no
     /// progress round); else, every
-    /// [`QUICK_POLLS`](crate::schedule::QUICK_POLLS)-th call (and every
+    /// `QUICK_POLLS`-th call ([`crate::schedule`]; and every
     /// call when the endpoint has no direct method), a full
     /// [`progress`](Endpoint::progress) round. `None`: nothing this call;
     /// call again (other work waits at most that many calls).

@@ -1,11 +1,15 @@
 //! # BCL: a userspace cluster communication stack
 //!
 //! This is the crate applications depend on. It re-exports the protocol core
-//! ([`core`], the `bcl-core` crate), links every transport method (raw
-//! Ethernet through AF_PACKET, [`packet`]; UDP, [`udp`]; the simulated
-//! fabric, [`sim`]), and drives them with a progress engine, [`Endpoint`]:
-//! one communication endpoint (a port) with its methods and a clock, in
-//! busy-poll or blocking mode ([`ProgressMode`]).
+//! ([`core`], the `bcl-core` crate) and every transport method's crate
+//! (shared memory, [`shm`]; a NIC driven through VFIO, [`vfio`]; AF_XDP,
+//! [`afxdp`]; raw Ethernet through AF_PACKET, [`packet`]; UDP, [`udp`]; the
+//! simulated fabric, [`sim`]; what the Ethernet methods share, [`ether`]),
+//! lists their kinds in one table, the method [`Registry`], and drives open
+//! methods with a progress engine, [`Endpoint`]: one communication endpoint
+//! (a port) with its methods and a clock, in busy-poll or blocking mode
+//! ([`ProgressMode`]). The [`cluster`] layer chooses a method per peer and
+//! joins a job; [`channels`] adds normal and open channels.
 //!
 //! ```
 //! use bcl::{Endpoint, JobKey, ProcessAddr};

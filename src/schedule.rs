@@ -5,31 +5,31 @@
 //! the engine leaves out of a round what has no work, while bounding how
 //! long anything can be left out:
 //!
-//! * **idle system-call methods** ([`Schedule::skip_rx`]): a method whose
+//! * **idle system-call methods** (`Schedule::skip_rx`): a method whose
 //!   receive poll is a system call (UDP) and that found nothing
-//!   [`IDLE_AFTER_EMPTY_POLLS`] times in a row is polled only every
-//!   [`IDLE_POLL_EVERY`] rounds until it delivers again. This is the
+//!   `IDLE_AFTER_EMPTY_POLLS` times in a row is polled only every
+//!   `IDLE_POLL_EVERY` rounds until it delivers again. This is the
 //!   answer to BCL-3's polling problem for methods whose arrivals the
 //!   kernel does not post into our memory: the cheap methods (shared
 //!   memory, packet and AF_XDP rings, VFIO) are looked at every round, and
 //!   an idle socket costs an eighth of a system call per round instead of
 //!   one.
-//! * **clock reuse** ([`Schedule::round_time`]): reading the clock is a
+//! * **clock reuse** (`Schedule::round_time`): reading the clock is a
 //!   large part of an idle round, and nothing depends on the time to within
 //!   a few microseconds unless a timer is near, so a busy-polling engine on
-//!   the system clock reuses one reading for up to [`CLOCK_REUSE_ROUNDS`]
-//!   rounds while no timer is due within [`CLOCK_REUSE_HORIZON`].
-//! * **short rounds** ([`Schedule::end_round_early`]): a round in which a
+//!   the system clock reuses one reading for up to `CLOCK_REUSE_ROUNDS`
+//!   rounds while no timer is due within `CLOCK_REUSE_HORIZON`.
+//! * **short rounds** (`Schedule::end_round_early`): a round in which a
 //!   direct method brought messages and nothing else has work (nothing to
 //!   transmit, no timer due, no housekeeping) ends right there, handing the
-//!   messages to the caller; at most [`MAX_SHORT_ROUNDS`] in a row, then a
+//!   messages to the caller; at most `MAX_SHORT_ROUNDS` in a row, then a
 //!   full round, so a stream of arrivals cannot starve timers.
-//! * **quick polls** ([`Schedule::quick_poll`]): between full rounds,
+//! * **quick polls** (`Schedule::quick_poll`): between full rounds,
 //!   [`Endpoint::poll_recv_with`](crate::Endpoint::poll_recv_with) only
 //!   looks at the head of a direct method's receive queue (a few loads), up
-//!   to [`QUICK_POLLS`] times (more when nothing else can bring work).
-//! * **dead-peer checks** ([`peer_check_due`]): direct methods look for
-//!   dead peers every [`PEER_CHECK_ROUNDS`] rounds.
+//!   to `QUICK_POLLS` times (more when nothing else can bring work).
+//! * **dead-peer checks** (`peer_check_due`): direct methods look for
+//!   dead peers every `PEER_CHECK_ROUNDS` rounds.
 
 use crate::clock::Clock;
 use crate::method_slot::MethodSlot;

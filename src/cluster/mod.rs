@@ -7,6 +7,9 @@
 //! - [`select`]: the policy (same node → `shm`; same fabric → `vfio`,
 //!   `afxdp`, `packet`; otherwise `udp`), pins (`BCL_METHODS`), and the
 //!   per-link record of the choice.
+//! - [`bootstrap`]: how the processes of a job learn each other's tables.
+//! - [`join`]: what a process of a job calls: open its methods, exchange
+//!   tables, get an endpoint.
 //!
 //! An [`Endpoint`](crate::Endpoint) given a [`LocalPolicy`]
 //! ([`Endpoint::set_policy`](crate::Endpoint::set_policy)) and its peers'

@@ -8,9 +8,10 @@
 #   $NIC_C, $NIC_D   two more virtio-net NICs in ONE IOMMU group (behind a
 #                    PCIe-to-PCI bridge), for the group-viability test
 #   $NIC_E, $MAC_E   a fifth virtio-net NIC, on a tap into a host network
-#                    namespace where BCL servers run on AF_PACKET (when
-#                    $MIXED = 1): bcl-pingpong at $HOST_PP_DESC and bcl-bw
-#                    --verify at $HOST_BW_DESC (EtherType $HOST_BW_ETHERTYPE)
+#                    namespace where BCL servers run on AF_PACKET, or on
+#                    AF_XDP with BCL_VM_HOST_METHOD=afxdp (when $MIXED = 1):
+#                    bcl-pingpong at $HOST_PP_DESC and bcl-bw --verify at
+#                    $HOST_BW_DESC (EtherType $HOST_BW_ETHERTYPE)
 #   busybox applets, and every binary built by run.sh (bcl-vfio,
 #   bcl-pingpong, bcl-bw, bcl-run, bcl-alltoall, plus those named in
 #   BCL_VM_EXTRA_BINS)

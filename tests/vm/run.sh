@@ -4,8 +4,10 @@
 # the group-viability test, and a fifth on a tap into a host network
 # namespace), bind them to vfio-pci and run tests/vm/guest-tests.sh inside
 # it (bcl-vfio list/bind/check/exchange/unbind, bcl-pingpong and bcl-bw
-# --method vfio between the two NICs, and against BCL on AF_PACKET on the
-# host side of the tap).
+# --method vfio between the two NICs, a two-rank bcl-run job whose cluster
+# layer opens vfio on each rank's NIC, and the tools against BCL on
+# AF_PACKET, or AF_XDP with BCL_VM_HOST_METHOD=afxdp, on the host side of
+# the tap).
 #
 # Exit status: 0 when the guest reports "BCL-VM-RESULT: PASS" and that it
 # ran and passed every test of the list ("guest-tests: ran N passed N", N
@@ -25,8 +27,9 @@
 #   4. mixed test (unless BCL_VM_MIXED=0): creates a network namespace with
 #      a tap interface for the fifth guest NIC and starts, in it, the very
 #      same static bcl-pingpong and bcl-bw binaries as servers on the
-#      `packet` method (AF_PACKET on the tap; bcl-bw on EtherType 0x88b6 so
-#      that the two servers see only their own frames); their `listening:`
+#      `packet` method (AF_PACKET on the tap, or `afxdp` with
+#      BCL_VM_HOST_METHOD=afxdp; bcl-bw on EtherType 0x88b6 so that the two
+#      servers see only their own frames); their `listening:`
 #      descriptors go to the guest, whose clients use `--method vfio`; in
 #      the other direction, when the guest prints
 #      "BCL-VM-HOST-CONNECT: DESCRIPTOR" (a bcl-bw server on vfio), a host
@@ -46,8 +49,8 @@
 #   BCL_VM_KVM_PROBE=30         seconds KVM gets to reach init before the
 #                               fallback to TCG
 #   BCL_VM_EXTRA_BINS="a b"     more workspace binaries to build and put in
-#                               the guest's /bin (bcl-vfio, bcl-pingpong and
-#                               bcl-bw always are)
+#                               the guest's /bin (bcl-vfio, bcl-pingpong,
+#                               bcl-bw, bcl-run and bcl-alltoall always are)
 #   BCL_VM_MIXED=0              leave out the guest <-> host (tap) test; the
 #                               fifth NIC is then on a QEMU hub of its own
 #   BCL_VM_HOST_METHOD=packet   method of the host side of the mixed test:

@@ -93,7 +93,8 @@ pub struct CommonArgs {
     #[arg(long, value_name = "ADDR")]
     pub bind: Option<String>,
 
-    /// EtherType of the packet and afxdp methods.
+    /// EtherType of the Ethernet methods (packet, afxdp, vfio) and of
+    /// afxdp-raw.
     #[arg(long, value_name = "TYPE", default_value = "0x88b5", value_parser = parse_ethertype)]
     pub ethertype: u16,
 

@@ -1,9 +1,8 @@
 //! The direct path: an extension of [`Method`] for methods that move whole
 //! messages and transfer data, not only frames.
 //!
-//! A method whose medium neither loses nor reorders (shared memory today;
-//! AF_XDP's UMEM frames could lend their slots the same way) can do more
-//! than carry frames:
+//! A method whose medium neither loses nor reorders (shared memory) can do
+//! more than carry frames:
 //!
 //! * **direct messages**: a small system-channel message to a peer with
 //!   nothing else queued travels whole, without a BCL header
@@ -14,7 +13,8 @@
 //! * **bulk transfers**: the data of a normal-channel message, an RMA put
 //!   or a get reply is not cut into frames; the method moves it from the
 //!   port's source buffer straight into the receiver's destination buffer
-//!   (see [`crate::port::bulk`]).
+//!   (see [`Port::next_outbound_bulk`](crate::Port::next_outbound_bulk)
+//!   and [`Port::inbound_bulk`](crate::Port::inbound_bulk)).
 //!
 //! The engine implements the two callback interfaces, [`RxHandler`] (what
 //! arrives) and [`TransferHost`] (what to send and what to report), over

@@ -19,6 +19,9 @@
 //!   geometry) vs a single-thread `memcpy` of 4 MiB, GB/s at the receiver;
 //! * `sweep`: `bw` for chunk sizes 4 KiB..1 MiB at queue depths 4 and 8
 //!   (`--depths 2,4,8,16`, `--kib 64,128`, `--queue-kib 1024` to choose).
+//!   The shm method's default geometry, 16 chunks of 64 KiB, came from
+//!   such sweeps (docs/PERFORMANCE.md, *What did not help*, has the
+//!   geometries it beat).
 //!
 //! Every figure is measured in 40 windows; the best window and the median
 //! window are printed (the machine is shared, so a window can be hit by

@@ -2,10 +2,11 @@
 //! in the same two threads, interleaved.
 //!
 //! The host moves this VM's two vCPUs between near and far placements every
-//! few hundred milliseconds (the floor jumps between ~0.13 and ~0.3 µs one
-//! way), so two separate runs are often not comparable. Here one client
-//! thread and one echo thread, pinned to two CPUs, cycle through blocks of
-//! round trips over four paths:
+//! few hundred milliseconds (the floor moves between about 60 and 310 ns
+//! one way: docs/PERFORMANCE.md, *How to read these numbers*), so two
+//! separate runs are often not comparable. Here one client thread and one
+//! echo thread, pinned to two CPUs, cycle through blocks of round trips
+//! over four paths:
 //! * the floor (`SpinLink`, two cache lines ping-ponged in shared memory);
 //! * a line ring (`LineRing`: each message takes the next cache line of a
 //!   ring, with no protocol and no prefetch: what a ring pays for fresh

@@ -6,7 +6,7 @@
 //! or multicast: the kernel or the NIC has already decided that we listen
 //! to it), comes from a unicast source, and is not one of our own frames
 //! coming back. Otherwise it is dropped and the reason counted: the
-//! [`MethodCounters`](bcl_core::MethodCounters) split is *foreign* (not
+//! [`MethodCounters`] split is *foreign* (not
 //! for us: another EtherType, another station, our own frame) and
 //! *malformed* (a runt, a frame cut short, a multicast source).
 

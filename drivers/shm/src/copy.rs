@@ -4,14 +4,10 @@
 //! Shared-memory chunks and inbox slots are page-aligned; a `Vec`'s data
 //! starts 16 bytes into a page. Copying a page-aligned 64 KiB chunk to a
 //! destination 16 bytes ahead of it modulo 4 KiB (4K aliasing: each load
-//! appears to depend on a store just issued) runs on this AMD EPYC (Zen 3,
-//! FSRM) at (`/tmp` micro-benchmark, 4 MiB in 64 KiB chunks, one core):
-//!
-//! | copy | dst +0 | dst +16 | dst +64 | dst +2048 |
-//! |---|---|---|---|---|
-//! | glibc `memcpy` whole (`rep movsb`) | 32-35 GB/s | **1.9** | 33-35 | 33-35 |
-//! | `memcpy` in 1 KiB pieces | 27-31 | **8.5-10.7** | 25-34 | 27-34 |
-//! | 128-byte blocks, 4 AVX2 loads then 4 stores | 33-35 | 32-36 | 33-34 | 33-36 |
+//! appears to depend on a store just issued) with glibc's `memcpy`
+//! (`rep movsb` on this AMD EPYC, Zen 3 with FSRM) ran at 1.9 GB/s
+//! against 32.1 at offset 0, and 128-byte blocks at 32.0 GB/s at offset 16
+//! (docs/PERFORMANCE.md, *shm copies*).
 //!
 //! So above [`BLOCK_COPY_MIN`] bytes, when the CPU has AVX2, copies go in
 //! 128-byte blocks whose four loads all issue before its four stores: no

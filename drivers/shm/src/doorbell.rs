@@ -16,9 +16,8 @@
 //! bound datagram socket needs neither: any process of the same user can
 //! send to it by path, the path's mode keeps other users out, a full
 //! socket buffer (`EAGAIN`) just means a wake-up is already pending, and
-//! `ECONNREFUSED` tells the sender that the owner is gone. The cost, a
-//! `sendto` of about a microsecond, is paid only when the receiver is
-//! actually asleep.
+//! `ECONNREFUSED` tells the sender that the owner is gone. The cost, one
+//! `sendto` system call, is paid only when the receiver is actually asleep.
 
 use std::ffi::OsStr;
 use std::io;

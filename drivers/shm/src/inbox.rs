@@ -21,9 +21,9 @@
 //!   cap`, using its private cached copy of `released` and reloading it
 //!   (acquire) only when the cache says no. It records its *intent*
 //!   (`pos + 1`) in its own registration word and claims the slot with
-//!   **one** compare-and-swap `tail: pos -> pos + 1` (release). A failed CAS
-//!   means another producer claimed `pos` (the system made progress:
-//!   lock-free); it retries at the new tail. If the slot's previous
+//!   **one** compare-and-swap `tail: pos -> pos + 1` (acquire-release). A
+//!   failed CAS means another producer claimed `pos` (the system made
+//!   progress: lock-free); it retries at the new tail. If the slot's previous
 //!   occupant is still unconsumed and the tail has not moved, the inbox is
 //!   **full**: nothing was claimed and the caller retries later
 //!   (back-pressure, never loss).
@@ -50,7 +50,7 @@
 //! Why not Vyukov's per-slot "free" sequence: there the producer must read
 //! the slot's `seq` before claiming it, and in a ping-pong that line is the
 //! one the consumer is spinning on, so every message would pay one extra
-//! cache-line transfer (measured: 2.4x the floor instead of ~1x). Checking
+//! cache-line transfer. Checking
 //! fullness against a batched `released` counter instead lets the producer
 //! write the slot line without reading it first: one transfer per message,
 //! like the floor. The consumer writes nothing into slot lines at all.
@@ -60,10 +60,10 @@
 //! fetches the line of the slot it would claim next *for writing*
 //! (PREFETCHW) while the receiver is still busy with the message, so the
 //! publishing stores later find the line owned and the consumer's next read
-//! is a single transfer. Measured with `bcl-shm-lat`: the inbox went from
-//! 1.71 to 1.46 x the floor with the vCPUs on different core complexes,
-//! unchanged on one (docs/PERFORMANCE.md). It is only a hint: no
-//! architectural effect, and skipped when the inbox looks full.
+//! is a single transfer. With the vCPUs on different core complexes it
+//! takes the bare inbox from 1.71 to 1.46 × the floor, and changes nothing
+//! on one (docs/PERFORMANCE.md, *Where the shm latency goes*). It is only a
+//! hint: no architectural effect, and skipped when the inbox looks full.
 //!
 //! Sleeping: the consumer that finds the inbox empty sets the `SLEEP` bit
 //! in `tail` with a CAS `head -> head | SLEEP`, which only succeeds if no

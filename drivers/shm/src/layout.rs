@@ -7,7 +7,8 @@
 //!                     owner, before `state` becomes READY)
 //!   512               state   (AtomicU32: 0 being created, 1 ready, 2 closed)
 //!   640               bell    (AtomicU32: 1 while the owner is about to sleep)
-//! inbox_ctl_off      InboxCtl: tail (+ sleep bit), full_waiters   (256 B)
+//! inbox_ctl_off      InboxCtl: tail (+ sleep bit), released, full_waiters
+//!                    (each on its own 128-byte line; one page)
 //! inbox_off          inbox_slots x block_size: SlotHdr (24 B) + payload
 //! dir_off           dir_entries x entry_stride, one per sender:
 //!   +0                EntryCtl: state (pid|gen|tag), start time, address,
@@ -65,8 +66,8 @@ pub struct Geometry {
 
 impl Default for Geometry {
     /// 1024 slots of 256 B, 64 senders, exchange queues of 16 x 64 KiB
-    /// (1 MiB per sender, touched only when used; chosen by the sweep in
-    /// the README).
+    /// (1 MiB per sender, touched only when used; why this geometry: the
+    /// README, "Exchange queue").
     fn default() -> Self {
         Geometry {
             inbox_slots: 1024,

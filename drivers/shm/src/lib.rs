@@ -21,7 +21,7 @@
 //! [`Mailbox`] puts these together as the shared-memory side of one
 //! process, and [`ShmMethod`] is the BCL method built on it. The README
 //! describes the layout, the algorithms with their memory-ordering
-//! arguments, the measurements and the limits.
+//! arguments, the tests and the limits.
 //!
 //! This crate is a "memory module": `unsafe` is allowed here, each block
 //! with its `// SAFETY:` argument. Shared memory is accessed only through

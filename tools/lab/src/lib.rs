@@ -246,9 +246,9 @@ pub struct ImpairReport {
     pub netns: String,
     /// Seed of the bridge's random number generators.
     pub seed: u64,
-    /// endpoints[0] → endpoints[1].
+    /// `endpoints[0]` → `endpoints[1]`.
     pub forward: ImpairParams,
-    /// endpoints[1] → endpoints[0].
+    /// `endpoints[1]` → `endpoints[0]`.
     pub reverse: ImpairParams,
     /// Pid of the running bridge, if any.
     pub pid: Option<u32>,

@@ -26,11 +26,12 @@ static HEAP: bcl::shm::heap::SharedHeap = bcl::shm::heap::SharedHeap::new();
 /// windows of messages, the serving side acknowledges each window once its
 /// volume has arrived (BCL-3's method), and the sender times the windows.
 ///
-/// BCL is measured over the packet, udp or sim method, with its data
-/// messages on the system channel (eager), on normal channels (rendezvous
-/// into buffers the receiver posts) or on an open channel (RMA puts into a
-/// region the receiver registered): --channel. The kernel-udp and
-/// kernel-tcp baselines run the very same loop over plain sockets. Prints an
+/// BCL is measured over any method of the registry (--method; --help lists
+/// them), with its data messages on the system channel (eager), on normal
+/// channels (rendezvous into buffers the receiver posts) or on an open
+/// channel (RMA puts into a region the receiver registered): --channel. The
+/// baselines (kernel-udp, kernel-tcp, unix, spin, afxdp-raw) run the very
+/// same loop without BCL. Prints an
 /// OSU-style table (MB/s = 10^6 bytes per second). With --verify every
 /// message carries a sequence number and a CRC32C, and the receiver counts
 /// delivered, lost, duplicated, out-of-order and corrupted messages; both

@@ -17,8 +17,9 @@ use std::time::{Duration, Instant};
 /// Measure round-trip latency: the client sends a message, the server
 /// echoes it, and every round trip is recorded in an HDR histogram.
 ///
-/// BCL is measured over the packet, udp or sim method; the kernel-udp and
-/// kernel-tcp baselines run the very same timing loop over plain sockets.
+/// BCL is measured over any method of the registry (--method; --help lists
+/// them); the baselines (kernel-udp, kernel-tcp, unix, spin, afxdp-raw) run
+/// the very same timing loop without BCL.
 /// Prints an OSU-style table of round-trip percentiles per message size (in
 /// microseconds; one-way latency is half). With --json the same figures are
 /// written in the stable shape scripts rely on.

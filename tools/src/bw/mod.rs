@@ -189,11 +189,12 @@ pub fn plan(opts: &BwOptions, size: usize) -> Plan {
 }
 
 /// Messages in flight on normal and open channels when not given: about
-/// 4 MiB, 2 to 16. Measured on veth (docs/PERFORMANCE.md, Bandwidth): 16 ×
-/// 64 KiB keeps the pipe full, while many large transfers at once lose
-/// frames at the receiver's ring and retransmit (at 1 MiB over 64 KiB
-/// frames, 16 in flight moved about 0.6 × what 1 or 2 did); two in flight
-/// hide each message's hand-shake behind the other's data.
+/// 4 MiB, 2 to 16. Measured on veth (docs/PERFORMANCE.md, *Normal and open
+/// channels against kernel TCP*, "Messages in flight"): 16 × 64 KiB keeps
+/// the pipe full, while many large transfers at once lose frames at the
+/// receiver's ring and retransmit (at 1 MiB over 64 KiB frames, 64 in
+/// flight moved half of what 1 did); two in flight hide each message's
+/// hand-shake behind the other's data.
 pub fn auto_depth(size: usize) -> usize {
     ((4usize << 20) / size.max(1)).clamp(2, 16)
 }
