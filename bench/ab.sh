@@ -61,7 +61,11 @@ for r in $(seq 1 "$RUNS"); do
   if [ $((r % 2)) = 1 ]; then order="old new"; else order="new old"; fi
   for which in $order; do
     bin=$NEW; [ "$which" = old ] && bin=$OLD
-    "$bin" "$@" --json "$OUT/$which-$r.json" >/dev/null
+    if ! "$bin" "$@" --json "$OUT/$which-$r.json" >/dev/null 2>"$OUT/$which-$r.err"; then
+      echo "ab: the $which build failed (pair $r):" >&2
+      cat "$OUT/$which-$r.err" >&2
+      exit 1
+    fi
   done
   A=$(field "$OUT/old-$r.json"); B=$(field "$OUT/new-$r.json")
   RATIO=$(python3 -c "print(f'{$B/$A:.3f}')")
