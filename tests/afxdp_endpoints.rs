@@ -9,49 +9,19 @@ mod common;
 
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bcl::afxdp::{AfXdpConfig, AfXdpMethod};
 use bcl::{Descriptor, Endpoint, JobKey, PortStats, ProcessAddr, ProgressMode, SendEvent};
 use bcl_lab::{Lab, LabGuard};
-use common::{bcl_lab_binary, config};
 
-/// Brings up `file` under a prefix unique to this test and process, or
-/// returns `None` when privileged tests are skipped (`BCL_SKIP_PRIVILEGED=1`);
-/// panics with a clear message when they cannot run otherwise.
+/// Brings up `file` under a prefix of its own, or returns `None` when
+/// privileged tests are skipped (`BCL_SKIP_PRIVILEGED=1`); panics with a
+/// clear message when they cannot run otherwise.
 fn lab(file: &str, test: &str) -> Option<LabGuard> {
-    if !bcl_lab::require_privileges(test) {
-        return None;
-    }
     static N: AtomicU32 = AtomicU32::new(0);
-    let prefix = format!(
-        "ax{}-{}",
-        std::process::id() % 100_000,
-        N.fetch_add(1, Ordering::Relaxed)
-    );
-    let mut lab = Lab::load(&config(file))
-        .expect("load topology")
-        .with_prefix(&prefix)
-        .expect("prefix");
-    if !lab.impaired_links().is_empty() {
-        lab = lab.with_bridge_binary(&bcl_lab_binary());
-    }
-    Some(LabGuard::new(lab).expect("lab up"))
-}
-
-/// Runs `f` on a new thread inside `node`'s network namespace.
-fn in_node<T: Send + 'static>(
-    lab: &Lab,
-    node: &str,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> JoinHandle<T> {
-    let ns_lab = lab.clone();
-    let node = node.to_string();
-    std::thread::spawn(move || {
-        ns_lab.enter(&node).expect("enter node namespace");
-        f()
-    })
+    bcl_lab::require_privileges(test)
+        .then(|| common::lab(file, &format!("ax{}", N.fetch_add(1, Ordering::Relaxed))))
 }
 
 /// The name of the single interface of `node`.
@@ -224,7 +194,7 @@ fn exchange_with(
     let (b_tx, b_rx) = mpsc::channel();
     let finished = Arc::new(AtomicUsize::new(0));
     let f2 = finished.clone();
-    let a = in_node(&lab, "a", move || {
+    let a = lab.spawn_in("a", move || {
         run_side(
             modes[0],
             1,
@@ -237,7 +207,7 @@ fn exchange_with(
             timeout,
         )
     });
-    let b = in_node(&lab, "b", move || {
+    let b = lab.spawn_in("b", move || {
         run_side(
             modes[1],
             2,

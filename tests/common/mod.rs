@@ -34,38 +34,13 @@ pub fn config(file: &str) -> PathBuf {
         .join(file)
 }
 
-/// The `bcl-lab` binary (the impairment bridge): `$BCL_LAB_BIN`, else the
-/// workspace's build of it, built now if missing.
-pub fn bcl_lab_binary() -> PathBuf {
-    if let Ok(p) = std::env::var("BCL_LAB_BIN") {
-        return PathBuf::from(p);
-    }
-    // target/<profile>/deps/<test> -> target/<profile>/bcl-lab
-    let exe = std::env::current_exe().expect("test executable");
-    let dir = exe.parent().and_then(Path::parent).expect("target dir");
-    let bin = dir.join("bcl-lab");
-    if !bin.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = std::process::Command::new(cargo);
-        cmd.args(["build", "-p", "bcl-lab", "--bin", "bcl-lab"]);
-        if dir.file_name().is_some_and(|n| n == "release") {
-            cmd.arg("--release");
-        }
-        let target_dir = dir.parent().expect("target dir");
-        cmd.env("CARGO_TARGET_DIR", target_dir);
-        let status = cmd.status().expect("run cargo build -p bcl-lab");
-        assert!(status.success(), "cargo build -p bcl-lab failed");
-    }
-    bin
-}
-
 /// Brings `file` up under a prefix of this test's own.
 pub fn lab(file: &str, tag: &str) -> LabGuard {
     let lab = Lab::load(&config(file))
         .unwrap()
         .with_prefix(&format!("t{}-{tag}", std::process::id()))
         .unwrap()
-        .with_bridge_binary(&bcl_lab_binary());
+        .with_bridge_binary(&bcl_lab::test_binary());
     LabGuard::new(lab).unwrap_or_else(|e| panic!("up {file}: {e}"))
 }
 

@@ -31,41 +31,9 @@ fn lab_up(file: &str, tag: &str) -> (Lab, LabGuard) {
         .unwrap()
         .with_prefix(&format!("t{}-{tag}", std::process::id()))
         .unwrap()
-        .with_bridge_binary(&lab_binary());
+        .with_bridge_binary(&bcl_lab::test_binary());
     let guard = LabGuard::new(lab.clone()).unwrap();
     (lab, guard)
-}
-
-/// The `bcl-lab` binary (it runs impairment bridges): `$BCL_LAB_BIN`, else
-/// the one in this build's target directory, built there if missing.
-fn lab_binary() -> PathBuf {
-    if let Some(p) = std::env::var_os("BCL_LAB_BIN") {
-        return p.into();
-    }
-    let bin = Path::new(PINGPONG).with_file_name("bcl-lab");
-    if bin.exists() {
-        return bin;
-    }
-    let profile_dir = bin.parent().expect("target/<profile>");
-    let profile = match profile_dir.file_name().and_then(|s| s.to_str()) {
-        Some("debug") | None => "dev".to_string(),
-        Some(p) => p.to_string(),
-    };
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .args(["build", "-p", "bcl-lab", "--bin", "bcl-lab", "--profile"])
-        .arg(&profile)
-        .arg("--target-dir")
-        .arg(profile_dir.parent().expect("target directory"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()
-        .expect("run cargo to build bcl-lab");
-    assert!(
-        status.success() && bin.exists(),
-        "could not build {}; set BCL_LAB_BIN",
-        bin.display()
-    );
-    bin
 }
 
 fn json(path: &Path) -> Value {

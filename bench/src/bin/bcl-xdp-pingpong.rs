@@ -96,10 +96,7 @@ fn in_node<T: Send + 'static>(
     cpu: usize,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> JoinHandle<T> {
-    let lab = lab.clone();
-    let node = node.to_string();
-    std::thread::spawn(move || {
-        lab.enter(&node).expect("enter namespace");
+    lab.spawn_in(node, move || {
         pin(cpu);
         f()
     })

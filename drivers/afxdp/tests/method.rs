@@ -59,7 +59,7 @@ fn frames_of_varied_sizes_go_both_ways_on_the_right_links() {
     let (if_b, mac_b, _) = iface(&lab, "b");
     let (d_tx, d_rx) = mpsc::channel::<Descriptor>();
     let (a_tx, a_rx) = mpsc::channel::<Descriptor>();
-    let b = in_node(&lab, "b", move || {
+    let b = lab.spawn_in("b", move || {
         let mut m = AfXdpMethod::open(AfXdpConfig::new(if_b)).expect("open b");
         assert_eq!(m.mac(), mac_b);
         d_tx.send(m.descriptor()).unwrap();
@@ -83,7 +83,7 @@ fn frames_of_varied_sizes_go_both_ways_on_the_right_links() {
         m.stats()
     });
     let d_b = d_rx.recv().unwrap();
-    let a = in_node(&lab, "a", move || {
+    let a = lab.spawn_in("a", move || {
         let mut m = AfXdpMethod::open(AfXdpConfig::new(&if_a)).expect("open a");
         let caps = m.caps();
         assert_eq!(caps.mtu, 1500, "interface MTU");
@@ -159,7 +159,7 @@ fn an_af_packet_peer_interoperates() {
     let (if_b, mac_b, _) = iface(&lab, "b");
     let (ready_tx, ready_rx) = mpsc::channel();
     let (done_tx, done_rx) = mpsc::channel::<()>();
-    let a = in_node(&lab, "a", move || {
+    let a = lab.spawn_in("a", move || {
         let mut m = AfXdpMethod::open(AfXdpConfig::new(if_a)).expect("open a");
         ready_tx.send(()).unwrap();
         let got = recv_n(&mut m, 50, Duration::from_secs(5));
@@ -180,7 +180,7 @@ fn an_af_packet_peer_interoperates() {
         done_rx.recv().unwrap();
     });
     ready_rx.recv().unwrap();
-    let b = in_node(&lab, "b", move || {
+    let b = lab.spawn_in("b", move || {
         let s = PacketSock::open(&if_b, 0x88b5);
         for i in 0..50u32 {
             s.send(&eth(mac_a, mac_b, 0x88b5, &pattern(i, 20 + i as usize * 7)));
@@ -225,7 +225,7 @@ fn foreign_traffic_still_works_while_attached() {
         assert!(st.success());
     }
     let (ready_tx, ready_rx) = mpsc::channel();
-    let b = in_node(&lab, "b", move || {
+    let b = lab.spawn_in("b", move || {
         let mut m = AfXdpMethod::open(AfXdpConfig::new(if_b)).expect("open b");
         let udp = UdpSocket::bind((ip_b, 7000)).unwrap();
         udp.set_nonblocking(true).unwrap();
@@ -247,7 +247,7 @@ fn foreign_traffic_still_works_while_attached() {
         (echoed, bcl)
     });
     let d_b = ready_rx.recv().unwrap();
-    let a = in_node(&lab, "a", move || {
+    let a = lab.spawn_in("a", move || {
         let mut m = AfXdpMethod::open(AfXdpConfig::new(if_a)).expect("open a");
         let link = m.open_link(&d_b).unwrap();
         let udp = UdpSocket::bind((ip_a, 0)).unwrap();
@@ -285,7 +285,7 @@ fn blocking_mode_wakes_on_either_queue_and_busy_poll_is_reported() {
     let (if_b, mac_b, _) = iface(&lab, "b");
     let (ready_tx, ready_rx) = mpsc::channel();
     let (go_tx, go_rx) = mpsc::channel::<u32>();
-    let b = in_node(&lab, "b", move || {
+    let b = lab.spawn_in("b", move || {
         let mut cfg = AfXdpConfig::new(if_b);
         cfg.busy_poll = true;
         let mut m = AfXdpMethod::open(cfg).expect("open b");
@@ -316,7 +316,7 @@ fn blocking_mode_wakes_on_either_queue_and_busy_poll_is_reported() {
         (got, per_queue)
     });
     ready_rx.recv().unwrap();
-    let a = in_node(&lab, "a", move || {
+    let a = lab.spawn_in("a", move || {
         let mut cfg = AfXdpConfig::new(if_a);
         cfg.tx_on_all_queues = true;
         let mut x = RawXsk::open(&cfg).expect("open a");
@@ -358,13 +358,13 @@ fn large_mtu_falls_back_to_generic_and_carries_full_frames() {
         assert!(st.success());
     }
     let (d_tx, d_rx) = mpsc::channel();
-    let b = in_node(&lab, "b", move || {
+    let b = lab.spawn_in("b", move || {
         let mut m = AfXdpMethod::open(AfXdpConfig::new(if_b)).expect("open b");
         d_tx.send(m.descriptor()).unwrap();
         recv_n(&mut m, 20, Duration::from_secs(5))
     });
     let d_b = d_rx.recv().unwrap();
-    let a = in_node(&lab, "a", move || {
+    let a = lab.spawn_in("a", move || {
         let mut m = AfXdpMethod::open(AfXdpConfig::new(if_a)).expect("open a");
         let r = m.mode_report().clone();
         assert_eq!(r.attach, AttachMode::Generic, "{r}");
@@ -392,7 +392,7 @@ fn probe_says_why_not() {
     };
     let (if_a, _, _) = iface(&lab, "a");
     let ns_lab = (*lab).clone();
-    let h = in_node(&lab, "a", move || {
+    let h = lab.spawn_in("a", move || {
         assert_eq!(probe(&if_a), Availability::Usable);
         match probe("nosuch0") {
             Availability::NotUsable(r) => assert!(r.contains("no interface nosuch0"), "{r}"),

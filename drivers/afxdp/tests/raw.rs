@@ -93,7 +93,7 @@ fn two_queue_exchange(mode: AttachMode, tweak: fn(&mut AfXdpConfig)) -> HashMap<
         )
     };
     let (ready_tx, ready_rx) = mpsc::channel();
-    let rx = in_node(&lab, "b", move || {
+    let rx = lab.spawn_in("b", move || {
         let mut cfg = AfXdpConfig::new(if_b);
         cfg.force_attach = Some(mode);
         tweak(&mut cfg);
@@ -116,7 +116,7 @@ fn two_queue_exchange(mode: AttachMode, tweak: fn(&mut AfXdpConfig)) -> HashMap<
         got
     });
     ready_rx.recv().unwrap();
-    let tx = in_node(&lab, "a", move || {
+    let tx = lab.spawn_in("a", move || {
         let mut cfg = AfXdpConfig::new(if_a);
         cfg.force_attach = Some(mode);
         cfg.tx_on_all_queues = true;
@@ -249,7 +249,7 @@ fn program_is_gone_after_its_owner_is_sigkilled() {
     }
     // The interface is usable again at once (bind retries while the killed
     // socket is released).
-    let h = in_node(&lab, "a", move || {
+    let h = lab.spawn_in("a", move || {
         let m = AfXdpMethod::open(AfXdpConfig::new(if_a)).expect("reopen after kill");
         m.mode_report().attach
     });
@@ -266,7 +266,7 @@ fn a_foreign_xdp_program_is_refused_and_left_alone() {
     };
     let (if_a, _, _) = iface(&lab, "a");
     let if2 = if_a.clone();
-    let h = in_node(&lab, "a", move || {
+    let h = lab.spawn_in("a", move || {
         let ifindex = bcl_afxdp::netlink::link_info(&if2).unwrap().ifindex;
         // "Someone else's" program: a pass-all program attached by a link
         // this endpoint did not create.
@@ -318,13 +318,14 @@ fn a_foreign_xdp_program_is_refused_and_left_alone() {
     // Another process's BCL endpoint is foreign too.
     let mut child = spawn_holder(&lab, "a", &if_a);
     let if2 = if_a.clone();
-    let r = in_node(&lab, "a", move || {
-        AfXdpMethod::open(AfXdpConfig::new(&if2))
-            .err()
-            .map(|e| e.to_string())
-    })
-    .join()
-    .unwrap();
+    let r = lab
+        .spawn_in("a", move || {
+            AfXdpMethod::open(AfXdpConfig::new(&if2))
+                .err()
+                .map(|e| e.to_string())
+        })
+        .join()
+        .unwrap();
     let _ = child.kill();
     let _ = child.wait();
     let msg = r.expect("refused while another process holds the interface");
@@ -348,7 +349,7 @@ fn multi_buffer_frames_cross_a_jumbo_veth_whole() {
     ];
     let frame = move |i: usize| eth(mac_b, mac_a, 0x88b5, &pattern(i as u32, sizes[i] - 14));
     let (ready_tx, ready_rx) = mpsc::channel();
-    let rx = in_node(&lab, "b", move || {
+    let rx = lab.spawn_in("b", move || {
         let mut x = RawXsk::open(&AfXdpConfig::new(if_b)).expect("open b");
         let r = x.mode_report().clone();
         assert_eq!(r.attach, AttachMode::Native, "{r}");
@@ -364,7 +365,7 @@ fn multi_buffer_frames_cross_a_jumbo_veth_whole() {
         (got, x.queue_stats()[0])
     });
     ready_rx.recv().unwrap();
-    let tx = in_node(&lab, "a", move || {
+    let tx = lab.spawn_in("a", move || {
         let mut x = RawXsk::open(&AfXdpConfig::new(if_a)).expect("open a");
         assert_eq!(x.max_tx_frame(), 65_549);
         let too_long = vec![0u8; 65_550];

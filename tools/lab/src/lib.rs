@@ -419,6 +419,23 @@ impl Lab {
         Ok(())
     }
 
+    /// Runs `f` on a new thread inside `node`'s network namespace
+    /// ([`Lab::enter`]); panics in that thread if the namespace cannot be
+    /// entered.
+    pub fn spawn_in<T: Send + 'static>(
+        &self,
+        node: &str,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> std::thread::JoinHandle<T> {
+        let lab = self.clone();
+        let node = node.to_string();
+        std::thread::spawn(move || {
+            lab.enter(&node)
+                .unwrap_or_else(|e| panic!("enter node {node}: {e}"));
+            f()
+        })
+    }
+
     /// Whether every node namespace exists.
     pub fn is_up(&self) -> bool {
         self.topo
@@ -1013,6 +1030,47 @@ pub fn privilege_problem() -> Option<String> {
         Ok(_) => None,
         Err(e) => Some(format!("`ip netns` does not work: {e}")),
     }
+}
+
+/// The `bcl-lab` binary for a test of this workspace (it runs impairment
+/// bridges): `$BCL_LAB_BIN`, else `bcl-lab` in the target directory of the
+/// running test executable (`target/<profile>/deps/<test>` →
+/// `target/<profile>/bcl-lab`), built there with cargo (same profile and
+/// target directory) if missing. Panics with what to do when it cannot be
+/// built.
+pub fn test_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os(BIN_ENV) {
+        return p.into();
+    }
+    let exe = std::env::current_exe().expect("the running test executable");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("a test executable in target/<profile>/deps");
+    let bin = profile_dir.join("bcl-lab");
+    if bin.exists() {
+        return bin;
+    }
+    let profile = match profile_dir.file_name().and_then(|s| s.to_str()) {
+        Some("debug") | None => "dev".to_string(),
+        Some(p) => p.to_string(),
+    };
+    let target_dir = profile_dir.parent().expect("the target directory");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = std::process::Command::new(cargo)
+        .args(["build", "-p", "bcl-lab", "--bin", "bcl-lab", "--profile"])
+        .arg(&profile)
+        .arg("--target-dir")
+        .arg(target_dir)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .expect("run cargo to build bcl-lab");
+    assert!(
+        status.success() && bin.exists(),
+        "could not build bcl-lab at {}; build it with `cargo build -p bcl-lab` or set {BIN_ENV}",
+        bin.display()
+    );
+    bin
 }
 
 /// For tests that need root: returns true when they can run. When they

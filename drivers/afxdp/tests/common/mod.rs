@@ -2,9 +2,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::thread::JoinHandle;
 
 use bcl_ether::Mac;
 use bcl_lab::{Lab, LabGuard};
@@ -34,7 +32,7 @@ pub fn lab(file: &str, test: &str) -> Option<LabGuard> {
         .with_prefix(&prefix)
         .expect("prefix");
     if !lab.impaired_links().is_empty() {
-        lab = lab.with_bridge_binary(&lab_binary());
+        lab = lab.with_bridge_binary(&bcl_lab::test_binary());
     }
     Some(LabGuard::new(lab).expect("lab up"))
 }
@@ -42,67 +40,6 @@ pub fn lab(file: &str, test: &str) -> Option<LabGuard> {
 /// Whether privileged tests run here (for tests that need no lab).
 pub fn privileged(test: &str) -> bool {
     bcl_lab::require_privileges(test)
-}
-
-/// The `bcl-lab` binary (it runs the impairment bridge): `$BCL_LAB_BIN`,
-/// else the one in this build's target directory, built there with cargo
-/// if missing.
-pub fn lab_binary() -> PathBuf {
-    if let Some(p) = std::env::var_os("BCL_LAB_BIN") {
-        return p.into();
-    }
-    // target/<profile>/deps/<test exe> → target/<profile>/bcl-lab
-    let exe = std::env::current_exe().expect("current exe");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("test executable in target/<profile>/deps");
-    let bin = profile_dir.join("bcl-lab");
-    if bin.exists() {
-        return bin;
-    }
-    let target_dir = profile_dir.parent().expect("target directory");
-    let profile = match profile_dir.file_name().and_then(|s| s.to_str()) {
-        Some("debug") => "dev".to_string(),
-        Some(p) => p.to_string(),
-        None => "dev".to_string(),
-    };
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .args([
-            "build",
-            "-p",
-            "bcl-lab",
-            "--bin",
-            "bcl-lab",
-            "--profile",
-            &profile,
-        ])
-        .arg("--target-dir")
-        .arg(target_dir)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()
-        .expect("run cargo to build bcl-lab");
-    assert!(
-        status.success() && bin.exists(),
-        "could not build bcl-lab at {}; build it with `cargo build -p bcl-lab` or set BCL_LAB_BIN",
-        bin.display()
-    );
-    bin
-}
-
-/// Runs `f` on a new thread inside `node`'s network namespace.
-pub fn in_node<T: Send + 'static>(
-    lab: &Lab,
-    node: &str,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> JoinHandle<T> {
-    let ns_lab = lab.clone();
-    let node = node.to_string();
-    std::thread::spawn(move || {
-        ns_lab.enter(&node).expect("enter node namespace");
-        f()
-    })
 }
 
 /// The single interface of `node` (name, MAC, IPv4 address).
