@@ -29,24 +29,10 @@ fn ifname(lab: &Lab, node: &str) -> String {
     lab.interfaces(node).expect("interfaces").remove(0).ifname
 }
 
-/// Deterministic test bytes for frame `seq` of length `len`.
-fn pattern(seq: u32, len: usize) -> Vec<u8> {
-    let mut v: Vec<u8> = (0..len)
-        .map(|i| {
-            (i as u32)
-                .wrapping_mul(seq.wrapping_mul(2) | 1)
-                .wrapping_add(seq) as u8
-        })
-        .collect();
-    let n = len.min(4);
-    v[..n].copy_from_slice(&seq.to_be_bytes()[..n]);
-    v
-}
-
 const SIZES: [usize; 8] = [1, 8, 64, 1000, 1444, 1445, 4000, 16384];
 
 fn message(i: u32, from: u32) -> Vec<u8> {
-    pattern(i ^ (from << 24), SIZES[i as usize % SIZES.len()])
+    common::message(u64::from(i ^ (from << 24)), SIZES[i as usize % SIZES.len()])
 }
 
 /// One side: sends `count` messages to the peer, checks the `count` it

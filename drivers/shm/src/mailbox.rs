@@ -1164,11 +1164,9 @@ impl Mailbox {
     /// The length of the next large message from `from`, once its first
     /// chunk has arrived.
     pub fn next_message_len(&mut self, from: ProcessAddr) -> Result<Option<usize>, ShmError> {
-        let i = self
+        let s = self
             .sender_entry(from)
-            .ok_or(ShmError::PeerGone { addr: from })?;
-        let s = self.senders[i as usize]
-            .as_mut()
+            .and_then(|i| self.senders[i as usize].as_mut())
             .ok_or(ShmError::PeerGone { addr: from })?;
         Ok(s.ex.next_len()?)
     }
