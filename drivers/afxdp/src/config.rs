@@ -206,8 +206,12 @@ pub struct ModeReport {
     pub mac: Mac,
     /// Interface MTU.
     pub if_mtu: u32,
-    /// RX queues the interface has.
+    /// RX queues the interface has allocated.
     pub if_rx_queues: u32,
+    /// Of those, the ones in use (receive plus combined channels).
+    pub active_rx_queues: u32,
+    /// Which queues were bound, which were skipped, and why.
+    pub queues_note: String,
     /// How the XDP program is attached.
     pub attach: AttachMode,
     /// Why this mode (what was tried and refused).
@@ -229,14 +233,15 @@ impl fmt::Display for ModeReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "afxdp on {} (ifindex {}, {}, MTU {}, {} RX queue{}):",
+            "afxdp on {} (ifindex {}, {}, MTU {}, {} active RX queue{}):",
             self.ifname,
             self.ifindex,
             self.mac,
             self.if_mtu,
-            self.if_rx_queues,
-            if self.if_rx_queues == 1 { "" } else { "s" }
+            self.active_rx_queues,
+            if self.active_rx_queues == 1 { "" } else { "s" }
         )?;
+        writeln!(f, "  {}", self.queues_note)?;
         writeln!(
             f,
             "  XDP program id {}: {} — {}",
@@ -367,6 +372,8 @@ mod tests {
             mac: Mac([2, 0, 0, 0, 2, 1]),
             if_mtu: 1500,
             if_rx_queues: 2,
+            active_rx_queues: 1,
+            queues_note: "RX queues: 1 active of 2 allocated (ETHTOOL_GCHANNELS: 1 active); not bound: 1 (allocated but not active)".into(),
             attach: AttachMode::Native,
             attach_note: "native attach accepted".into(),
             prog_id: 17,
@@ -385,9 +392,10 @@ mod tests {
         };
         let s = r.to_string();
         assert!(
-            s.contains("afxdp on to-b (ifindex 3, 02:00:00:00:02:01, MTU 1500, 2 RX queues)"),
+            s.contains("afxdp on to-b (ifindex 3, 02:00:00:00:02:01, MTU 1500, 1 active RX queue)"),
             "{s}"
         );
+        assert!(s.contains("\n  RX queues: 1 active of 2 allocated"), "{s}");
         assert!(
             s.contains("XDP program id 17: native (driver) — native attach accepted"),
             "{s}"

@@ -57,18 +57,21 @@ impl RawXsk {
         let mac = info.mac.ok_or_else(|| {
             AfXdpError::NotUsable(format!("interface {} has no Ethernet address", info.name))
         })?;
+        let active = ActiveQueues::of(&info);
         let queue_ids: Vec<u32> = match &config.queues {
-            Queues::All => (0..info.rx_queues).collect(),
+            Queues::All => (0..active.count).collect(),
             Queues::List(l) => {
-                if let Some(q) = l.iter().find(|&&q| q >= info.rx_queues) {
+                if let Some(q) = l.iter().find(|&&q| q >= active.count) {
                     return Err(AfXdpError::Config(format!(
-                        "queue {q} does not exist: {} has {} RX queue(s)",
-                        info.name, info.rx_queues
+                        "queue {q} is not an active RX queue of {}: {}",
+                        info.name,
+                        active.describe(info.rx_queues)
                     )));
                 }
                 l.clone()
             }
         };
+        let queues_note = active.note(&info, &queue_ids);
         // Frames larger than a chunk need multi-buffer support: from the
         // program (so the driver hands it such frames) and the sockets.
         let one_chunk = config.max_rx_frame();
@@ -140,6 +143,8 @@ impl RawXsk {
             mac,
             if_mtu: info.mtu,
             if_rx_queues: info.rx_queues,
+            active_rx_queues: active.count,
+            queues_note,
             attach: attachment.mode,
             attach_note: attachment.note.clone(),
             prog_id: attachment.prog_id,
@@ -367,5 +372,62 @@ fn kick_error(queue: u32, source: std::io::Error) -> AfXdpError {
     AfXdpError::Io {
         context: format!("queue {queue}: TX kick (sendto)"),
         source,
+    }
+}
+
+/// How many of an interface's RX queues are active, and how that was
+/// learnt (for the report).
+struct ActiveQueues {
+    count: u32,
+    source: String,
+}
+
+impl ActiveQueues {
+    /// The active RX queues of `info`: `ETHTOOL_GCHANNELS`' receive plus
+    /// combined channels, at most the allocated ones; all allocated queues
+    /// when the driver does not report channels.
+    fn of(info: &netlink::LinkInfo) -> ActiveQueues {
+        match sys::active_rx_queues(&info.name) {
+            Ok(Some(n)) => ActiveQueues {
+                count: n.min(info.rx_queues),
+                source: format!("ETHTOOL_GCHANNELS: {n} active"),
+            },
+            Ok(None) => ActiveQueues {
+                count: info.rx_queues,
+                source: "the driver reports no channels; every allocated queue counted".into(),
+            },
+            Err(e) => ActiveQueues {
+                count: info.rx_queues,
+                source: format!(
+                    "ETHTOOL_GCHANNELS failed ({}); every allocated queue counted",
+                    sys::errno_name(&e)
+                ),
+            },
+        }
+    }
+
+    /// "1 active of 2 allocated (ETHTOOL_GCHANNELS: 1 active)".
+    fn describe(&self, allocated: u32) -> String {
+        format!(
+            "{} active of {allocated} allocated ({})",
+            self.count, self.source
+        )
+    }
+
+    /// What was bound and what was skipped, and why.
+    fn note(&self, info: &netlink::LinkInfo, bound: &[u32]) -> String {
+        let skipped: Vec<String> = (0..info.rx_queues)
+            .filter(|q| !bound.contains(q))
+            .map(|q| q.to_string())
+            .collect();
+        let state = self.describe(info.rx_queues);
+        match skipped.as_slice() {
+            [] => format!("RX queues: {state}; all bound"),
+            s if self.count < info.rx_queues && bound.len() as u32 == self.count => format!(
+                "RX queues: {state}; not bound: {} (allocated but not active: frames never arrive there, and the kernel refuses to bind them)",
+                s.join(", ")
+            ),
+            s => format!("RX queues: {state}; not bound: {} (not asked for)", s.join(", ")),
+        }
     }
 }

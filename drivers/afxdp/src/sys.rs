@@ -227,6 +227,68 @@ pub fn wait_readable(fd: RawFd, timeout_ms: i32) -> io::Result<bool> {
     Ok(n > 0 && p.revents & libc::POLLIN != 0)
 }
 
+/// `ETHTOOL_GCHANNELS`: the channel counts of an interface.
+const ETHTOOL_GCHANNELS: u32 = 0x3c;
+
+/// `struct ethtool_channels` of `<linux/ethtool.h>`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct EthtoolChannels {
+    cmd: u32,
+    max_rx: u32,
+    max_tx: u32,
+    max_other: u32,
+    max_combined: u32,
+    rx_count: u32,
+    tx_count: u32,
+    other_count: u32,
+    combined_count: u32,
+}
+
+/// The RX queues of `ifname` that are active (receive channels plus
+/// combined channels, as `ethtool -l` shows them), asked with
+/// `ETHTOOL_GCHANNELS` on a socket of the calling thread's network
+/// namespace. `Ok(None)` when the driver does not report channels.
+/// Interfaces allocate more queues than they use (a veth made the default
+/// way allocates 2 and activates 1; `ethtool -L` lowers a NIC's count),
+/// and binding an AF_XDP socket to an inactive queue fails.
+pub(crate) fn active_rx_queues(ifname: &str) -> io::Result<Option<u32>> {
+    if ifname.len() >= libc::IFNAMSIZ || ifname.contains('\0') {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("bad interface name {ifname:?}"),
+        ));
+    }
+    // SAFETY: socket(2) with constant arguments; the result is checked.
+    let sock =
+        owned_fd(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    let mut channels = EthtoolChannels {
+        cmd: ETHTOOL_GCHANNELS,
+        ..EthtoolChannels::default()
+    };
+    // SAFETY: ifreq is plain old data; all-zero is a valid value.
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in ifr.ifr_name.iter_mut().zip(ifname.bytes()) {
+        *d = s as libc::c_char;
+    }
+    ifr.ifr_ifru.ifru_data = (&mut channels as *mut EthtoolChannels).cast();
+    // SAFETY: SIOCETHTOOL with ETHTOOL_GCHANNELS reads the NUL-terminated
+    // name from `ifr` (zeroed beyond the name, shorter than IFNAMSIZ) and
+    // writes one `struct ethtool_channels` through `ifru_data`, which
+    // points to `channels` (repr(C), the kernel's layout), alive for the
+    // call.
+    let r = unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCETHTOOL, &mut ifr) };
+    if r < 0 {
+        let e = last_err();
+        return match e.raw_os_error() {
+            Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) => Ok(None),
+            _ => Err(e),
+        };
+    }
+    let active = channels.rx_count + channels.combined_count;
+    Ok((active > 0).then_some(active))
+}
+
 /// Effective capability set of the calling thread (`CapEff` of
 /// `/proc/thread-self/status`).
 pub(crate) fn effective_caps() -> io::Result<u64> {

@@ -50,6 +50,60 @@ fn frames(count: u32, mtu: usize) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// A veth made the default way allocates more RX queues than it activates
+/// (here 2 and 1): the method binds only the active ones, says which it
+/// skipped and why, and frames flow both ways.
+#[test]
+fn on_a_default_veth_only_the_active_queues_are_bound() {
+    let Some(lab) = lab("pair-default.toml", "only_the_active_queues_are_bound") else {
+        return;
+    };
+    let (if_a, _, _) = iface(&lab, "a");
+    let (if_b, _, _) = iface(&lab, "b");
+    let (d_tx, d_rx) = mpsc::channel::<Descriptor>();
+    let b = lab.spawn_in("b", move || {
+        let mut m = AfXdpMethod::open(AfXdpConfig::new(if_b)).expect("open b on a default veth");
+        d_tx.send(m.descriptor()).unwrap();
+        let got = recv_n(&mut m, 50, Duration::from_secs(5));
+        assert_eq!(got.len(), 50, "b received everything");
+        let from_a = got[0].0;
+        let back: Vec<Vec<u8>> = got.into_iter().map(|(_, b)| b).collect();
+        send_all(&mut m, from_a, &back);
+        std::thread::sleep(Duration::from_millis(300));
+        m.mode_report().clone()
+    });
+    let d_b = d_rx.recv().unwrap();
+    let a = lab.spawn_in("a", move || {
+        let mut m = AfXdpMethod::open(AfXdpConfig::new(&if_a)).expect("open a on a default veth");
+        let to_b = m.open_link(&d_b).unwrap();
+        let out = frames(50, m.caps().mtu);
+        send_all(&mut m, to_b, &out);
+        let got = recv_n(&mut m, out.len(), Duration::from_secs(5));
+        let got: Vec<Vec<u8>> = got.into_iter().map(|(_, b)| b).collect();
+        assert_eq!(got, out, "a received its frames back, intact and in order");
+        m.mode_report().clone()
+    });
+    for report in [a.join().expect("a"), b.join().expect("b")] {
+        let text = report.to_string();
+        assert!(
+            report.if_rx_queues > 1,
+            "a default veth allocates several RX queues: {text}"
+        );
+        assert_eq!(report.active_rx_queues, 1, "{text}");
+        assert_eq!(
+            report.queues.len(),
+            1,
+            "only the active queue is bound: {text}"
+        );
+        assert_eq!(report.queues[0].queue, 0, "{text}");
+        assert!(
+            report.queues_note.contains("not bound: 1")
+                && report.queues_note.contains("allocated but not active"),
+            "the report says which queues were skipped and why: {text}"
+        );
+    }
+}
+
 #[test]
 fn frames_of_varied_sizes_go_both_ways_on_the_right_links() {
     let Some(lab) = lab("pair.toml", "frames_of_varied_sizes_go_both_ways") else {

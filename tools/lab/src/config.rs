@@ -615,8 +615,10 @@ fn validate(ctx: &Ctx<'_>, cfg: FileCfg) -> Result<Topology, LabError> {
 
 /// Valid MTUs: 68 is the least IPv4 allows, 65535 the most a veth takes.
 const MTU_RANGE: RangeInclusive<u32> = 68..=65535;
-/// Valid queue counts of a veth side.
-const QUEUES_RANGE: RangeInclusive<u32> = 1..=64;
+/// Valid queue counts of a veth side; 0 leaves the counts to the kernel
+/// (`ip link add` without `numtxqueues`/`numrxqueues`: a veth then
+/// allocates a queue per CPU and activates one, as a user's veth does).
+const QUEUES_RANGE: RangeInclusive<u32> = 0..=64;
 
 /// `prefix` must pass [`check_prefix`]: it starts every namespace name of
 /// the lab, and one lab's names must never start with another's.
@@ -642,8 +644,8 @@ fn mtu_setting(
     }
 }
 
-/// `queues` of a switch or link (`owner`), else 1: within [`QUEUES_RANGE`].
-/// A veth needs at least one TX and one RX queue per side.
+/// `queues` of a switch or link (`owner`), else 1: within [`QUEUES_RANGE`]
+/// (0: the kernel's default counts).
 fn queues_setting(
     ctx: &Ctx<'_>,
     queues: &Option<Spanned<u32>>,

@@ -154,7 +154,8 @@ pub struct LabInterface {
     pub segment: String,
     /// The node or switch at the other end of the link.
     pub peer: String,
-    /// Number of TX queues and of RX queues of the veth.
+    /// Number of TX queues and of RX queues of the veth (0: the kernel's
+    /// default counts).
     pub queues: u32,
     /// MTU.
     pub mtu: u32,
@@ -231,7 +232,7 @@ pub struct LinkReport {
     pub endpoints: [String; 2],
     /// Subnet of the segment the link is on.
     pub subnet: String,
-    /// veth TX and RX queues per side.
+    /// veth TX and RX queues per side (0: the kernel's default counts).
     pub queues: u32,
     /// MTU.
     pub mtu: u32,
@@ -618,18 +619,17 @@ impl Lab {
                     if k == 1 {
                         args.extend(["type".into(), "veth".into(), "peer".into()]);
                     }
-                    args.extend([
-                        "name".into(),
-                        s.1.clone(),
-                        "netns".into(),
-                        s.0.clone(),
-                        "numtxqueues".into(),
-                        q.clone(),
-                        "numrxqueues".into(),
-                        q.clone(),
-                        "mtu".into(),
-                        mtu.clone(),
-                    ]);
+                    args.extend(["name".into(), s.1.clone(), "netns".into(), s.0.clone()]);
+                    // 0: the kernel's default queue counts.
+                    if l.queues > 0 {
+                        args.extend([
+                            "numtxqueues".into(),
+                            q.clone(),
+                            "numrxqueues".into(),
+                            q.clone(),
+                        ]);
+                    }
+                    args.extend(["mtu".into(), mtu.clone()]);
                     if let Some(m) = s.2 {
                         args.extend(["address".into(), m.to_string()]);
                     }

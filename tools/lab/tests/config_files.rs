@@ -18,6 +18,7 @@ fn shipped_configs_load() {
         ("lossy-pair.toml", &["a", "b"], 1),
         ("routed.toml", &["a", "r", "b"], 1),
         ("pair-bridged.toml", &["a", "b"], 1),
+        ("pair-default.toml", &["a", "b"], 0),
     ];
     for (file, nodes, queues) in expect {
         let lab = Lab::load(&configs().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
