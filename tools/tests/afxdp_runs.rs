@@ -145,7 +145,7 @@ fn pingpong_over_afxdp_on_a_two_queue_veth() {
     );
     // One socket per RX queue on both sides.
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("2 RX queues"), "{err}");
+    assert!(err.contains("2 active RX queues"), "{err}");
     assert_eq!(err.matches("queue 1: copy").count(), 2, "{err}");
     let v = json(&out);
     assert_eq!(v["counters"]["lost"], 0, "{v}");
