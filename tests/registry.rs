@@ -1,9 +1,10 @@
-//! The method registry is the one place a method kind is added. A kind
-//! registered here — a second simulated fabric under the name `simnet` —
-//! is refused by name before it is registered, and afterwards accepted by
-//! pins and resource databases, opened through the registry, chosen by the
-//! selection policy for a peer, and listed with its probe (the rows
-//! `bcl-info` prints). Nothing outside this file knows the name.
+//! Choosing a method per peer, and the registry that says which methods
+//! exist. A kind registered here — a second simulated fabric under the name
+//! `simnet` — is refused by name before it is registered, and afterwards
+//! accepted by pins and resource databases, opened through the registry,
+//! chosen by the selection policy for a peer, and listed with its probe
+//! (the rows `bcl-info` prints). Nothing outside this file knows the name.
+//! The endpoint records why each link uses its method (or why none).
 
 use bcl::cluster::descriptor::DescriptorTable;
 use bcl::cluster::resources::ClusterConfig;
@@ -26,6 +27,15 @@ fn open_endpoint(registry: &Registry, net: &SimFabric, addr: ProcessAddr) -> End
     Endpoint::builder(addr, JOB)
         .method(method)
         .clock(net.clock())
+        .build()
+        .unwrap()
+}
+
+/// An endpoint of process `node.0` of job `JOB` on `fabric`.
+fn sim_endpoint(fabric: &SimFabric, node: u32) -> Endpoint {
+    Endpoint::builder(ProcessAddr::new(node, 0), JOB)
+        .method(Box::new(fabric.endpoint()))
+        .clock(fabric.clock())
         .build()
         .unwrap()
 }
@@ -151,4 +161,88 @@ fn the_builtin_registry_lists_every_method_once_in_preference_order() {
         kind.check_address(&d.address).unwrap();
         assert!(kind.check_address("not an address").is_err());
     }
+}
+
+#[test]
+fn the_endpoint_records_the_chosen_method_and_why() {
+    let fabric = SimFabric::new(FabricConfig::default());
+    let mut a = sim_endpoint(&fabric, 1);
+    let mut b = sim_endpoint(&fabric, 2);
+    let (ta, tb) = (table(&a, "n1"), table(&b, "n2"));
+    let policy = Policy::new(
+        Registry::builtin(),
+        &["shm".into(), "sim".into(), "udp".into()],
+        None,
+    );
+    a.set_policy(LocalPolicy {
+        table: ta.clone(),
+        policy: policy.clone(),
+    });
+    b.set_policy(LocalPolicy {
+        table: tb.clone(),
+        policy,
+    });
+    a.add_peer_table(b.local(), tb);
+    b.add_peer_table(a.local(), ta);
+    assert!(a.link(b.local()).is_none());
+    a.send(b.local(), b"hi").unwrap();
+    let d = loop {
+        a.progress().unwrap();
+        b.progress().unwrap();
+        if let Some(d) = b.poll_delivery() {
+            break d;
+        }
+    };
+    assert_eq!(b.message(&d).unwrap(), b"hi");
+    let r = a.link(b.local()).unwrap();
+    assert_eq!(r.method.as_deref(), Some("sim"));
+    assert!(
+        r.reason
+            .starts_with("sim: same fabric S; passed over: shm: not open here"),
+        "{}",
+        r.reason
+    );
+    // b never sent: its link came from a's first frame.
+    let r = b.link(a.local()).unwrap();
+    assert_eq!(r.method.as_deref(), Some("sim"));
+    assert!(r.reason.contains("the peer chose"), "{}", r.reason);
+}
+
+#[test]
+fn a_pin_nothing_honours_fails_the_sends_and_says_why() {
+    let fabric = SimFabric::new(FabricConfig::default());
+    let mut a = sim_endpoint(&fabric, 1);
+    let b = sim_endpoint(&fabric, 2);
+    let pin = Pin::parse("udp", "BCL_METHODS=udp", Registry::builtin()).unwrap();
+    a.set_policy(LocalPolicy {
+        table: table(&a, "n1"),
+        policy: Policy::new(Registry::builtin(), &[], Some(pin)),
+    });
+    a.add_peer_table(b.local(), table(&b, "n2"));
+    let h = a.send(b.local(), b"x").unwrap();
+    let err = a
+        .wait_send(h, std::time::Duration::from_secs(5))
+        .unwrap_err();
+    assert!(err.to_string().contains("route"), "{err}");
+    let r = a.link(b.local()).unwrap();
+    assert_eq!(r.method, None);
+    assert!(
+        r.reason.contains("restricted by BCL_METHODS=udp"),
+        "{}",
+        r.reason
+    );
+    assert!(r.reason.contains("udp: not open here"), "{}", r.reason);
+}
+
+#[test]
+fn without_a_policy_the_first_method_that_opens_wins() {
+    let fabric = SimFabric::new(FabricConfig::default());
+    let mut a = sim_endpoint(&fabric, 1);
+    let b = sim_endpoint(&fabric, 2);
+    a.add_peer(b.local(), b.descriptors()[0].clone());
+    a.send(b.local(), b"x").unwrap();
+    a.progress().unwrap();
+    let r = a.link(b.local()).unwrap();
+    assert_eq!(r.method.as_deref(), Some("sim"));
+    assert!(r.reason.contains("first method"), "{}", r.reason);
 }
