@@ -49,6 +49,37 @@ fn table(ep: &Endpoint, node: &str) -> DescriptorTable {
     t
 }
 
+/// Gives `a` (on node n1) and `b` (on node n2) `policy` and each other's
+/// descriptor tables.
+fn introduce(a: &mut Endpoint, b: &mut Endpoint, policy: Policy) {
+    let (ta, tb) = (table(a, "n1"), table(b, "n2"));
+    a.set_policy(LocalPolicy {
+        table: ta.clone(),
+        policy: policy.clone(),
+    });
+    b.set_policy(LocalPolicy {
+        table: tb.clone(),
+        policy,
+    });
+    a.add_peer_table(b.local(), tb);
+    b.add_peer_table(a.local(), ta);
+}
+
+/// Sends `msg` from `a` to `b`, driving both until it is delivered, and
+/// checks it arrived intact.
+fn deliver(a: &mut Endpoint, b: &mut Endpoint, msg: &[u8]) {
+    a.send(b.local(), msg).unwrap();
+    let got = loop {
+        a.progress().unwrap();
+        b.progress().unwrap();
+        if let Some(d) = b.poll_delivery() {
+            break d;
+        }
+    };
+    assert_eq!(b.message(&got).unwrap(), msg);
+    b.release(got).unwrap();
+}
+
 #[test]
 fn an_extra_kind_is_pinned_configured_opened_selected_and_listed() {
     let net = SimFabric::new(FabricConfig {
@@ -81,28 +112,9 @@ fn an_extra_kind_is_pinned_configured_opened_selected_and_listed() {
     let (a_addr, b_addr) = (ProcessAddr::new(1, 0), ProcessAddr::new(2, 0));
     let mut a = open_endpoint(&registry, &net, a_addr);
     let mut b = open_endpoint(&registry, &net, b_addr);
-    let (ta, tb) = (table(&a, "n1"), table(&b, "n2"));
-    assert_eq!(ta.entries[0].method, "simnet");
-    a.set_policy(LocalPolicy {
-        table: ta.clone(),
-        policy: policy.clone(),
-    });
-    b.set_policy(LocalPolicy {
-        table: tb.clone(),
-        policy,
-    });
-    a.add_peer_table(b_addr, tb);
-    b.add_peer_table(a_addr, ta);
-    a.send(b_addr, b"over the registered kind").unwrap();
-    let got = loop {
-        a.progress().unwrap();
-        b.progress().unwrap();
-        if let Some(d) = b.poll_delivery() {
-            break d;
-        }
-    };
-    assert_eq!(b.message(&got).unwrap(), b"over the registered kind");
-    b.release(got).unwrap();
+    assert_eq!(table(&a, "n1").entries[0].method, "simnet");
+    introduce(&mut a, &mut b, policy);
+    deliver(&mut a, &mut b, b"over the registered kind");
     let link = a.link(b_addr).unwrap();
     assert_eq!(link.method.as_deref(), Some("simnet"));
     assert!(
@@ -168,32 +180,14 @@ fn the_endpoint_records_the_chosen_method_and_why() {
     let fabric = SimFabric::new(FabricConfig::default());
     let mut a = sim_endpoint(&fabric, 1);
     let mut b = sim_endpoint(&fabric, 2);
-    let (ta, tb) = (table(&a, "n1"), table(&b, "n2"));
     let policy = Policy::new(
         Registry::builtin(),
         &["shm".into(), "sim".into(), "udp".into()],
         None,
     );
-    a.set_policy(LocalPolicy {
-        table: ta.clone(),
-        policy: policy.clone(),
-    });
-    b.set_policy(LocalPolicy {
-        table: tb.clone(),
-        policy,
-    });
-    a.add_peer_table(b.local(), tb);
-    b.add_peer_table(a.local(), ta);
+    introduce(&mut a, &mut b, policy);
     assert!(a.link(b.local()).is_none());
-    a.send(b.local(), b"hi").unwrap();
-    let d = loop {
-        a.progress().unwrap();
-        b.progress().unwrap();
-        if let Some(d) = b.poll_delivery() {
-            break d;
-        }
-    };
-    assert_eq!(b.message(&d).unwrap(), b"hi");
+    deliver(&mut a, &mut b, b"hi");
     let r = a.link(b.local()).unwrap();
     assert_eq!(r.method.as_deref(), Some("sim"));
     assert!(
