@@ -453,7 +453,7 @@ fn snapshot_text(
         let _ = writeln!(
             t,
             "        {:<9} {:<7} {:>8} {:>8} {:>6} {:>5} {:>5} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>5} {:>6}",
-            "PEER", "METHOD", "SRTT", "RTO", "RETX", "QUEUE", "FLIGHT", "TXFRM", "RXFRM", "TXBYTES", "RXBYTES", "TXB/s", "RXB/s", "BAD", "IDLE"
+            "PEER", "METHOD", "SRTT", "RTO", "RETX", "QUEUE", "FLIGHT", "TXFRM", "RXFRM", "TXBYTES", "RXBYTES", "TXB/s", "RXB/s", "DROP", "IDLE"
         );
         for q in &b.peers {
             let pr = match (dt, prev_peer(prev, q.addr)) {
