@@ -121,6 +121,8 @@ pub struct EndpointBuilder {
     methods: Vec<Box<dyn Method>>,
     clock: Option<Arc<dyn Clock>>,
     mode: ProgressMode,
+    /// The statistics page (see [`crate::stats_page`]).
+    pub(crate) stats: crate::stats_page::StatsConfig,
 }
 
 impl EndpointBuilder {
@@ -176,7 +178,7 @@ impl EndpointBuilder {
         let busy = self.mode == ProgressMode::BusyPoll;
         let schedule = Schedule::new(&methods, busy, self.clock.is_none());
         let quick = methods.iter().position(MethodSlot::is_direct);
-        Ok(Endpoint {
+        let mut ep = Endpoint {
             port,
             waiter,
             stats: EngineStats::default(),
@@ -190,7 +192,11 @@ impl EndpointBuilder {
             directory: Default::default(),
             send_events: VecDeque::new(),
             channel_events: VecDeque::new(),
-        })
+            stats_page: Default::default(),
+            stats_due: Time::NEVER,
+        };
+        ep.open_stats_page(self.stats);
+        Ok(ep)
     }
 }
 
@@ -215,6 +221,10 @@ pub struct Endpoint {
     quick: Option<usize>,
     /// When the engine does what (see [`crate::schedule`]).
     schedule: Schedule,
+    /// The statistics page (see [`crate::stats_page`]).
+    pub(crate) stats_page: crate::stats_page::PageState,
+    /// When a progress round refreshes the page next (`NEVER` without one).
+    pub(crate) stats_due: Time,
 }
 
 /// A random epoch, so a restarted process is told apart from its earlier
@@ -236,6 +246,7 @@ impl Endpoint {
             methods: Vec::new(),
             clock: None,
             mode: ProgressMode::default(),
+            stats: crate::stats_page::StatsConfig::from_env(),
         }
     }
 
@@ -337,6 +348,9 @@ impl Endpoint {
     /// transmit. Returns the number of frames moved.
     pub fn progress(&mut self) -> Result<usize, Error> {
         let now = self.schedule.round_time(&*self.clock, &self.port);
+        if now >= self.stats_due {
+            self.refresh_stats_page(now);
+        }
         self.stats.rounds += 1;
         let round = self.stats.rounds;
         let check_peers = schedule::peer_check_due(round);

@@ -51,6 +51,7 @@ mod method_slot;
 pub mod registry;
 pub mod schedule;
 pub mod simnet;
+pub mod stats_page;
 mod wait;
 
 pub use bcl_afxdp as afxdp;
@@ -71,3 +72,4 @@ pub use clock::{Clock, MonotonicClock};
 pub use endpoint::{Endpoint, EndpointBuilder, EngineStats, Error, ProgressMode};
 pub use registry::Registry;
 pub use simnet::SimCluster;
+pub use stats_page::StatsConfig;

@@ -132,6 +132,12 @@ pub struct PeerStats {
     pub frames_sent: u64,
     /// Valid frames received from it.
     pub frames_received: u64,
+    /// Bytes of the frames sent to it (BCL header and payload, as handed
+    /// to the method).
+    pub bytes_sent: u64,
+    /// Bytes of the valid frames received from it (BCL header and
+    /// payload).
+    pub bytes_received: u64,
     /// DATA frames resent to it.
     pub retransmits: u64,
     /// Duplicate DATA frames from it, dropped.

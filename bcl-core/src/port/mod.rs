@@ -90,8 +90,11 @@ pub struct PeerInfo {
     pub addr: ProcessAddr,
     /// Its route, if assigned.
     pub route: Option<Route>,
-    /// Frames in flight to it.
+    /// Frames in flight to it (sent, not cumulatively acknowledged).
     pub in_flight: u32,
+    /// Messages and transfers to it accepted but not yet framed: its
+    /// ordered queue, its transfer queue and the unit being framed.
+    pub queued: u32,
     /// Current retransmission timeout.
     pub rto: std::time::Duration,
     /// Smoothed round-trip time, once measured.
@@ -322,15 +325,48 @@ impl Port {
 
     /// What the port knows about `addr`, if it has state for it.
     pub fn peer_info(&self, addr: ProcessAddr) -> Option<PeerInfo> {
-        let p = &self.peers[self.peer_idx(addr)? as usize];
-        Some(PeerInfo {
-            addr,
+        Some(self.info_of(&self.peers[self.peer_idx(addr)? as usize]))
+    }
+
+    /// What the port knows about every peer it keeps state for, in the
+    /// order the peers were first seen (no lookups: for statistics pages
+    /// that look at all of them).
+    pub fn peer_infos(&self) -> impl Iterator<Item = PeerInfo> + '_ {
+        self.peers.iter().map(|p| self.info_of(p))
+    }
+
+    fn info_of(&self, p: &Peer) -> PeerInfo {
+        PeerInfo {
+            addr: p.addr,
             route: p.route,
             in_flight: p.in_flight(),
+            queued: self.queued_units(p),
             rto: p.rtt.rto(&self.cfg.rto),
             srtt: p.rtt.srtt(),
             stats: p.stats,
-        })
+        }
+    }
+
+    /// Messages and transfers of `p` waiting to be framed: walks its two
+    /// intrusive lists (bounded by the message table, so a broken link
+    /// cannot loop). Off the data path: for [`Port::peer_info`].
+    fn queued_units(&self, p: &Peer) -> u32 {
+        let limit = self.messages.len();
+        let mut n = u32::from(p.framing != peer::NO_MSG);
+        for head in [p.queue_head, p.xfer_head] {
+            let mut m = head;
+            let mut steps = 0;
+            while m != peer::NO_MSG && steps < limit {
+                n += 1;
+                steps += 1;
+                m = self
+                    .messages
+                    .get(m as usize)
+                    .and_then(|x| x.as_ref())
+                    .map_or(peer::NO_MSG, |x| x.next);
+            }
+        }
+        n
     }
 
     /// The full internal state kept for `addr`, formatted for a person

@@ -62,13 +62,17 @@ impl Port {
             let taken = self.on_unsequenced(idx, &frame, now);
             if taken {
                 self.stats.frames_received += 1;
-                self.peers[idx as usize].stats.frames_received += 1;
+                let p = &mut self.peers[idx as usize].stats;
+                p.frames_received += 1;
+                p.bytes_received += bytes.len() as u64;
                 self.schedule(idx, now);
             }
             return taken;
         }
         self.stats.frames_received += 1;
-        self.peers[idx as usize].stats.frames_received += 1;
+        let p = &mut self.peers[idx as usize].stats;
+        p.frames_received += 1;
+        p.bytes_received += bytes.len() as u64;
 
         let sequenced = is_sequenced(frame.kind());
         if sequenced {

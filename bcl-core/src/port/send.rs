@@ -165,6 +165,7 @@ impl Port {
             if let Some(len) = written {
                 let p = &mut self.peers[idx as usize];
                 p.stats.frames_sent += 1;
+                p.stats.bytes_sent += len as u64;
                 self.stats.frames_sent += 1;
                 let link = p.route?.link;
                 return Some(TxFrame { link, len });

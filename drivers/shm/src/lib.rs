@@ -61,6 +61,8 @@ pub mod method;
 pub mod proc;
 #[cfg(not(loom))]
 pub mod segment;
+#[cfg(not(loom))]
+pub mod stats_page;
 
 pub use exchange::{ExError, PullProgress, PushProgress};
 #[cfg(not(loom))]

@@ -59,7 +59,7 @@ fn cpath(p: &Path) -> io::Result<CString> {
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))
 }
 
-fn open_raw(p: &Path, flags: libc::c_int, mode: libc::mode_t) -> io::Result<OwnedFd> {
+pub(crate) fn open_raw(p: &Path, flags: libc::c_int, mode: libc::mode_t) -> io::Result<OwnedFd> {
     let c = cpath(p)?;
     // SAFETY: `c` is a NUL-terminated path; open returns a new fd or -1.
     let fd = unsafe {
@@ -76,7 +76,7 @@ fn open_raw(p: &Path, flags: libc::c_int, mode: libc::mode_t) -> io::Result<Owne
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-fn file_len(fd: &OwnedFd) -> io::Result<u64> {
+pub(crate) fn file_len(fd: &OwnedFd) -> io::Result<u64> {
     // SAFETY: fstat writes into a valid, zero-initialised stat buffer.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: valid fd and buffer.
@@ -86,13 +86,14 @@ fn file_len(fd: &OwnedFd) -> io::Result<u64> {
     Ok(st.st_size as u64)
 }
 
-/// The per-user lock that serialises creation and cleanup in one directory.
-struct DirLock {
+/// The per-user lock that serialises creation and cleanup in one directory
+/// (segments, and the statistics pages of [`crate::stats_page`]).
+pub(crate) struct DirLock {
     _fd: OwnedFd,
 }
 
 impl DirLock {
-    fn acquire(dir: &Path) -> io::Result<DirLock> {
+    pub(crate) fn acquire(dir: &Path) -> io::Result<DirLock> {
         // SAFETY: getuid cannot fail.
         let uid = unsafe { libc::getuid() };
         let fd = open_raw(
@@ -144,8 +145,35 @@ impl Mapping {
         Ok(Mapping { ptr: p.cast(), len })
     }
 
+    /// Maps the first `len` bytes of `fd` (opened read-only) read-only and
+    /// shared: a reader's view of memory another process writes.
+    pub(crate) fn map_read_only(fd: &OwnedFd, len: usize) -> io::Result<Mapping> {
+        // SAFETY: mapping `len` bytes of a file we opened, read-only,
+        // MAP_SHARED, at an address the kernel chooses; the result is
+        // checked. Nothing is ever written through this mapping.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping { ptr: p.cast(), len })
+    }
+
     pub(crate) fn ptr(&self) -> *mut u8 {
         self.ptr
+    }
+
+    /// The mapping's length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
     }
 }
 
