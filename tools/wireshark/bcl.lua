@@ -300,7 +300,9 @@ local function add_sack(tree, tvb, ack, bits)
         if band(rshift(byte, i % 8), 1) == 1 then
             local s = u32(ack + 1 + i)
             received = received + 1
-            sack_tree:add(f.sack_seq, s):set_generated()
+            -- One filterable item per sequence number, not shown (the
+            -- ranges below say the same in one line).
+            sack_tree:add(f.sack_seq, s):set_generated():set_hidden()
             if run_end and u32(run_end + 1) == s then
                 run_end = s
             else
