@@ -79,6 +79,18 @@ pub enum Error {
     /// The blocking mode's epoll set or timer failed.
     #[error("blocking wait: {0}")]
     Wait(#[from] std::io::Error),
+    /// The capture file asked for (by `BCL_PCAP` or the builder) cannot be
+    /// written (see [`crate::capture`]).
+    #[error("cannot write the capture file {path} named by {from}: {source}")]
+    Capture {
+        /// Who asked for it.
+        from: crate::capture::Source,
+        /// The file named.
+        path: std::path::PathBuf,
+        /// Why not.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// How an endpoint waits between progress rounds that moved nothing (see the
@@ -123,6 +135,7 @@ pub struct EndpointBuilder {
     mode: ProgressMode,
     /// The statistics page (see [`crate::stats_page`]).
     pub(crate) stats: crate::stats_page::StatsConfig,
+    pcap: Option<std::path::PathBuf>,
 }
 
 impl EndpointBuilder {
@@ -146,6 +159,14 @@ impl EndpointBuilder {
         self
     }
 
+    /// Records every frame, direct message and transfer the endpoint sends
+    /// and receives into the pcap-ng file `path`, instead of the file
+    /// `BCL_PCAP` names (see [`crate::capture`]).
+    pub fn pcap(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.pcap = Some(path.into());
+        self
+    }
+
     /// Changes the port configuration.
     pub fn configure(mut self, f: impl FnOnce(&mut PortConfig)) -> Self {
         f(&mut self.cfg);
@@ -157,8 +178,18 @@ impl EndpointBuilder {
         if self.methods.is_empty() {
             return Err(Error::NoMethod);
         }
+        let capture = match crate::capture::requested(self.pcap) {
+            Some((path, from)) => Some(
+                crate::capture::Capture::open(&path, self.cfg.local, self.cfg.job)
+                    .map_err(|source| Error::Capture { from, path, source })?,
+            ),
+            None => None,
+        };
         let mut port = Port::new(self.cfg)?;
-        let methods: Vec<MethodSlot> = self.methods.into_iter().map(MethodSlot::new).collect();
+        let mut methods: Vec<MethodSlot> = self.methods.into_iter().map(MethodSlot::new).collect();
+        if let Some(c) = &capture {
+            methods = methods.into_iter().map(|m| c.wrap(m)).collect();
+        }
         for (i, m) in methods.iter().enumerate() {
             port.add_method(m.caps())?;
             // A direct method moves transfer data whole.
@@ -247,6 +278,7 @@ impl Endpoint {
             clock: None,
             mode: ProgressMode::default(),
             stats: crate::stats_page::StatsConfig::from_env(),
+            pcap: None,
         }
     }
 
@@ -300,10 +332,7 @@ impl Endpoint {
     /// [`ShmMethod::stats`](bcl_shm::ShmMethod::stats)). Works for every
     /// method type (`Method` has `Any` as a supertrait).
     pub fn method_mut<M: Method>(&mut self) -> Option<&mut M> {
-        self.methods.iter_mut().find_map(|m| {
-            let any: &mut dyn std::any::Any = &mut **m;
-            any.downcast_mut::<M>()
-        })
+        self.methods.iter_mut().find_map(|m| m.downcast_mut::<M>())
     }
 
     /// Tells the endpoint that `addr` can be reached at `descriptor`.

@@ -42,6 +42,7 @@
 //! # let _ = (handle, timeout);
 //! ```
 
+pub mod capture;
 pub mod channels;
 pub mod clock;
 pub mod cluster;

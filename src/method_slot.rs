@@ -36,6 +36,16 @@ impl MethodSlot {
         }
     }
 
+    /// The method as type `M`, if it is one; looks through the capture's
+    /// recording adapter ([`crate::capture`]).
+    pub(crate) fn downcast_mut<M: Method>(&mut self) -> Option<&mut M> {
+        let any: &mut dyn std::any::Any = &mut **self;
+        if any.is::<M>() {
+            return any.downcast_mut::<M>();
+        }
+        crate::capture::inner_any_mut(any)?.downcast_mut::<M>()
+    }
+
     /// Whether the method has the direct path.
     pub(crate) fn is_direct(&self) -> bool {
         matches!(self, MethodSlot::Direct(_))

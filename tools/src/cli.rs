@@ -135,6 +135,13 @@ pub struct CommonArgs {
     /// Write the results as JSON (see shared/contracts/tools.md).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+
+    /// Capture every frame, direct message and transfer of the BCL
+    /// endpoints to FILE (pcap-ng; `%p` becomes the process id), as
+    /// BCL_PCAP=FILE does; read it with tools/wireshark/bcl.lua. BCL
+    /// methods only.
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<PathBuf>,
 }
 
 /// Where this process's end(s) run.
@@ -192,6 +199,7 @@ impl CommonArgs {
             rto_min: self.rto_min_us.map(std::time::Duration::from_micros),
             udp_mtu: self.udp_mtu,
             pci: self.pci.clone(),
+            pcap: self.pcap.clone(),
         }
     }
 

@@ -178,6 +178,8 @@ pub struct EndSpec {
     pub udp_mtu: Option<usize>,
     /// PCI address of a device method's NIC.
     pub pci: Option<String>,
+    /// Capture file of the BCL endpoints (`--pcap`; else `BCL_PCAP`).
+    pub pcap: Option<std::path::PathBuf>,
 }
 
 impl EndSpec {
@@ -196,6 +198,7 @@ impl EndSpec {
             rto_min: None,
             udp_mtu: None,
             pci: None,
+            pcap: None,
         }
     }
 
@@ -272,6 +275,9 @@ pub fn endpoint(
         .configure(|c| configure(c, mtu, spec.rto_min));
     if let Some(clock) = clock {
         b = b.clock(clock);
+    }
+    if let Some(file) = &spec.pcap {
+        b = b.pcap(file);
     }
     b.build().map_err(|e| e.to_string())
 }
