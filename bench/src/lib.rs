@@ -2,7 +2,8 @@
 //! the comparison scripts beside this crate; this library holds what they
 //! share: [`PortPair`], two protocol ports joined in memory, the
 //! shared-memory [`floors`] (also bcl-pingpong's `spin` baseline), and the
-//! one-thread [`recv_overhead`] measurement (`bcl-or`).
+//! one-thread [`recv_overhead`] measurement (`bcl-or`, and beside its own
+//! figures in `bcl-loggp --check-unified-poll`).
 
 pub mod floors;
 pub mod recv_overhead;

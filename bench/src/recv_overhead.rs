@@ -1,7 +1,8 @@
 //! The receive overhead o_r (LogGP's receiver CPU time per message) of BCL
 //! over shared memory and over UDP, and of the bare mechanism underneath
 //! each, measured in one thread so that no scheduling between processes
-//! enters the figure (`bcl-or` prints these figures).
+//! enters the figure. `bcl-or` prints these figures; `bcl-loggp
+//! --check-unified-poll` prints them beside its own two-process o_r.
 //!
 //! For each round a sender puts a batch of messages in flight and waits
 //! until they are in the receiver's hands (shared memory: in its inbox; UDP:
