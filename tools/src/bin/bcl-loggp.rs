@@ -422,6 +422,19 @@ fn report(
                 m.method, r.size
             );
         }
+        let negative: Vec<String> = m
+            .results
+            .iter()
+            .filter(|r| r.l_ns < 0.0)
+            .map(|r| r.size.to_string())
+            .collect();
+        if !negative.is_empty() {
+            println!(
+                "# {}: L < 0 at {} B: o_s and o_r are not disjoint from the wire here (a send's system call carries the frame through the receiver's kernel on veth and loopback; large messages overlap their frames), so RTT/2 - o_s - o_r undercounts the latency",
+                m.method,
+                negative.join(", ")
+            );
+        }
         println!(
             "# {}: measuring end's transport retransmits {}, bad frames {}",
             m.method, m.counters.retransmits, m.counters.bad_frames
