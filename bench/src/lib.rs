@@ -1,9 +1,12 @@
 //! Benchmarks of BCL. The benchmarks live in `benches/` and `src/bin/`,
 //! the comparison scripts beside this crate; this library holds what they
-//! share: [`PortPair`], two protocol ports joined in memory, and the
-//! shared-memory [`floors`] (also bcl-pingpong's `spin` baseline).
+//! share: [`PortPair`], two protocol ports joined in memory, the
+//! shared-memory [`floors`] (also bcl-pingpong's `spin` baseline), and the
+//! one-thread [`recv_overhead`] measurement (`bcl-or`, and beside its own
+//! figures in `bcl-loggp --check-unified-poll`).
 
 pub mod floors;
+pub mod recv_overhead;
 
 use bcl_core::method::{LinkId, MethodCaps, Route};
 use bcl_core::{JobKey, Port, PortConfig, ProcessAddr, Time};

@@ -97,6 +97,26 @@ impl Transport for BclTransport {
         }
     }
 
+    /// One busy-polling receive call ([`Endpoint::poll_recv_with`]: one
+    /// progress round at most).
+    fn try_recv(&mut self, f: &mut dyn FnMut(&[u8])) -> Result<bool, TransportError> {
+        self.reap()?;
+        let from = self
+            .ep
+            .poll_recv_with(|from, bytes| {
+                f(bytes);
+                from
+            })
+            .map_err(failed)?;
+        match from {
+            Some(from) => {
+                self.learn_peer(from);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
     fn flush(&mut self, deadline: Instant) -> Result<(), TransportError> {
         let until = self.time(deadline);
         self.ep.flush_until(until).map_err(failed)?;

@@ -10,8 +10,8 @@
 //! - [`launch`]: where the ends run (threads, lab namespaces, pinned CPUs).
 //! - [`cli`]: the command-line options both tools share.
 //! - [`job`]: the tools under `bcl-run` (rank 0 measures against rank 1).
-//! - [`pingpong`] and [`bw`]: the two measurements, written once against
-//!   `Transport`.
+//! - [`pingpong`], [`bw`] and [`loggp`]: the measurements (round trips,
+//!   bandwidth, LogGP parameters), written once against `Transport`.
 //! - [`latency`], [`report`], [`args`]: histograms, the JSON contract and
 //!   tables, argument values.
 
@@ -26,6 +26,7 @@ pub mod kernel;
 pub mod latency;
 pub mod launch;
 pub mod local;
+pub mod loggp;
 pub mod methods;
 pub mod pingpong;
 pub mod report;

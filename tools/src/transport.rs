@@ -42,6 +42,14 @@ pub trait Transport {
     fn recv(&mut self, deadline: Instant, f: &mut dyn FnMut(&[u8]))
         -> Result<bool, TransportError>;
 
+    /// Looks once for a message and shows it to `f`, without waiting;
+    /// `Ok(false)` if none was there. By default a receive whose deadline
+    /// has passed (a transport whose receive polls many times before it
+    /// reads the clock should look only once).
+    fn try_recv(&mut self, f: &mut dyn FnMut(&[u8])) -> Result<bool, TransportError> {
+        self.recv(Instant::now(), f)
+    }
+
     /// Waits (until `deadline`) until everything sent has been delivered, as
     /// far as the transport can tell, and keeps serving the protocol
     /// meanwhile. Nothing to do for a transport without a protocol of its
