@@ -2,7 +2,9 @@
 
 use crate::addr::{local_ip, parse_address};
 use crate::sys::{set_buffer, Batch, RawAddr};
-use bcl_core::{Availability, Descriptor, LinkId, Method, MethodCaps, MethodError, TxFrame};
+use bcl_core::{
+    Availability, Descriptor, LinkId, Method, MethodCaps, MethodCounters, MethodError, TxFrame,
+};
 use std::collections::HashMap;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -375,6 +377,26 @@ impl Method for UdpMethod {
         (!self.closed).then(|| self.socket.as_raw_fd())
     }
 
+    /// Datagrams each way; one too large for the MTU, or from a source that
+    /// is not an IP address, is malformed; the kernel's refusals are lost
+    /// frames. Foreign datagrams do not exist here: the socket's port is
+    /// this endpoint's.
+    fn counters(&self) -> MethodCounters {
+        let s = self.stats;
+        MethodCounters {
+            rx_frames: s.rx_datagrams,
+            tx_frames: s.tx_datagrams,
+            rx_foreign: 0,
+            rx_malformed: s.rx_truncated + s.rx_bad_source,
+            tx_errors: s.tx_dropped,
+            detail: vec![
+                ("rx_truncated", s.rx_truncated),
+                ("rx_bad_source", s.rx_bad_source),
+                ("links_learned", s.links_learned),
+            ],
+        }
+    }
+
     fn shutdown(&mut self) {
         self.closed = true;
     }
@@ -434,6 +456,11 @@ mod tests {
         // The learned link answers.
         let back = got[0].0;
         send(&mut b, back, &[b"pong"]);
+        let c = b.counters();
+        assert_eq!(
+            (c.rx_frames, c.tx_frames, c.tx_errors),
+            (frames.len() as u64, 1, 0)
+        );
         let got = recv_all(&mut a, 1);
         assert_eq!(got, vec![(to_b, b"pong".to_vec())]);
     }
@@ -453,6 +480,8 @@ mod tests {
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].1.len(), 100);
         assert_eq!(b.stats().rx_truncated, 2);
+        let c = b.counters();
+        assert_eq!((c.rx_frames, c.rx_malformed, c.rx_foreign), (1, 2, 0));
     }
 
     #[test]
