@@ -6,7 +6,8 @@
 //! that bad input gets an error naming the file. Nothing here depends on
 //! how fast the runs were.
 
-use bcl_tools::plot::{PERCENTILE_AXIS, SIZE_AXIS};
+use bcl_tools::plot::{PALETTE, PERCENTILE_AXIS, SIZE_AXIS};
+use plotters::style::RGBColor;
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -74,6 +75,20 @@ fn svg(path: &Path) -> Svg {
     Svg { curves, texts }
 }
 
+/// A PNG's (width, height) and RGB pixels; checks its signature first.
+fn decode_png(path: &Path) -> ((u32, u32), Vec<u8>) {
+    let bytes = std::fs::read(path).unwrap();
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "PNG signature");
+    let mut reader = png::Decoder::new(std::io::Cursor::new(bytes))
+        .read_info()
+        .expect("a decodable PNG");
+    let mut rgb = vec![0; reader.output_buffer_size().expect("a sane size")];
+    let frame = reader.next_frame(&mut rgb).expect("pixels");
+    assert_eq!(frame.color_type, png::ColorType::Rgb);
+    rgb.truncate(frame.buffer_size());
+    ((frame.width, frame.height), rgb)
+}
+
 fn has(svg: &Svg, text: &str) -> bool {
     svg.texts.iter().any(|t| t == text)
 }
@@ -99,6 +114,22 @@ fn pingpong_plots_one_percentile_curve_per_size() {
     for label in ["8 B", "64 B", "0%", "90%", "99%"] {
         assert!(has(&s, label), "no {label:?} in {:?}", s.texts);
     }
+    // The same chart as PNG: its size, and the first two series' colours
+    // (curve and legend swatch) but not the third's.
+    let png = dir.path().join("x.png");
+    run(
+        PINGPONG,
+        &[PING_ARGS, &["--method", "shm", "--plot"]].concat(),
+        &[&png],
+    );
+    let (size, rgb) = decode_png(&png);
+    assert_eq!(size, (1000, 560));
+    let has_colour = |i: usize| {
+        let RGBColor(r, g, b) = PALETTE[i];
+        rgb.chunks_exact(3).any(|p| p == [r, g, b])
+    };
+    assert!(has_colour(0) && has_colour(1) && !has_colour(2));
+
     // The report carries the distribution the curve was drawn from.
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let d = v["results"][0]["distribution"].as_array().unwrap();
@@ -131,13 +162,8 @@ fn bw_plots_bandwidth_and_rate_as_svg_and_png() {
 
     let png = dir.path().join("y.png");
     run(BW, &[BW_ARGS, &["--plot"]].concat(), &[&png]);
-    let bytes = std::fs::read(&png).unwrap();
-    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "PNG signature");
-    let info = png::Decoder::new(std::io::Cursor::new(bytes))
-        .read_info()
-        .expect("a decodable PNG");
-    let header = info.info();
-    assert_eq!((header.width, header.height), (1000, 1120));
+    // Two panels of 560 pixels.
+    assert_eq!(decode_png(&png).0, (1000, 1120));
 }
 
 #[test]

@@ -171,8 +171,9 @@ pub const ROUND_TRIP_AXIS: &str = "round trip (µs)";
 /// The label of the x axis of size charts.
 pub const SIZE_AXIS: &str = "message size (bytes, log scale)";
 
-/// Curve colours (Tableau 10: distinct, readable on white), in order.
-const PALETTE: [RGBColor; 10] = [
+/// Curve colours (Tableau 10: distinct, readable on white), in series
+/// order; a curve and its legend swatch share one.
+pub const PALETTE: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
