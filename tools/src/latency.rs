@@ -55,6 +55,17 @@ impl LatencyRecorder {
         }
     }
 
+    /// The percentile distribution as (quantile, ns) points, by ascending
+    /// quantile: the rows of the `.hgrm` file (five steps per halving of
+    /// the distance to 100 %, so the tail is as finely drawn as the body),
+    /// for charts and the JSON report.
+    pub fn distribution(&self) -> Vec<(f64, u64)> {
+        self.hist
+            .iter_quantiles(5)
+            .map(|v| (v.quantile_iterated_to(), v.value_iterated_to()))
+            .collect()
+    }
+
     /// Writes the percentile distribution in HdrHistogram's `.hgrm` text
     /// format (values in microseconds), loadable by the HdrHistogram plotter.
     pub fn write_hgrm(&self, out: &mut impl Write) -> io::Result<()> {
@@ -130,6 +141,20 @@ mod tests {
         assert!((499_000..=501_000).contains(&s.p50_ns), "{s:?}");
         assert!((989_000..=991_000).contains(&s.p99_ns), "{s:?}");
         assert!(s.max_ns >= 999_000 && s.max_ns <= 1_001_000);
+    }
+
+    #[test]
+    fn the_distribution_rises_to_the_largest_sample() {
+        let mut r = LatencyRecorder::new();
+        for v in 1..=1000u64 {
+            r.record(v * 1000);
+        }
+        let d = r.distribution();
+        assert!(d.len() > 10, "{d:?}");
+        assert!(d.windows(2).all(|w| w[0].0 <= w[1].0 && w[0].1 <= w[1].1));
+        assert_eq!(d.last().map(|p| p.0), Some(1.0));
+        assert!(d.last().unwrap().1 >= 999_000);
+        assert!(LatencyRecorder::new().distribution().is_empty());
     }
 
     #[test]

@@ -59,7 +59,7 @@ pub fn parse_nodes(text: &str) -> Result<(String, String), String> {
 fn passthrough(args: &[String], server: bool) -> Vec<String> {
     let mut with_value = vec!["--lab", "--nodes", "--pin", "--connect"];
     if server {
-        with_value.extend(["--json", "--hgrm"]);
+        with_value.extend(["--json", "--hgrm", "--plot"]);
     }
     let flags = ["--local", "--serve"];
     let mut out = Vec::new();
@@ -214,13 +214,22 @@ mod tests {
             "0,1",
             "--json",
             "o.json",
+            "--plot=o.svg",
             "--local",
             "--sizes",
             "64",
         ]);
         assert_eq!(
             passthrough(&args, false),
-            s(&["--method", "udp", "--json", "o.json", "--sizes", "64"])
+            s(&[
+                "--method",
+                "udp",
+                "--json",
+                "o.json",
+                "--plot=o.svg",
+                "--sizes",
+                "64"
+            ])
         );
         assert_eq!(
             passthrough(&args, true),

@@ -14,6 +14,8 @@
 //!   bandwidth, LogGP parameters), written once against `Transport`.
 //! - [`latency`], [`report`], [`args`]: histograms, the JSON contract and
 //!   tables, argument values.
+//! - [`plot`]: charts of the results (`--plot`, `bcl-plot`); [`progress`]:
+//!   progress bars of long runs.
 
 pub mod afxdp_raw;
 pub mod args;
@@ -29,5 +31,7 @@ pub mod local;
 pub mod loggp;
 pub mod methods;
 pub mod pingpong;
+pub mod plot;
+pub mod progress;
 pub mod report;
 pub mod transport;

@@ -27,6 +27,11 @@ pub struct PingResult {
     pub mean_ns: u64,
     /// The figures are round-trip times (one-way = RTT / 2).
     pub rtt: bool,
+    /// The whole percentile distribution, (quantile in 0..=1, ns) by
+    /// ascending quantile, the rows of the `.hgrm` file: what `bcl-plot`
+    /// draws (an added field; reports without it plot their summary).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distribution: Option<Vec<(f64, u64)>>,
 }
 
 impl PingResult {
@@ -42,7 +47,14 @@ impl PingResult {
             max_ns: s.max_ns,
             mean_ns: s.mean_ns,
             rtt: true,
+            distribution: None,
         }
+    }
+
+    /// The same with its percentile distribution.
+    pub fn with_distribution(mut self, points: Vec<(f64, u64)>) -> Self {
+        self.distribution = Some(points);
+        self
     }
 }
 

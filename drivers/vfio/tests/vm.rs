@@ -17,9 +17,12 @@
 //! `BCL_SKIP_PRIVILEGED=1` to skip it; otherwise it fails loudly when it
 //! cannot run.
 
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::io::{BufRead, BufReader, IsTerminal};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::Duration;
 
 /// The guest's test list: `$BCL_VM_TESTS` (which run.sh runs instead when
 /// set), else tests/vm/guest-tests.sh.
@@ -47,6 +50,52 @@ fn guest_counts(stderr: &str) -> Option<&str> {
         .find(|l| l.starts_with("guest-tests: ran "))
 }
 
+/// Runs run.sh and returns its exit status and standard error (its
+/// standard output is not used). The guest takes minutes and run.sh's
+/// output is kept for the checks, so while it runs a spinner on this
+/// process's standard error shows the latest `run.sh:` or guest test line;
+/// the spinner is drawn only when standard error is a terminal, so CI logs
+/// and captured runs see no change.
+fn run_with_spinner(script: &Path) -> (ExitStatus, String) {
+    let visible = std::io::stderr().is_terminal();
+    let target = if visible {
+        ProgressDrawTarget::stderr()
+    } else {
+        ProgressDrawTarget::hidden()
+    };
+    let spinner = ProgressBar::with_draw_target(None, target);
+    if let Ok(style) = ProgressStyle::with_template("{spinner} tests/vm/run.sh {elapsed} {msg}") {
+        spinner.set_style(style);
+    }
+    if visible {
+        spinner.enable_steady_tick(Duration::from_millis(200));
+    }
+    let mut child = Command::new("bash")
+        .arg(script)
+        // As Command::output had it: no standard input (QEMU's serial
+        // console must not read the terminal).
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cannot run bash");
+    let mut pipe = BufReader::new(child.stderr.take().expect("piped stderr"));
+    let mut stderr = String::new();
+    let mut line = Vec::new();
+    while pipe.read_until(b'\n', &mut line).unwrap_or(0) > 0 {
+        let text = String::from_utf8_lossy(&line);
+        let shown = text.trim_end();
+        if shown.starts_with("run.sh:") || shown.contains("BCL-VM-TEST") {
+            spinner.set_message(shown.trim_start_matches("  | ").to_string());
+        }
+        stderr.push_str(&text);
+        line.clear();
+    }
+    let status = child.wait().expect("waiting for run.sh");
+    spinner.finish_and_clear();
+    (status, stderr)
+}
+
 #[test]
 fn vfio_guest_runs_all_guest_tests() {
     if std::env::var("BCL_SKIP_PRIVILEGED").as_deref() == Ok("1") {
@@ -70,21 +119,17 @@ fn vfio_guest_runs_all_guest_tests() {
             .unwrap_or_else(|e| panic!("reading {}: {e}", list.display())),
     );
     assert!(expected > 0, "{} has no `run` line", list.display());
-    let out = Command::new("bash")
-        .arg(&script)
-        .output()
-        .expect("cannot run bash");
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (status, stderr) = run_with_spinner(&script);
     // The harness's own summary lines (not the whole guest console).
     for line in stderr.lines().filter(|l| l.starts_with("run.sh:")) {
         eprintln!("{line}");
     }
-    if !out.status.success() {
+    if !status.success() {
         let tail: Vec<&str> = stderr.lines().rev().take(80).collect();
         let tail: Vec<&str> = tail.into_iter().rev().collect();
         panic!(
             "tests/vm/run.sh failed ({}); last lines:\n{}",
-            out.status,
+            status,
             tail.join("\n")
         );
     }

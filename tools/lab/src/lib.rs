@@ -469,6 +469,13 @@ impl Lab {
     /// directory exists. On failure, removes what it created and returns the
     /// first error (which names the failing command and its stderr).
     pub fn up(&self) -> Result<(), LabError> {
+        self.up_observed(&mut |_: UpStep<'_>| {})
+    }
+
+    /// [`Lab::up`], telling `step` as each part is made (a namespace, a
+    /// switch, a link, a node's addresses and routes, an impairment bridge),
+    /// with how many parts there are: what a progress bar shows.
+    pub fn up_observed(&self, step: &mut dyn FnMut(UpStep<'_>)) -> Result<(), LabError> {
         if !sys::is_root() {
             return Err(LabError::Other(
                 "bcl-lab up needs root (network namespaces, veth, AF_PACKET)".into(),
@@ -493,14 +500,18 @@ impl Lab {
         } else {
             Some(self.bridge_binary()?)
         };
-        let r = self.up_inner(bin.as_deref());
+        let r = self.up_inner(bin.as_deref(), step);
         if r.is_err() {
             let _ = self.down();
         }
         r
     }
 
-    fn up_inner(&self, bin: Option<&Path>) -> Result<(), LabError> {
+    fn up_inner(
+        &self,
+        bin: Option<&Path>,
+        step: &mut dyn FnMut(UpStep<'_>),
+    ) -> Result<(), LabError> {
         let dir = self.state_dir();
         std::fs::create_dir_all(&dir)
             .map_err(io_err(format!("cannot create {}", dir.display())))?;
@@ -533,6 +544,16 @@ impl Lab {
                 .filter(|l| l.impair.is_some())
                 .map(|l| (self.imp_ns(&l.name), false, false)),
         );
+        let total = all.len()
+            + t.switches.len()
+            + t.links.len()
+            + t.nodes.len()
+            + t.links.iter().filter(|l| l.impair.is_some()).count();
+        let mut done = 0;
+        let mut made = |what: &str| {
+            done += 1;
+            step(UpStep { done, total, what });
+        };
         for (ns, router, multihomed) in &all {
             sys::ip(&["netns", "add", ns])?;
             let mut sysctl = vec![
@@ -563,6 +584,7 @@ impl Lab {
             }
             sys::ip(&sysctl)?;
             sys::ip(&["-n", ns, "link", "set", "lo", "up"])?;
+            made(&format!("namespace {ns}"));
         }
         for s in &t.switches {
             let ns = self.ns_name(&s.name);
@@ -579,6 +601,7 @@ impl Lab {
                 "forward_delay",
                 "0",
             ])?;
+            made(&format!("switch {}", s.name));
         }
         // Links: veth pairs created directly inside their namespaces.
         for l in &t.links {
@@ -642,6 +665,7 @@ impl Lab {
                     sys::ip(&["-n", &s.0, "link", "set", &s.1, "up"])?;
                 }
             }
+            made(&format!("link {}", l.name));
         }
         for s in &t.switches {
             sys::ip(&[
@@ -679,10 +703,12 @@ impl Lab {
                     &r.dev,
                 ])?;
             }
+            made(&format!("addresses of {}", n.name));
         }
         // Impairment bridges.
         for l in t.links.iter().filter(|l| l.impair.is_some()) {
             self.start_bridge(l, bin.expect("resolved when links are impaired"))?;
+            made(&format!("impairment bridge of {}", l.name));
         }
         Ok(())
     }
@@ -980,6 +1006,17 @@ fn default_prefix(path: &Path) -> String {
         .collect();
     p.truncate(config::PREFIX_MAX);
     p
+}
+
+/// One part of a lab made by [`Lab::up_observed`].
+#[derive(Clone, Copy, Debug)]
+pub struct UpStep<'a> {
+    /// Parts made so far, this one included.
+    pub done: usize,
+    /// Parts in all.
+    pub total: usize,
+    /// What was made, e.g. `namespace bl-pair.a` or `link ab`.
+    pub what: &'a str,
 }
 
 /// RAII guard for tests: [`LabGuard::up`] brings a lab up, dropping the guard

@@ -1,7 +1,7 @@
 //! `bcl-lab`: build, inspect and remove test clusters of network namespaces.
 
 use std::collections::HashSet;
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use bcl_lab::{Lab, LabError, LabReport};
 use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 #[derive(Parser)]
 #[command(
@@ -125,6 +126,21 @@ enum Cmd {
     },
 }
 
+/// The progress bar of `up`: on standard error when it is a terminal,
+/// hidden otherwise (scripts and tests see the same output as before).
+fn up_bar() -> ProgressBar {
+    let target = if std::io::stderr().is_terminal() {
+        ProgressDrawTarget::stderr()
+    } else {
+        ProgressDrawTarget::hidden()
+    };
+    let bar = ProgressBar::with_draw_target(None, target);
+    if let Ok(style) = ProgressStyle::with_template("bcl-lab up [{bar:32}] {pos}/{len} {msg}") {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar
+}
+
 fn load(a: &LabArgs) -> Result<Lab, LabError> {
     let lab = Lab::load(&a.file)?;
     match &a.prefix {
@@ -148,7 +164,14 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
     match cli.cmd {
         Cmd::Up(a) => {
             let lab = load(&a)?;
-            lab.up()?;
+            let bar = up_bar();
+            let r = lab.up_observed(&mut |s| {
+                bar.set_length(s.total as u64);
+                bar.set_message(s.what.to_string());
+                bar.set_position(s.done as u64);
+            });
+            bar.finish_and_clear();
+            r?;
             println!(
                 "lab {} is up: {} node(s); `bcl-lab show {}` for details",
                 lab.prefix(),

@@ -691,3 +691,74 @@ fn threads_can_enter_node_namespaces() {
     sender.join().unwrap();
     assert!(g.enter("nonexistent").is_err());
 }
+
+#[test]
+fn up_reports_every_part_and_shows_a_bar_only_on_a_terminal() {
+    if !require_privileges("up_reports_every_part_and_shows_a_bar_only_on_a_terminal") {
+        return;
+    }
+    // The library tells each part as it is made, counting up to the total.
+    let l = lab("pair.toml", "steps");
+    let mut steps: Vec<(usize, usize, String)> = Vec::new();
+    let r = l.up_observed(&mut |s| steps.push((s.done, s.total, s.what.to_string())));
+    let down = l.down();
+    r.unwrap();
+    down.unwrap();
+    let total = steps[0].1;
+    // pair.toml: two namespaces, one link, two nodes' addresses.
+    assert_eq!(total, 5, "{steps:?}");
+    assert_eq!(
+        steps.iter().map(|s| s.0).collect::<Vec<_>>(),
+        (1..=total).collect::<Vec<_>>()
+    );
+    assert!(steps.iter().all(|s| s.1 == total), "{steps:?}");
+    assert!(
+        steps
+            .iter()
+            .any(|s| s.2 == format!("namespace {}.a", l.prefix())),
+        "{steps:?}"
+    );
+
+    // `bcl-lab up` under a pipe: the result line and nothing of a bar.
+    let p = prefix("bar");
+    let file = config("pair.toml");
+    let file = file.to_str().unwrap();
+    let down = || {
+        let st = Command::new(BIN)
+            .args(["down", "--prefix", &p, file])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    };
+    let out = Command::new(BIN)
+        .args(["up", "--prefix", &p, file])
+        .output()
+        .unwrap();
+    down();
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stdout.contains(&format!("lab {p} is up")), "{stdout}");
+    assert!(
+        !stderr.contains("bcl-lab up [") && !stderr.contains(['\r', '\x1b']),
+        "{stderr:?}"
+    );
+
+    // On a pseudo-terminal (util-linux's `script`): the bar, to the last part.
+    let out = Command::new("script")
+        .args([
+            "-q",
+            "-e",
+            "-c",
+            &format!("{BIN} up --prefix {p} {file}"),
+            "/dev/null",
+        ])
+        .output()
+        .expect("script (util-linux) runs bcl-lab on a pseudo-terminal");
+    down();
+    assert!(out.status.success(), "{out:?}");
+    let tty = String::from_utf8_lossy(&out.stdout);
+    assert!(tty.contains("bcl-lab up ["), "{tty:?}");
+    assert!(tty.contains(&format!("{total}/{total}")), "{tty:?}");
+    assert!(tty.contains(&format!("lab {p} is up")), "{tty:?}");
+}

@@ -3,11 +3,14 @@
 
 use bcl_tools::args::{parse_size, SizeList};
 use bcl_tools::bw::channels::MAX_DEPTH;
-use bcl_tools::bw::{run_receiver, run_sender, BwOptions, BwOutcome, ChannelKind, MIN_SIZE};
+use bcl_tools::bw::{
+    plan, run_receiver, run_sender_observed, BwOptions, BwOutcome, ChannelKind, MIN_SIZE,
+};
 use bcl_tools::cli::{CommonArgs, Role};
 use bcl_tools::end::{Baseline, MethodArg};
 use bcl_tools::launch::{announce, pin_current_thread, run_in_lab, spawn_pinned, split_pins};
 use bcl_tools::methods::{open_client, open_local_pair, open_server};
+use bcl_tools::plot::{run_label, size_label, Chart, PlotFile, Quantity, SizePanel, SizeSeries};
 use bcl_tools::report::{
     bandwidth_table, write_json, BwCounters, BwReport, BwResult, VerifyReport,
 };
@@ -105,6 +108,13 @@ struct Cli {
     /// Matters on the sending side.
     #[arg(long)]
     no_shared_heap: bool,
+
+    /// Draw bandwidth (MB/s) and message rate against message size (log
+    /// axes of size), one panel each, with memcpy beside the bandwidth when
+    /// --memcpy measured it. FILE.svg or FILE.png, by extension. Written by
+    /// the sending (--connect) side, which has the measurements.
+    #[arg(long, value_name = "FILE")]
+    plot: Option<PlotFile>,
 }
 
 /// memcpy bandwidth (10^6 bytes per second) of `size`-byte copies: the
@@ -144,6 +154,7 @@ fn parse_volume(text: &str) -> Result<u64, String> {
 
 const EXAMPLES: &str = "Examples:
   bcl-bw --method udp --local --verify
+  bcl-bw --method shm --local --busy-poll --pin 1,0 --sizes 64,1K,8K,64K --plot bw.svg
   bcl-bw --method sim --channel normal --sizes 64K,1M,16M --volume 256M --verify
   bcl-bw --method packet --lab configs/lab/pair.toml --nodes b,a --channel open --sizes 1M --verify
   bcl-bw --method packet --lab configs/lab/pair.toml --nodes a,b --sizes 64K --busy-poll --pin 1,0 --json bw.json
@@ -162,6 +173,13 @@ fn main() -> ExitCode {
 
 fn run(cli: &Cli) -> Result<ExitCode, String> {
     let c = &cli.common;
+    if cli.plot.is_some() {
+        if c.serve {
+            return Err("--plot: the serving side receives and measures nothing; give --plot to the --connect side (or run --local or --lab)".into());
+        }
+        // Before measuring: a chart that cannot be drawn should not cost a run.
+        bcl_tools::plot::font::load()?;
+    }
     bcl::shm::heap::set_enabled(!cli.no_shared_heap);
     if cli.iters == 0 || cli.window == 0 {
         return Err("--iters and --window must be at least 1".into());
@@ -239,7 +257,7 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
     match job {
         Some(bcl_tools::job::JobEnd::Client(mut t)) => {
             check_sizes(&mut *t)?;
-            let out = run_sender(&mut *t, &opts).map_err(|e| e.to_string())?;
+            let out = send(&mut *t, &opts)?;
             return finish(
                 cli,
                 "sender",
@@ -276,7 +294,7 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
             }
             let mut t = open_client(&spec, &descriptor, Instant::now() + timeout)?;
             check_sizes(&mut *t)?;
-            let out = run_sender(&mut *t, &opts).map_err(|e| e.to_string())?;
+            let out = send(&mut *t, &opts)?;
             if c.stats {
                 println!("{}", t.details());
             }
@@ -305,7 +323,7 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
             if let Some(cpu) = client_cpu {
                 pin_current_thread(cpu)?;
             }
-            let out = run_sender(&mut *client, &opts).map_err(|e| e.to_string());
+            let out = send(&mut *client, &opts);
             if c.stats {
                 println!("# sender:\n{}", client.details());
             }
@@ -321,6 +339,66 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
                 client.channels().is_some(),
             )
         }
+    }
+}
+
+/// Streams the sweep, with a progress bar over every size's windows
+/// (warm-up and timed) on standard error when it is a terminal.
+fn send(t: &mut dyn Transport, opts: &BwOptions) -> Result<BwOutcome, String> {
+    let windows = opts
+        .sizes
+        .iter()
+        .map(|s| {
+            let p = plan(opts, *s);
+            p.warmup + p.windows
+        })
+        .sum();
+    let bar = bcl_tools::progress::bar(windows, "bcl-bw");
+    let mut current = None;
+    let out = run_sender_observed(t, opts, &mut |size| {
+        if current != Some(size) {
+            current = Some(size);
+            bar.set_message(size_label(size));
+        }
+        bar.inc(1);
+    });
+    bar.finish_and_clear();
+    out.map_err(|e| e.to_string())
+}
+
+/// The --plot chart: bandwidth and message rate against size (memcpy
+/// beside the bandwidth when measured).
+fn bw_chart(cli: &Cli, results: &[BwResult], channel: Option<&str>) -> Chart {
+    let c = &cli.common;
+    let method = bcl_tools::job::method_name(c.method.name());
+    let label = run_label(method, channel, Some(c.mode_name()));
+    let series = |f: &dyn Fn(&BwResult) -> f64| SizeSeries {
+        label: label.clone(),
+        points: results.iter().map(|r| (r.size, f(r))).collect(),
+    };
+    let mut bandwidth = vec![series(&|r| r.mbytes_per_s)];
+    if results.iter().any(|r| r.memcpy_mbytes_per_s.is_some()) {
+        bandwidth.push(SizeSeries {
+            label: "memcpy (same run)".into(),
+            points: results
+                .iter()
+                .filter_map(|r| r.memcpy_mbytes_per_s.map(|m| (r.size, m)))
+                .collect(),
+        });
+    }
+    let channel = channel.map_or(String::new(), |ch| format!(", {ch} channel"));
+    Chart::Size {
+        title: format!("bcl-bw: {method}{channel}, {}", c.mode_name()),
+        panels: vec![
+            SizePanel {
+                quantity: Quantity::Bandwidth,
+                series: bandwidth,
+            },
+            SizePanel {
+                quantity: Quantity::Rate,
+                series: vec![series(&|r| r.msgs_per_s)],
+            },
+        ],
     }
 }
 
@@ -403,11 +481,15 @@ fn finish(
             channel: out.channel.name().into(),
             mode: c.mode_name().into(),
             role: role.into(),
-            results,
+            results: results.clone(),
             verify,
             counters,
         };
         write_json(path, &report).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    if let Some(file) = cli.plot.as_ref().filter(|_| role == "sender") {
+        let channel = bcl.then(|| out.channel.name());
+        bw_chart(cli, &results, channel).write(file)?;
     }
     Ok(if cli.verify && !v.is_clean() {
         ExitCode::from(1)

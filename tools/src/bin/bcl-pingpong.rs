@@ -6,6 +6,7 @@ use bcl_tools::cli::{CommonArgs, Role};
 use bcl_tools::launch::{announce, pin_current_thread, run_in_lab, spawn_pinned, split_pins};
 use bcl_tools::methods::{open_client, open_local_pair, open_server};
 use bcl_tools::pingpong::{run_client, serve_echo, ClientOutcome, PingOptions, TransportClient};
+use bcl_tools::plot::{size_label, Chart, LatencySeries, PlotFile};
 use bcl_tools::report::{latency_table, write_json, PingCounters, PingReport, PingResult};
 use bcl_tools::transport::BoxTransport;
 use bcl_tools::transport::TransportCounters;
@@ -46,11 +47,19 @@ struct Cli {
     /// (lat.hgrm -> lat-64.hgrm).
     #[arg(long, value_name = "FILE")]
     hgrm: Option<PathBuf>,
+
+    /// Draw the round trips' percentile distribution, one curve per size:
+    /// x is the percentile as HdrHistogram's plotter draws it (1/(1-p) on a
+    /// log scale: 0%, 90%, 99%, 99.9%, ...), y the round trip in µs. FILE.svg
+    /// or FILE.png, by extension. Written by the measuring (--connect) side.
+    #[arg(long, value_name = "FILE")]
+    plot: Option<PlotFile>,
 }
 
 const EXAMPLES: &str = "Examples:
   bcl-pingpong --method sim --fault loss=0.2,reorder=0.1 --iters 20000
   bcl-pingpong --method udp --local --busy-poll --sizes 64
+  bcl-pingpong --method shm --local --busy-poll --pin 1,0 --sizes 8,1K --plot shm.svg
   bcl-pingpong --method packet --lab configs/lab/pair.toml --nodes a,b --busy-poll --pin 1,0 --json out.json
   # two ends by hand, in two namespaces:
   ip netns exec bl-pair.a bcl-pingpong --method packet --serve          # prints listening: packet:02:bc:..
@@ -72,6 +81,13 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
         return Err("--iters must be at least 1".into());
     }
     let c = &cli.common;
+    if cli.plot.is_some() {
+        if c.serve {
+            return Err("--plot: the serving side measures nothing; give --plot to the --connect side (or run --local or --lab)".into());
+        }
+        // Before measuring: a chart that cannot be drawn should not cost a run.
+        bcl_tools::plot::font::load()?;
+    }
     // Under bcl-run: rank 0 measures against rank 1 over the job's method.
     if let Some(end) = bcl_tools::job::join(&c.spec())? {
         let timeout = Duration::from_millis(c.timeout_ms);
@@ -193,7 +209,10 @@ fn finish(
     let results: Vec<PingResult> = outcome
         .results
         .iter()
-        .map(|r| PingResult::new(r.size, r.iters, &r.latency.summary()))
+        .map(|r| {
+            PingResult::new(r.size, r.iters, &r.latency.summary())
+                .with_distribution(r.latency.distribution())
+        })
         .collect();
     let s = server.unwrap_or_default();
     let a = outcome.counters;
@@ -246,12 +265,36 @@ fn finish(
                 .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
         }
     }
+    if let Some(file) = &cli.plot {
+        latency_chart(c, &outcome).write(file)?;
+    }
     let clean = a.lost == 0 && a.duplicates == 0 && a.corrupt == 0;
     Ok(if clean {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The --plot chart: one percentile curve per size.
+fn latency_chart(c: &CommonArgs, outcome: &ClientOutcome) -> Chart {
+    let series = outcome
+        .results
+        .iter()
+        .map(|r| LatencySeries {
+            label: size_label(r.size),
+            count: r.latency.summary().count,
+            points: r.latency.distribution(),
+        })
+        .collect();
+    Chart::Latency {
+        title: format!(
+            "bcl-pingpong: {} ({}), round trip by percentile",
+            bcl_tools::job::method_name(c.method.name()),
+            c.mode_name()
+        ),
+        series,
+    }
 }
 
 /// The .hgrm file for `size`: the given name when there is one size.

@@ -244,6 +244,7 @@ pub(super) fn send_size(
     opts: &BwOptions,
     size: usize,
     p: Plan,
+    on_window: &mut dyn FnMut(usize),
 ) -> Result<BwSizeResult, TransportError> {
     let kind = opts.channel;
     let server = t
@@ -306,6 +307,7 @@ pub(super) fn send_size(
         if w >= p.warmup {
             delivered += n;
         }
+        on_window(size);
     }
     let seconds = t0.elapsed().as_secs_f64();
     tx.wait_all_back()?;

@@ -316,6 +316,18 @@ fn request(
 
 /// The streaming side.
 pub fn run_sender(t: &mut dyn Transport, opts: &BwOptions) -> Result<BwOutcome, TransportError> {
+    run_sender_observed(t, opts, &mut |_| {})
+}
+
+/// The streaming side, calling `on_window(size)` after each window
+/// (warm-up and timed, [`plan`]'s `warmup + windows` per size) is
+/// acknowledged: what a progress bar over the sweep counts. The call
+/// happens inside the timed loop, once per window, so it must be cheap.
+pub fn run_sender_observed(
+    t: &mut dyn Transport,
+    opts: &BwOptions,
+    on_window: &mut dyn FnMut(usize),
+) -> Result<BwOutcome, TransportError> {
     let mut results = Vec::new();
     for &size in &opts.sizes {
         if size < MIN_SIZE {
@@ -325,7 +337,7 @@ pub fn run_sender(t: &mut dyn Transport, opts: &BwOptions) -> Result<BwOutcome, 
         }
         let p = plan(opts, size);
         let r = match opts.channel {
-            ChannelKind::System => send_size_system(t, opts, size, p)?,
+            ChannelKind::System => send_size_system(t, opts, size, p, on_window)?,
             kind => {
                 let b = t.channels().ok_or_else(|| {
                     err(format!(
@@ -333,7 +345,7 @@ pub fn run_sender(t: &mut dyn Transport, opts: &BwOptions) -> Result<BwOutcome, 
                         kind.name()
                     ))
                 })?;
-                channels::send_size(b, opts, size, p)?
+                channels::send_size(b, opts, size, p, on_window)?
             }
         };
         results.push(r);
@@ -401,6 +413,7 @@ fn send_size_system(
     opts: &BwOptions,
     size: usize,
     p: Plan,
+    on_window: &mut dyn FnMut(usize),
 ) -> Result<BwSizeResult, TransportError> {
     let total_windows = p.warmup + p.windows;
     let begin = begin_message(size, p, opts.verify, ChannelKind::System, 0);
@@ -463,6 +476,7 @@ fn send_size_system(
         if w >= p.warmup {
             delivered += received;
         }
+        on_window(size);
     }
     Ok(BwSizeResult {
         size,
