@@ -90,8 +90,11 @@ fn check_results(v: &Value, method: &str, sizes: &[u64]) {
         // overheads, which holds per repetition and so for the means.
         let (l, rtt, os, or) = (f(r, "L_ns"), f(r, "rtt_ns"), f(r, "o_s_ns"), f(r, "o_r_ns"));
         assert!((l - (rtt / 2.0 - os - or)).abs() < 1e-6 * rtt, "{r}");
-        assert!(os < rtt, "o_s not below the round trip: {r}");
-        assert!(or < rtt, "o_r not below the round trip: {r}");
+        // No ordering between o_s, o_r and the round trip is asserted: they
+        // are medians of different phases, and on a loaded host a server
+        // that loses its CPU during the o_r phase makes the client wait for
+        // an echo that was meant to be there already (seen in CI: o_r 39 µs
+        // against a 22 µs round trip, debug build, 2 busy cores).
         // G is g per byte, and the bandwidth its inverse.
         let (g, big_g) = (f(r, "g_ns"), f(r, "G_ns_per_byte"));
         assert!((big_g * *size as f64 - g).abs() < 1e-6 * g, "{r}");
