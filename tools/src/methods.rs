@@ -53,6 +53,22 @@ impl Served {
     }
 }
 
+/// The whole `--serve` start: pins this thread to `cpu` (if given), opens
+/// the serving end, prints its `listening:` line and waits up to `wait` for
+/// the client.
+pub fn serve_one(
+    spec: &EndSpec,
+    cpu: Option<usize>,
+    wait: Duration,
+) -> Result<BoxTransport, String> {
+    if let Some(cpu) = cpu {
+        crate::launch::pin_current_thread(cpu)?;
+    }
+    let served = open_server(spec)?;
+    crate::launch::announce(&served.descriptor);
+    served.accept(Instant::now() + wait)
+}
+
 /// Opens the serving end.
 pub fn open_server(spec: &EndSpec) -> Result<Served, String> {
     let busy = spec.busy_poll;

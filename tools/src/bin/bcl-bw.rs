@@ -8,8 +8,8 @@ use bcl_tools::bw::{
 };
 use bcl_tools::cli::{CommonArgs, Role};
 use bcl_tools::end::{Baseline, MethodArg};
-use bcl_tools::launch::{announce, pin_current_thread, run_in_lab, spawn_pinned, split_pins};
-use bcl_tools::methods::{open_client, open_local_pair, open_server};
+use bcl_tools::launch::{pin_current_thread, run_in_lab, spawn_pinned, split_pins};
+use bcl_tools::methods::{open_client, open_local_pair, serve_one};
 use bcl_tools::plot::{run_label, size_label, Chart, PlotFile, Quantity, SizePanel, SizeSeries};
 use bcl_tools::report::{
     bandwidth_table, write_json, BwCounters, BwReport, BwResult, VerifyReport,
@@ -276,12 +276,8 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
     match role {
         Role::Lab(file, nodes) => run_in_lab(&file, &nodes, pins),
         Role::Serve => {
-            if let Some(cpu) = pins.and_then(|p| p.first()) {
-                pin_current_thread(*cpu)?;
-            }
-            let served = open_server(&spec)?;
-            announce(&served.descriptor);
-            let mut t = served.accept(Instant::now() + wait_client)?;
+            let cpu = pins.and_then(|p| p.first().copied());
+            let mut t = serve_one(&spec, cpu, wait_client)?;
             let out = run_receiver(&mut *t, wait_client, timeout).map_err(|e| e.to_string())?;
             if c.stats {
                 println!("{}", t.details());

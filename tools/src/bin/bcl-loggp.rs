@@ -8,13 +8,13 @@ use bcl::Registry;
 use bcl_tools::args::{parse_size, SizeList};
 use bcl_tools::cli::{CommonArgs, Role};
 use bcl_tools::end::{Baseline, EndSpec, MethodArg};
-use bcl_tools::launch::{announce, pin_current_thread, run_in_lab, spawn_pinned, split_pins};
+use bcl_tools::launch::{pin_current_thread, run_in_lab, spawn_pinned, split_pins};
 use bcl_tools::loggp::{
     measure, netns_name, serve, table, timer_overhead_ns, Bcl3Path, Client, Host, LoggpCounters,
     LoggpReport, MethodResults, Model, OneThreadReport, Placement, Plan, PlanReport, ServeSummary,
     UnifiedPoll, STATISTIC,
 };
-use bcl_tools::methods::{open_client, open_local_pair, open_server, Served};
+use bcl_tools::methods::{open_client, open_local_pair, serve_one, Served};
 use bcl_tools::report::write_json;
 use bcl_tools::transport::Transport;
 use clap::Parser;
@@ -175,12 +175,8 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
     match c.role()? {
         Role::Lab(file, nodes) => run_in_lab(&file, &nodes, pins),
         Role::Serve => {
-            if let Some(cpu) = pins.and_then(|p| p.first()) {
-                pin_current_thread(*cpu)?;
-            }
-            let served = open_server(&spec)?;
-            announce(&served.descriptor);
-            let mut t = served.accept(Instant::now() + wait_client)?;
+            let cpu = pins.and_then(|p| p.first().copied());
+            let mut t = serve_one(&spec, cpu, wait_client)?;
             let s = serve(&mut *t, lazy, wait_client, timeout).map_err(|e| e.to_string())?;
             if c.stats {
                 println!("{}", t.details());

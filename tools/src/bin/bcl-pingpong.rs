@@ -3,8 +3,8 @@
 
 use bcl_tools::args::SizeList;
 use bcl_tools::cli::{CommonArgs, Role};
-use bcl_tools::launch::{announce, pin_current_thread, run_in_lab, spawn_pinned, split_pins};
-use bcl_tools::methods::{open_client, open_local_pair, open_server};
+use bcl_tools::launch::{pin_current_thread, run_in_lab, spawn_pinned, split_pins};
+use bcl_tools::methods::{open_client, open_local_pair, serve_one};
 use bcl_tools::pingpong::{run_client, serve_echo, ClientOutcome, PingOptions, TransportClient};
 use bcl_tools::plot::{size_label, Chart, LatencySeries, PlotFile};
 use bcl_tools::report::{latency_table, write_json, PingCounters, PingReport, PingResult};
@@ -130,12 +130,8 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
     match role {
         Role::Lab(file, nodes) => run_in_lab(&file, &nodes, pins),
         Role::Serve => {
-            if let Some(cpu) = pins.and_then(|p| p.first()) {
-                pin_current_thread(*cpu)?;
-            }
-            let served = open_server(&spec)?;
-            announce(&served.descriptor);
-            let mut t = served.accept(Instant::now() + wait_client)?;
+            let cpu = pins.and_then(|p| p.first().copied());
+            let mut t = serve_one(&spec, cpu, wait_client)?;
             let echoed = serve_echo(&mut *t, wait_client, timeout).map_err(|e| e.to_string())?;
             let tc = t.counters();
             if c.stats {
