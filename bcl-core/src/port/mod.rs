@@ -21,6 +21,7 @@ mod channels;
 
 pub use bulk::{BulkKind, BulkToken, OutboundBulk};
 pub use channels::{ChannelError, Refused};
+pub use send::FULL_RESEND_AFTER_TIMEOUTS;
 mod peer;
 mod recv;
 mod send;

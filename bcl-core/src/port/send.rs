@@ -1176,8 +1176,9 @@ impl Port {
 
 /// Consecutive timeouts (without progress) after which the whole window is
 /// resent rather than probed: 200 + 400 + 800 µs of silence at the default
-/// minimum timeout, longer than a scheduler stall.
-const FULL_RESEND_AFTER_TIMEOUTS: u32 = 3;
+/// minimum timeout, longer than a scheduler stall. Public so that the Spin
+/// model of the protocol (`models/reliability.pml`) is generated from it.
+pub const FULL_RESEND_AFTER_TIMEOUTS: u32 = 3;
 
 /// Frames of a transfer framed one after the other before the next ordered
 /// message may go: large enough to stream efficiently, small enough that a
