@@ -214,6 +214,14 @@ pub struct Port {
     /// Buffers announced by a receiver before we asked: (peer, channel) →
     /// capacity.
     credits: FxHashMap<(PeerIdx, u16), u64>,
+    /// Sends on normal channels that have not ended, per (peer, channel),
+    /// in the order the application made them, each with whether its
+    /// rendezvous has started: only the first one's has (see
+    /// `start_channel_send`).
+    channel_sends: FxHashMap<(PeerIdx, u16), VecDeque<(u32, bool)>>,
+    /// (peer, channel) whose first send ended: the next one starts in
+    /// `start_channel_sends`, which has the time.
+    channel_sends_ended: Vec<(PeerIdx, u16)>,
     channel_events: VecDeque<ChannelEvent>,
     /// Transfers whose data a bulk method is to move (see `bulk`).
     bulk_ready: VecDeque<u32>,
@@ -263,6 +271,8 @@ impl Port {
             rx_transfers: FxHashMap::default(),
             get_waits: FxHashMap::default(),
             credits: FxHashMap::default(),
+            channel_sends: FxHashMap::default(),
+            channel_sends_ended: Vec::new(),
             channel_events: VecDeque::new(),
             bulk_ready: VecDeque::new(),
             next_transfer: 1,

@@ -63,6 +63,7 @@ impl Port {
             if taken {
                 self.stats.frames_received += 1;
                 self.peers[idx as usize].stats.frames_received += 1;
+                self.start_channel_sends(now);
                 self.schedule(idx, now);
             }
             return taken;
@@ -94,6 +95,7 @@ impl Port {
             }
             _ => {}
         }
+        self.start_channel_sends(now);
         self.schedule(idx, now);
         self.arm_timer(idx);
         self.recycle_windows(idx);

@@ -1046,6 +1046,9 @@ impl Port {
         if msg.is_transfer() {
             self.out_transfers.remove(&(msg.peer, msg.msg_id));
         }
+        if msg.on_done == OnDone::ChannelSend {
+            self.channel_send_ended(msg.peer, msg.channel, m);
+        }
         let error = failure.map(|f| match f {
             SendFailure::PeerUnreachable(a) | SendFailure::NoRoute(a) => {
                 TransferError::PeerUnreachable(a)
@@ -1104,7 +1107,11 @@ impl Port {
             return;
         };
         let (peer, msg_id, handle, on_done) = (msg.peer, msg.msg_id, msg.handle, msg.on_done);
+        let channel = msg.channel;
         let len = self.body_len(&msg.body);
+        if on_done == OnDone::ChannelSend {
+            self.channel_send_ended(peer, channel, m);
+        }
         let Some(msg) = self.messages[m as usize].as_mut() else {
             return;
         };
