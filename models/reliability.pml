@@ -14,9 +14,15 @@
  *   - no livelock: every execution completes (ltl `completes`, checked with
  *     pan -a; the faults are bounded, so the adversary cannot lose forever).
  *
- * Every event that crosses the wire prints a TRACE line: models/traces.sh
- * turns Spin's output (random simulations, counterexample trails) into the
- * traces that bcl-core/tests/trace_replay.rs replays on the Rust ports.
+ * Every event that crosses the wire, every timer and every delivery and
+ * completion prints a TRACE line: models/traces.sh turns Spin's output
+ * (random simulations, and trails of witness runs: -DWITNESS=bits asserts
+ * that no complete execution shows the events in the `seen` bits, so pan's
+ * counterexample is one that does) into the traces that
+ * bcl-core/tests/trace_replay.rs replays on the Rust ports. -DREPLAY
+ * leaves out the one choice the replay cannot reproduce by setting the
+ * clock: skipping a NAK-requested frame as sent too recently (the age of
+ * each frame is a time the model does not track).
  */
 
 #include "generated/core_constants.h"
@@ -89,6 +95,21 @@ bool probe_newest;        /* a timeout asked to resend the newest frame */
 bool busy;                /* ring-full back-off running (busy_until > now) */
 byte ctimeouts;           /* consecutive timeouts, saturating */
 byte completed;           /* ghost: messages completed at A, in order */
+
+/* Ghost: what an execution has shown, for witness runs (-DWITNESS). */
+#define SEEN_RENEGE     1         /* the receiver dropped held messages */
+#define SEEN_RING_FULL  2         /* a ring-full NAK made the sender back off */
+#define SEEN_FULL_RESEND 4        /* a timeout resent the whole window */
+#define SEEN_GAP_RETX   8         /* a NAK for a gap made the sender resend */
+#define SEEN_EARLY_RTO  16        /* a timeout fired while frames travelled */
+#define SEEN_DUP_DATA   32        /* a duplicated DATA frame arrived */
+#define SEEN_DUP_ACK    64        /* a duplicated ACK or NAK arrived */
+#ifdef WITNESS
+byte seen;
+#define SEE(bits)  seen = seen | (bits)
+#else
+#define SEE(bits)  skip                   /* no ghost state outside witness runs */
+#endif
 
 /* ---- Receiver state (Peer, RxWindow, SystemRing) --------------------- */
 
@@ -229,10 +250,17 @@ inline emit_retx() {
            if
            :: retx_all -> sent = true
            :: !retx_all -> sent = true
+#ifndef REPLAY
            :: !retx_all -> skip          /* too young: not resent now */
+#endif
            fi;
            if
-           :: sent -> TR_SEND_D(s, 1); put_data(s, ABS(s)); break
+           :: sent ->
+              if
+              :: !retx_all -> SEE(SEEN_GAP_RETX)
+              :: else -> skip
+              fi;
+              TR_SEND_D(s, 1); put_data(s, ABS(s)); break
            :: else -> skip
            fi
         fi
@@ -305,6 +333,7 @@ inline on_ack(a, b, r) {
      :: una != a ->
         assert(ABS(una) == completed);
         assert(completed < delivered);
+        printf("TRACE A completes %d\n", completed);
         completed++;
         una = NEXT(una)
      :: else -> break
@@ -345,6 +374,7 @@ inline on_ack(a, b, r) {
      :: r == NAK_RING_FULL ->
         ctimeouts = 0;
         busy = true;                            /* back off (if not already) */
+        SEE(SEEN_RING_FULL);
         add_retx(a, nxt, true)
      :: else -> skip
      fi;
@@ -363,7 +393,9 @@ inline on_rto() {
   fi;
   sacked = 0;                                   /* SACKs are not trusted */
   if
-  :: ctimeouts >= FULL_RESEND_AFTER_TIMEOUTS -> add_retx(una, nxt, true)
+  :: ctimeouts >= FULL_RESEND_AFTER_TIMEOUTS ->
+     SEE(SEEN_FULL_RESEND);
+     add_retx(una, nxt, true)
   :: else ->
      add_retx(una, NEXT(una), true);
      probe_newest = (PREV(nxt) != una)
@@ -378,11 +410,16 @@ proctype Sender() {
               emit() }
   :: d_step { busy -> printf("TRACE backoff\n"); busy = false }
   :: d_step { una != nxt && !busy && early < EARLY_MAX && (ndata + nacks > 0) ->
-              early++; printf("TRACE timeout\n"); on_rto() }
+              early++; SEE(SEEN_EARLY_RTO);
+              printf("TRACE timeout\n"); on_rto() }
   :: atomic { timeout && una != nxt && !busy -> d_step { printf("TRACE timeout\n"); on_rto() } }
   :: atomic { una == nxt && ABS(nxt) == NMSG -> break }
   od;
-  assert(completed == NMSG && delivered == NMSG)
+  assert(completed == NMSG && delivered == NMSG);
+#ifdef WITNESS
+  /* A witness run: this "fails" on an execution that shows them all. */
+  assert((seen & (WITNESS)) != (WITNESS))
+#endif
 }
 
 /* ---- Receiver -------------------------------------------------------- */
@@ -413,7 +450,7 @@ inline renege() {
   od;
   j = 0;
   if
-  :: reneged -> ack_now = true; reneged = false
+  :: reneged -> ack_now = true; reneged = false; SEE(SEEN_RENEGE)
   :: else -> skip
   fi
 }
@@ -472,6 +509,7 @@ inline on_data(sq, m) {
               do
               :: BIT(rbits, 0) ->
                  assert(held[0] == delivered);  /* exactly once, in order */
+                 printf("TRACE B delivers %d\n", delivered);
                  delivered++; undelivered--;
                  j = 0;
                  do
@@ -537,7 +575,8 @@ end:
        :: losses < LOSS_MAX ->
           d_step { printf("TRACE drop D %d\n", ABS(sq)); losses++; take_data(k) }
        :: dups < DUP_MAX ->
-          d_step { printf("TRACE dup D %d\n", ABS(sq)); dups++; on_data(sq, m) }
+          d_step { printf("TRACE dup D %d\n", ABS(sq)); dups++; SEE(SEEN_DUP_DATA);
+                   on_data(sq, m) }
        fi;
        k = 0; sq = 0; m = 0 }
   :: atomic { nacks > 0 ->
@@ -548,7 +587,8 @@ end:
        :: losses < LOSS_MAX ->
           d_step { printf("TRACE drop A %d %d %d\n", ABS(sq), m, j); losses++; take_ack(k) }
        :: dups < DUP_MAX ->
-          d_step { printf("TRACE dup A %d %d %d\n", ABS(sq), m, j); dups++; on_ack(sq, m, j) }
+          d_step { printf("TRACE dup A %d %d %d\n", ABS(sq), m, j); dups++; SEE(SEEN_DUP_ACK);
+                   on_ack(sq, m, j) }
        fi;
        k = 0; sq = 0; m = 0; j = 0 }
   od
@@ -562,6 +602,20 @@ init {
   assert(W >= 1 && W <= RXW && SBITS == RXW);   /* tx_window <= RX_WINDOW == SACK_BITS */
   assert(NMSG + W <= SEQM / 2);                 /* serial arithmetic stays correct */
   assert(RING >= 2);                            /* one message plus headroom */
+  /* The instance, for the replay (which checks the code's constants). */
+  printf("TRACE param NMSG %d\n", NMSG);
+  printf("TRACE param SCALE %d\n", SCALE);
+  printf("TRACE param W %d\n", W);
+  printf("TRACE param RXW %d\n", RXW);
+  printf("TRACE param RING %d\n", RING);
+  printf("TRACE param SEQM %d\n", SEQM);
+  printf("TRACE param ISEQ %d\n", ISEQ);
+  printf("TRACE param TX_WINDOW %d\n", TX_WINDOW);
+  printf("TRACE param RX_WINDOW %d\n", RX_WINDOW);
+  printf("TRACE param SACK_BITS %d\n", SACK_BITS);
+  printf("TRACE param FULL_RESEND_AFTER_TIMEOUTS %d\n", FULL_RESEND_AFTER_TIMEOUTS);
+  printf("TRACE param NAK_GAP %d\n", NAK_GAP);
+  printf("TRACE param NAK_RING_FULL %d\n", NAK_RING_FULL);
   d_step {
     i = 0;
     do

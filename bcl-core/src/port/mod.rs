@@ -97,6 +97,9 @@ pub struct PeerInfo {
     pub rto: std::time::Duration,
     /// Smoothed round-trip time, once measured.
     pub srtt: Option<std::time::Duration>,
+    /// When the back-off after its last ring-full NAK ends (sends to it
+    /// wait until then), if it ever sent one.
+    pub backoff_until: Option<Time>,
     /// Its counters.
     pub stats: PeerStats,
 }
@@ -340,6 +343,7 @@ impl Port {
             in_flight: p.in_flight(),
             rto: p.rtt.rto(&self.cfg.rto),
             srtt: p.rtt.srtt(),
+            backoff_until: (p.busy_until != Time::ZERO).then_some(p.busy_until),
             stats: p.stats,
         })
     }
