@@ -144,16 +144,18 @@ impl Port {
     }
 
     /// The engine moved all of an outgoing transfer.
-    pub fn outbound_bulk_done(&mut self, _now: Time, token: BulkToken) {
+    pub fn outbound_bulk_done(&mut self, now: Time, token: BulkToken) {
         if self.bulk_message(token).is_some() {
             self.complete_message(token.index, None);
+            self.start_channel_sends(now);
         }
     }
 
     /// The engine could not move an outgoing transfer.
-    pub fn outbound_bulk_failed(&mut self, _now: Time, token: BulkToken, error: TransferError) {
+    pub fn outbound_bulk_failed(&mut self, now: Time, token: BulkToken, error: TransferError) {
         if self.bulk_message(token).is_some() {
             self.fail_transfer(token.index, error);
+            self.start_channel_sends(now);
         }
     }
 

@@ -239,6 +239,74 @@ fn requests_wait_in_order_and_are_served_as_buffers_are_posted() {
     );
 }
 
+/// The send-done events of `ev`, by handle.
+fn sends_done(ev: &[ChannelEvent]) -> Vec<crate::event::SendHandle> {
+    ev.iter()
+        .filter_map(|e| match e {
+            ChannelEvent::SendDone { handle, .. } => Some(*handle),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_second_send_waits_for_the_one_streaming_on_an_announced_buffer() {
+    // The request of a second send would reach the receiver before the
+    // first send's data (requests go first) and take the announced buffer;
+    // the first send's data would then be dropped yet acknowledged.
+    let mut net = Net::new(vec![config(0), config(1)]);
+    let ch = net.ports[1].open_normal_channel().unwrap();
+    net.ports[1]
+        .post(net.now, ch, Some(addr(0)), vec![0; 5000])
+        .unwrap();
+    run(&mut net, 0);
+    let (m1, m2) = (pattern(4000, 1), pattern(100, 2));
+    let h1 = net.ports[0]
+        .send_on_channel(net.now, addr(1), ch, m1.clone())
+        .unwrap();
+    let h2 = net.ports[0]
+        .send_on_channel(net.now, addr(1), ch, m2.clone())
+        .unwrap();
+    let ev = run(&mut net, 0);
+    assert_eq!(received(&ev[1]), vec![(ch, addr(0), m1)]);
+    assert_eq!(sends_done(&ev[0]), vec![h1], "the second waits for a post");
+    net.ports[1].post(net.now, ch, None, vec![0; 5000]).unwrap();
+    let ev = run(&mut net, 0);
+    assert_eq!(received(&ev[1]), vec![(ch, addr(0), m2)]);
+    assert_eq!(sends_done(&ev[0]), vec![h2]);
+}
+
+#[test]
+fn an_announcement_overtaken_by_an_earlier_request_is_not_streamed_on() {
+    // The receiver announces a buffer while the first send's request is on
+    // its way; the request takes that buffer, so a second send must not
+    // stream on the announcement.
+    let mut net = Net::new(vec![config(0), config(1)]);
+    let ch = net.ports[1].open_normal_channel().unwrap();
+    let (m1, m2) = (pattern(300, 3), pattern(200, 4));
+    let h1 = net.ports[0]
+        .send_on_channel(net.now, addr(1), ch, m1.clone())
+        .unwrap();
+    let request = net.transmit();
+    assert!(request.iter().any(|f| f.kind() == FrameType::RndvRequest));
+    net.ports[1]
+        .post(net.now, ch, Some(addr(0)), vec![0; 1000])
+        .unwrap();
+    let announcement = net.transmit();
+    net.deliver(&announcement);
+    let h2 = net.ports[0]
+        .send_on_channel(net.now, addr(1), ch, m2.clone())
+        .unwrap();
+    net.deliver(&request);
+    let ev = run(&mut net, 0);
+    assert_eq!(received(&ev[1]), vec![(ch, addr(0), m1)]);
+    assert_eq!(sends_done(&ev[0]), vec![h1]);
+    net.ports[1].post(net.now, ch, None, vec![0; 1000]).unwrap();
+    let ev = run(&mut net, 0);
+    assert_eq!(received(&ev[1]), vec![(ch, addr(0), m2)]);
+    assert_eq!(sends_done(&ev[0]), vec![h2]);
+}
+
 #[test]
 fn cancelling_a_buffer_mid_transfer_fails_the_send_and_returns_the_buffer() {
     let mut net = Net::new(vec![config(0), config(1)]);

@@ -10,6 +10,11 @@
 //!   (`RNDV_READY` for transfer 0); the sender's next message on that channel
 //!   streams without asking.
 //!
+//! A port's sends to one channel of one peer take turns: each starts its
+//! rendezvous when the one before it has completed or failed, so buffers go
+//! to messages in the order they were sent and an announced buffer to the
+//! message that streams into it (see `start_channel_send`).
+//!
 //! A message larger than the posted buffer fails on both sides with both
 //! sizes; nothing is written. Data frames carry their offset and are copied
 //! straight into the posted buffer — no staging copy — and lost ones are
@@ -308,21 +313,11 @@ impl Port {
             OutBody::Owned(buffer),
             OnDone::ChannelSend,
         );
-        match self.credits.get(&(idx, ch.0)) {
-            Some(&capacity) if capacity >= len => {
-                // The receiver announced a buffer: stream at once.
-                self.credits.remove(&(idx, ch.0));
-                self.queue_transfer(m, now);
-            }
-            _ => {
-                let req = RndvRequest {
-                    channel: U16::new(ch.0),
-                    reserved: U16::new(0),
-                    transfer: U32::new(transfer),
-                    len: U64::new(len),
-                };
-                self.queue_control(idx, FrameType::RndvRequest, req.as_bytes(), now);
-            }
+        self.start_channel_sends(now);
+        let queue = self.channel_sends.entry((idx, ch.0)).or_default();
+        queue.push_back((m, false));
+        if queue.len() == 1 {
+            self.start_channel_send(idx, ch.0, now);
         }
         Ok(handle)
     }
@@ -678,6 +673,79 @@ impl Port {
             detail: U64::new(detail),
         };
         self.queue_control(idx, FrameType::Control, body.as_bytes(), now);
+    }
+
+    /// Starts the rendezvous of the first send on normal channel `channel`
+    /// of peer `idx`, unless it has started: it streams at once into a
+    /// buffer the receiver announced, if that is large enough, else it asks.
+    ///
+    /// One send per (peer, channel) at a time. The receiver gives its
+    /// posted buffer to requests in arrival order, and to a transfer
+    /// streamed on an announcement only when that transfer's data arrives,
+    /// which may be after a later request (transfer data is not in the
+    /// ordered message stream, and requests go out before it). With sends
+    /// overlapping, a later request could take the announced buffer, or an
+    /// earlier request still on its way could take the buffer whose
+    /// announcement a later send streams on: the streamed data is dropped,
+    /// yet every frame of it is acknowledged, so the send would complete
+    /// without the receiver ever getting it. `models/rendezvous.pml` checks
+    /// that one send at a time delivers each exactly once and in order.
+    fn start_channel_send(&mut self, idx: PeerIdx, channel: u16, now: Time) {
+        let Some(first) = self
+            .channel_sends
+            .get_mut(&(idx, channel))
+            .and_then(VecDeque::front_mut)
+        else {
+            return;
+        };
+        if first.1 {
+            return;
+        }
+        first.1 = true;
+        let m = first.0;
+        let Some(msg) = self.messages[m as usize].as_ref() else {
+            return;
+        };
+        let (transfer, len) = (msg.msg_id, u64::from(self.body_len(&msg.body)));
+        match self.credits.get(&(idx, channel)) {
+            Some(&capacity) if capacity >= len => {
+                // The receiver announced a buffer: stream at once.
+                self.credits.remove(&(idx, channel));
+                self.queue_transfer(m, now);
+            }
+            _ => {
+                let req = RndvRequest {
+                    channel: U16::new(channel),
+                    reserved: U16::new(0),
+                    transfer: U32::new(transfer),
+                    len: U64::new(len),
+                };
+                self.queue_control(idx, FrameType::RndvRequest, req.as_bytes(), now);
+            }
+        }
+    }
+
+    /// Send `m` on normal channel `channel` of peer `idx` ended (completed
+    /// or failed): the next send there may start.
+    pub(super) fn channel_send_ended(&mut self, idx: PeerIdx, channel: u16, m: u32) {
+        let key = (idx, channel);
+        let Some(queue) = self.channel_sends.get_mut(&key) else {
+            return;
+        };
+        let first = queue.front().is_some_and(|&(f, _)| f == m);
+        queue.retain(|&(x, _)| x != m);
+        if queue.is_empty() {
+            self.channel_sends.remove(&key);
+        } else if first {
+            self.channel_sends_ended.push(key);
+        }
+    }
+
+    /// Starts the sends whose predecessor on their channel has ended.
+    pub(super) fn start_channel_sends(&mut self, now: Time) {
+        while let Some((idx, channel)) = self.channel_sends_ended.pop() {
+            self.start_channel_send(idx, channel, now);
+        }
     }
 
     /// Gives the buffer posted on `ch` to the first waiting request it can

@@ -21,6 +21,7 @@ mod channels;
 
 pub use bulk::{BulkKind, BulkToken, OutboundBulk};
 pub use channels::{ChannelError, Refused};
+pub use send::FULL_RESEND_AFTER_TIMEOUTS;
 mod peer;
 mod recv;
 mod send;
@@ -99,6 +100,9 @@ pub struct PeerInfo {
     pub rto: std::time::Duration,
     /// Smoothed round-trip time, once measured.
     pub srtt: Option<std::time::Duration>,
+    /// When the back-off after its last ring-full NAK ends (sends to it
+    /// wait until then), if it ever sent one.
+    pub backoff_until: Option<Time>,
     /// Its counters.
     pub stats: PeerStats,
 }
@@ -216,6 +220,14 @@ pub struct Port {
     /// Buffers announced by a receiver before we asked: (peer, channel) →
     /// capacity.
     credits: FxHashMap<(PeerIdx, u16), u64>,
+    /// Sends on normal channels that have not ended, per (peer, channel),
+    /// in the order the application made them, each with whether its
+    /// rendezvous has started: only the first one's has (see
+    /// `start_channel_send`).
+    channel_sends: FxHashMap<(PeerIdx, u16), VecDeque<(u32, bool)>>,
+    /// (peer, channel) whose first send ended: the next one starts in
+    /// `start_channel_sends`, which has the time.
+    channel_sends_ended: Vec<(PeerIdx, u16)>,
     channel_events: VecDeque<ChannelEvent>,
     /// Transfers whose data a bulk method is to move (see `bulk`).
     bulk_ready: VecDeque<u32>,
@@ -265,6 +277,8 @@ impl Port {
             rx_transfers: FxHashMap::default(),
             get_waits: FxHashMap::default(),
             credits: FxHashMap::default(),
+            channel_sends: FxHashMap::default(),
+            channel_sends_ended: Vec::new(),
             channel_events: VecDeque::new(),
             bulk_ready: VecDeque::new(),
             next_transfer: 1,
@@ -343,6 +357,7 @@ impl Port {
             queued: self.queued_units(p),
             rto: p.rtt.rto(&self.cfg.rto),
             srtt: p.rtt.srtt(),
+            backoff_until: (p.busy_until != Time::ZERO).then_some(p.busy_until),
             stats: p.stats,
         }
     }

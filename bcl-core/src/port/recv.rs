@@ -65,6 +65,7 @@ impl Port {
                 let p = &mut self.peers[idx as usize].stats;
                 p.frames_received += 1;
                 p.bytes_received += bytes.len() as u64;
+                self.start_channel_sends(now);
                 self.schedule(idx, now);
             }
             return taken;
@@ -98,6 +99,7 @@ impl Port {
             }
             _ => {}
         }
+        self.start_channel_sends(now);
         self.schedule(idx, now);
         self.arm_timer(idx);
         self.recycle_windows(idx);

@@ -1047,6 +1047,9 @@ impl Port {
         if msg.is_transfer() {
             self.out_transfers.remove(&(msg.peer, msg.msg_id));
         }
+        if msg.on_done == OnDone::ChannelSend {
+            self.channel_send_ended(msg.peer, msg.channel, m);
+        }
         let error = failure.map(|f| match f {
             SendFailure::PeerUnreachable(a) | SendFailure::NoRoute(a) => {
                 TransferError::PeerUnreachable(a)
@@ -1105,7 +1108,11 @@ impl Port {
             return;
         };
         let (peer, msg_id, handle, on_done) = (msg.peer, msg.msg_id, msg.handle, msg.on_done);
+        let channel = msg.channel;
         let len = self.body_len(&msg.body);
+        if on_done == OnDone::ChannelSend {
+            self.channel_send_ended(peer, channel, m);
+        }
         let Some(msg) = self.messages[m as usize].as_mut() else {
             return;
         };
@@ -1177,8 +1184,9 @@ impl Port {
 
 /// Consecutive timeouts (without progress) after which the whole window is
 /// resent rather than probed: 200 + 400 + 800 µs of silence at the default
-/// minimum timeout, longer than a scheduler stall.
-const FULL_RESEND_AFTER_TIMEOUTS: u32 = 3;
+/// minimum timeout, longer than a scheduler stall. Public so that the Spin
+/// model of the protocol (`models/reliability.pml`) is generated from it.
+pub const FULL_RESEND_AFTER_TIMEOUTS: u32 = 3;
 
 /// Frames of a transfer framed one after the other before the next ordered
 /// message may go: large enough to stream efficiently, small enough that a

@@ -60,6 +60,7 @@ impl Port {
             self.arm_timer(idx);
             self.recycle_windows(idx);
         }
+        self.start_channel_sends(now);
     }
 
     /// Makes sure a heap entry exists for peer `idx`'s next deadline.

@@ -79,7 +79,7 @@ use std::mem::size_of;
 
 /// Consumed slots are announced to producers in batches of this many (or
 /// a quarter of the inbox if smaller).
-pub(crate) const ANNOUNCE_BATCH: u64 = 64;
+pub const ANNOUNCE_BATCH: u64 = 64;
 
 /// Bit of `tail` set while the consumer is (about to be) asleep.
 pub(crate) const SLEEP: u64 = 1 << 63;
