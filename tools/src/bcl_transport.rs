@@ -42,10 +42,13 @@ impl BclTransport {
         Ok(())
     }
 
-    fn learn_peer(&mut self, from: ProcessAddr) {
+    /// Whether a receive call got a message; the first sender becomes the
+    /// peer.
+    fn received(&mut self, from: Option<ProcessAddr>) -> bool {
         if self.peer.is_none() {
-            self.peer = Some(from);
+            self.peer = from;
         }
+        from.is_some()
     }
 }
 
@@ -88,13 +91,7 @@ impl Transport for BclTransport {
                 from
             })
             .map_err(failed)?;
-        match from {
-            Some(from) => {
-                self.learn_peer(from);
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+        Ok(self.received(from))
     }
 
     /// One busy-polling receive call ([`Endpoint::poll_recv_with`]: one
@@ -108,13 +105,7 @@ impl Transport for BclTransport {
                 from
             })
             .map_err(failed)?;
-        match from {
-            Some(from) => {
-                self.learn_peer(from);
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+        Ok(self.received(from))
     }
 
     fn flush(&mut self, deadline: Instant) -> Result<(), TransportError> {
@@ -197,9 +188,7 @@ impl ChannelTransport for BclTransport {
                 Ok(Some(Incoming::Message))
             })
             .map_err(failed)?;
-        if let Some(from) = sender {
-            self.learn_peer(from);
-        }
+        self.received(sender);
         self.reap()?;
         Ok(got)
     }

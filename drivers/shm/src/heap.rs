@@ -38,6 +38,7 @@
 //! [`MAX_SHARED_ALLOCATIONS`] live at once; beyond that, allocations are
 //! private (and transfers from them take the two-copy path).
 
+use crate::segment::Mapping;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::VecDeque;
 use std::io;
@@ -332,26 +333,17 @@ pub fn locate(bytes: &[u8]) -> Option<SharedRef> {
     })
 }
 
-/// A peer's shared allocation, mapped read-only.
+/// A peer's shared allocation, mapped read-only (unmapped when the last
+/// [`SharedBytes`] of it is gone).
 struct PeerMapping {
     pid: u32,
     seq: u64,
-    ptr: *const u8,
-    len: usize,
+    map: Mapping,
 }
 
-// SAFETY: read-only memory owned by this value (unmapped on drop only).
-unsafe impl Send for PeerMapping {}
-// SAFETY: as above; shared access only reads.
+// SAFETY: the mapping is read-only and owned by this value; shared access
+// only reads it.
 unsafe impl Sync for PeerMapping {}
-
-impl Drop for PeerMapping {
-    fn drop(&mut self) {
-        // SAFETY: the mapping was made by PeerMappings::map and is unmapped
-        // once, here, when the last SharedBytes of it is gone.
-        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
-    }
-}
 
 /// Bytes of a peer's shared allocation, kept mapped while this lives.
 #[derive(Clone)]
@@ -368,7 +360,7 @@ impl SharedBytes {
     pub fn as_slice(&self) -> &[u8] {
         // SAFETY: [offset, offset + len) was checked to lie in the mapping,
         // which stays mapped while `self.map` is alive.
-        unsafe { std::slice::from_raw_parts(self.map.ptr.add(self.offset), self.len) }
+        unsafe { std::slice::from_raw_parts(self.map.map.ptr().add(self.offset), self.len) }
     }
 }
 
@@ -416,11 +408,12 @@ impl PeerMappings {
         self.maps.push_back(m.clone());
         if r.offset
             .checked_add(len)
-            .is_none_or(|end| end > m.len as u64)
+            .is_none_or(|end| end > m.map.len() as u64)
         {
             return Err(bad(format!(
                 "bytes {}..+{len} outside the allocation ({} bytes)",
-                r.offset, m.len
+                r.offset,
+                m.map.len()
             )));
         }
         Ok(SharedBytes {
@@ -457,26 +450,10 @@ impl PeerMappings {
         if len == 0 {
             return Err(bad(format!("{path} is empty")));
         }
-        // SAFETY: a new read-only shared mapping of a file we opened; it
-        // aliases nothing of ours.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
         Ok(PeerMapping {
             pid: r.pid,
             seq: r.seq,
-            ptr: p as *const u8,
-            len,
+            map: Mapping::map_read_only(&file.into(), len)?,
         })
     }
 }

@@ -126,36 +126,28 @@ pub(crate) struct Mapping {
 unsafe impl Send for Mapping {}
 
 impl Mapping {
+    /// Maps the first `len` bytes of `fd` (opened read-write) shared and
+    /// writable.
     pub(crate) fn map(fd: &OwnedFd, len: usize) -> io::Result<Mapping> {
-        // SAFETY: mapping a file we opened read-write, MAP_SHARED, at an
-        // address the kernel chooses; the result is checked.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Mapping { ptr: p.cast(), len })
+        Self::map_shared(fd, len, libc::PROT_READ | libc::PROT_WRITE)
     }
 
     /// Maps the first `len` bytes of `fd` (opened read-only) read-only and
     /// shared: a reader's view of memory another process writes.
     pub(crate) fn map_read_only(fd: &OwnedFd, len: usize) -> io::Result<Mapping> {
-        // SAFETY: mapping `len` bytes of a file we opened, read-only,
-        // MAP_SHARED, at an address the kernel chooses; the result is
-        // checked. Nothing is ever written through this mapping.
+        Self::map_shared(fd, len, libc::PROT_READ)
+    }
+
+    fn map_shared(fd: &OwnedFd, len: usize, prot: libc::c_int) -> io::Result<Mapping> {
+        // SAFETY: mapping `len` bytes of a file we opened, MAP_SHARED, with
+        // the protection the file was opened for, at an address the kernel
+        // chooses; the result is checked. A read-only mapping is never
+        // written through.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
-                libc::PROT_READ,
+                prot,
                 libc::MAP_SHARED,
                 fd.as_raw_fd(),
                 0,
