@@ -46,6 +46,7 @@ pub mod capture;
 pub mod channels;
 pub mod clock;
 pub mod cluster;
+pub mod coll;
 mod direct;
 pub mod endpoint;
 mod method_slot;

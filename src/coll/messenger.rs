@@ -1,0 +1,654 @@
+//! Tagged point-to-point messages over an [`Endpoint`]: what communicators
+//! and collectives are built on.
+//!
+//! A message is addressed by (context id, tag) and matched at the receiver
+//! by (context id, sender, tag), in the order the sender sent them. Small
+//! messages travel inline on the system channel (`EAGER`); a message larger
+//! than the system channel's eager limit sends a request (`RTS`), the
+//! receiver posts a buffer of the right size on a normal channel once a
+//! receive matches and answers (`CTS`), and the data goes straight into that
+//! buffer. So large messages cost the receiver no ring space and no copy,
+//! and a large message nobody has asked for yet occupies nothing but its
+//! request.
+//!
+//! Messages that arrive before their receive is posted wait in the
+//! unexpected queue. A message to oneself is delivered locally. A peer whose
+//! sends fail (unreachable) fails every send and receive involving it.
+
+use super::error::CollError;
+use super::wire::Msg;
+use crate::endpoint::{Endpoint, Error};
+use bcl_core::{ChannelEvent, ChannelId, ProcessAddr, SendEvent, SendHandle};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::VecDeque;
+
+/// Where a message is matched: (context id, sender, tag).
+type Key = (u32, ProcessAddr, u64);
+
+/// A receive of a [`Messenger`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RecvId(usize);
+
+/// A send of a [`Messenger`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SendId(usize);
+
+/// Messages taken from the endpoint per progress call, at most.
+const RX_BUDGET: usize = 64;
+
+/// A received message, copied out of the endpoint's receive ring.
+enum Owned {
+    Eager {
+        context: u32,
+        tag: u64,
+        data: Vec<u8>,
+    },
+    Rts {
+        context: u32,
+        tag: u64,
+        len: usize,
+        token: u32,
+    },
+    Cts {
+        token: u32,
+        channel: ChannelId,
+    },
+    Malformed,
+}
+
+impl Owned {
+    fn parse(bytes: &[u8]) -> Owned {
+        match Msg::parse(bytes) {
+            Ok(Msg::Eager { context, tag, data }) => Owned::Eager {
+                context,
+                tag,
+                data: data.to_vec(),
+            },
+            Ok(Msg::Rts {
+                context,
+                tag,
+                len,
+                token,
+            }) => Owned::Rts {
+                context,
+                tag,
+                len: usize::try_from(len).unwrap_or(usize::MAX),
+                token,
+            },
+            Ok(Msg::Cts { token, channel }) => Owned::Cts {
+                token,
+                channel: ChannelId(channel),
+            },
+            Err(_) => Owned::Malformed,
+        }
+    }
+}
+
+/// A message that came before its receive.
+#[derive(Debug)]
+enum Arrival {
+    /// Inline data.
+    Eager(Vec<u8>),
+    /// A large message's request.
+    Rts { len: usize, token: u32 },
+}
+
+#[derive(Debug)]
+enum RecvState {
+    /// Posted, nothing matched yet.
+    Waiting,
+    /// Matched a large message; its data comes on the channel.
+    OnChannel {
+        from: ProcessAddr,
+    },
+    Done(Vec<u8>),
+    Failed(CollError),
+}
+
+#[derive(Debug)]
+enum SendState {
+    /// A large message waiting for the receiver's answer.
+    AwaitCts {
+        dst: ProcessAddr,
+        data: Vec<u8>,
+    },
+    /// Its data is going out on a normal channel.
+    OnChannel {
+        dst: ProcessAddr,
+    },
+    Done,
+    Failed(CollError),
+}
+
+/// Counters of a [`Messenger`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MessengerStats {
+    /// Messages sent inline.
+    pub eager_sent: u64,
+    /// Large messages sent through a normal channel.
+    pub rendezvous_sent: u64,
+    /// Messages that arrived before their receive.
+    pub unexpected: u64,
+    /// Messages dropped because they could not be parsed.
+    pub malformed: u64,
+    /// Messages to oneself, delivered locally.
+    pub local: u64,
+}
+
+/// Tagged messages over one endpoint (see the module documentation).
+pub struct Messenger {
+    ep: Endpoint,
+    /// Largest message sent inline (the eager limit less the header).
+    eager_max: usize,
+    posted: HashMap<Key, VecDeque<RecvId>>,
+    unexpected: HashMap<Key, VecDeque<Arrival>>,
+    recvs: Slab<RecvState>,
+    sends: Slab<SendState>,
+    /// Large sends waiting for a CTS, by (receiver, token).
+    awaiting_cts: HashMap<(ProcessAddr, u32), SendId>,
+    /// Large sends in progress on a channel.
+    channel_sends: HashMap<SendHandle, SendId>,
+    /// Large receives in progress, by channel.
+    channel_recvs: HashMap<ChannelId, RecvId>,
+    free_channels: Vec<ChannelId>,
+    /// System messages the port had no room for yet.
+    backlog: VecDeque<(ProcessAddr, Vec<u8>)>,
+    /// Peers whose sends failed, and why.
+    failed: HashMap<ProcessAddr, String>,
+    next_token: u32,
+    scratch: Vec<u8>,
+    stats: MessengerStats,
+    /// Large buffers for reuse.
+    pub(crate) pool: super::pool::Pool,
+}
+
+impl Messenger {
+    /// Tagged messaging over `ep`, which it owns from now on: every message
+    /// and channel event of the endpoint goes through it.
+    pub fn new(ep: Endpoint) -> Messenger {
+        let eager_max = ep
+            .port()
+            .config()
+            .eager_limit
+            .saturating_sub(super::wire::HEADER_LEN);
+        Messenger {
+            ep,
+            eager_max,
+            posted: HashMap::default(),
+            unexpected: HashMap::default(),
+            recvs: Slab::default(),
+            sends: Slab::default(),
+            awaiting_cts: HashMap::default(),
+            channel_sends: HashMap::default(),
+            channel_recvs: HashMap::default(),
+            free_channels: Vec::new(),
+            backlog: VecDeque::new(),
+            failed: HashMap::default(),
+            next_token: 1,
+            scratch: Vec::new(),
+            stats: MessengerStats::default(),
+            pool: super::pool::Pool::default(),
+        }
+    }
+
+    /// The endpoint underneath.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.ep
+    }
+
+    /// The endpoint underneath, for calls the messenger does not make
+    /// itself (statistics, peer tables). Receiving from it directly would
+    /// take messages the messenger is waiting for.
+    pub fn endpoint_mut(&mut self) -> &mut Endpoint {
+        &mut self.ep
+    }
+
+    /// Gives the endpoint back.
+    pub fn into_endpoint(self) -> Endpoint {
+        self.ep
+    }
+
+    /// This process's address.
+    pub fn local(&self) -> ProcessAddr {
+        self.ep.local()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> MessengerStats {
+        self.stats
+    }
+
+    /// The largest message sent inline.
+    pub fn eager_max(&self) -> usize {
+        self.eager_max
+    }
+
+    /// Sends `data` to `dst` under (`context`, `tag`). The data is copied
+    /// (inline messages into the port, large ones into the transfer
+    /// buffer), so the caller may reuse it at once.
+    pub fn isend(
+        &mut self,
+        dst: ProcessAddr,
+        context: u32,
+        tag: u64,
+        data: &[u8],
+    ) -> Result<SendId, CollError> {
+        if let Some(why) = self.failed.get(&dst) {
+            return Err(peer_failed(dst, why));
+        }
+        if dst == self.local() {
+            self.stats.local += 1;
+            let copy = self.pool.copy_of(data);
+            self.arrive((context, dst, tag), Arrival::Eager(copy));
+            return Ok(self.sends.insert(SendState::Done));
+        }
+        if data.len() <= self.eager_max {
+            self.stats.eager_sent += 1;
+            let mut msg = std::mem::take(&mut self.scratch);
+            Msg::Eager { context, tag, data }.encode(&mut msg);
+            self.send_system(dst, msg)?;
+            return Ok(self.sends.insert(SendState::Done));
+        }
+        self.stats.rendezvous_sent += 1;
+        let token = self.next_token;
+        self.next_token = self.next_token.wrapping_add(1).max(1);
+        let mut msg = std::mem::take(&mut self.scratch);
+        Msg::Rts {
+            context,
+            tag,
+            len: data.len() as u64,
+            token,
+        }
+        .encode(&mut msg);
+        self.send_system(dst, msg)?;
+        let data = self.pool.copy_of(data);
+        let id = self.sends.insert(SendState::AwaitCts { dst, data });
+        self.awaiting_cts.insert((dst, token), id);
+        Ok(id)
+    }
+
+    /// Posts a receive for the next message from `src` under (`context`,
+    /// `tag`).
+    pub fn irecv(&mut self, src: ProcessAddr, context: u32, tag: u64) -> Result<RecvId, CollError> {
+        let key = (context, src, tag);
+        let arrival = self.unexpected.get_mut(&key).and_then(VecDeque::pop_front);
+        if let Some(q) = self.unexpected.get(&key) {
+            if q.is_empty() {
+                self.unexpected.remove(&key);
+            }
+        }
+        let id = self.recvs.insert(RecvState::Waiting);
+        match arrival {
+            Some(a) => self.matched(id, src, a)?,
+            None => {
+                if let Some(why) = self.failed.get(&src) {
+                    let e = peer_failed(src, why);
+                    *self.recvs.get_mut(id.0) = RecvState::Failed(e);
+                } else {
+                    self.posted.entry(key).or_default().push_back(id);
+                }
+            }
+        }
+        Ok(id)
+    }
+
+    /// The message of a completed receive (and forgets the receive), or
+    /// `None` while it is not complete.
+    pub fn take_recv(&mut self, id: RecvId) -> Option<Result<Vec<u8>, CollError>> {
+        let Some(state) = self.recvs.try_get(id.0) else {
+            return Some(Err(CollError::NoSuchRequest));
+        };
+        match state {
+            RecvState::Done(_) | RecvState::Failed(_) => match self.recvs.remove(id.0) {
+                RecvState::Done(v) => Some(Ok(v)),
+                RecvState::Failed(e) => Some(Err(e)),
+                _ => unreachable!("checked above"),
+            },
+            _ => None,
+        }
+    }
+
+    /// Whether a send is complete (and forgets it), `None` while not.
+    pub fn take_send(&mut self, id: SendId) -> Option<Result<(), CollError>> {
+        let Some(state) = self.sends.try_get(id.0) else {
+            return Some(Err(CollError::NoSuchRequest));
+        };
+        match state {
+            SendState::Done | SendState::Failed(_) => match self.sends.remove(id.0) {
+                SendState::Failed(e) => Some(Err(e)),
+                _ => Some(Ok(())),
+            },
+            _ => None,
+        }
+    }
+
+    /// One round of progress: the endpoint's, then every message, send
+    /// event and channel event it produced. Returns the endpoint's count of
+    /// frames moved plus the messages handled.
+    ///
+    /// Busy-polling, it takes messages by the endpoint's shortest receive
+    /// path ([`Endpoint::poll_recv_with`]: a direct method's queue read in
+    /// place, with a full progress round every few calls) rather than a
+    /// full round each time.
+    pub fn progress(&mut self) -> Result<usize, CollError> {
+        if self.ep.mode() == crate::endpoint::ProgressMode::Blocking {
+            let mut moved = self.ep.progress()?;
+            moved += self.drain()?;
+            return Ok(moved);
+        }
+        let mut moved = 0;
+        for _ in 0..RX_BUDGET {
+            match self
+                .ep
+                .poll_recv_with(|from, bytes| (from, Owned::parse(bytes)))?
+            {
+                Some((from, m)) => {
+                    moved += 1;
+                    self.handle(from, m)?;
+                }
+                None => break,
+            }
+        }
+        moved += self.drain()?;
+        Ok(moved)
+    }
+
+    /// Acts on one received message.
+    fn handle(&mut self, from: ProcessAddr, m: Owned) -> Result<(), CollError> {
+        match m {
+            Owned::Eager { context, tag, data } => {
+                self.arrive((context, from, tag), Arrival::Eager(data))
+            }
+            Owned::Rts {
+                context,
+                tag,
+                len,
+                token,
+            } => self.arrive((context, from, tag), Arrival::Rts { len, token }),
+            Owned::Cts { token, channel } => self.cleared(from, token, channel)?,
+            Owned::Malformed => self.stats.malformed += 1,
+        }
+        Ok(())
+    }
+
+    /// Sleeps until the endpoint has something to do or `until` (blocking
+    /// mode; returns at once when busy-polling), then makes progress.
+    pub fn progress_or_wait(&mut self, until: Option<bcl_core::Time>) -> Result<usize, CollError> {
+        if self.ep.mode() == crate::endpoint::ProgressMode::BusyPoll {
+            return self.progress();
+        }
+        let mut moved = self.ep.progress_or_wait(until)?;
+        moved += self.drain()?;
+        Ok(moved)
+    }
+
+    fn drain(&mut self) -> Result<usize, CollError> {
+        let mut moved = 0;
+        while let Some(d) = self.ep.poll_delivery() {
+            moved += 1;
+            let m = Owned::parse(self.ep.message(&d).unwrap_or_default());
+            self.ep.release(d)?;
+            self.handle(d.from, m)?;
+        }
+        while let Some(ev) = self.ep.poll_send_event() {
+            if let SendEvent::Failed(_, why) = ev {
+                let (bcl_core::SendFailure::PeerUnreachable(p) | bcl_core::SendFailure::NoRoute(p)) =
+                    why;
+                self.peer_down(p, why.to_string());
+            }
+        }
+        while let Some(ev) = self.ep.poll_channel_event() {
+            moved += 1;
+            self.channel_event(ev);
+        }
+        while let Some((dst, msg)) = self.backlog.pop_front() {
+            match self.ep.send(dst, &msg) {
+                Ok(_) => self.scratch = msg,
+                Err(Error::Send(bcl_core::port::SendError::WouldBlock(_))) => {
+                    self.backlog.push_front((dst, msg));
+                    break;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(moved)
+    }
+
+    /// Sends a system-channel message, or keeps it until the port has
+    /// room.
+    fn send_system(&mut self, dst: ProcessAddr, msg: Vec<u8>) -> Result<(), CollError> {
+        if !self.backlog.is_empty() {
+            self.backlog.push_back((dst, msg));
+            return Ok(());
+        }
+        match self.ep.send(dst, &msg) {
+            Ok(_) => {
+                self.scratch = msg;
+                Ok(())
+            }
+            Err(Error::Send(bcl_core::port::SendError::WouldBlock(_))) => {
+                self.backlog.push_back((dst, msg));
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// A message (or a large message's request) came.
+    fn arrive(&mut self, key: Key, a: Arrival) {
+        let posted = self.posted.get_mut(&key).and_then(VecDeque::pop_front);
+        if let Some(q) = self.posted.get(&key) {
+            if q.is_empty() {
+                self.posted.remove(&key);
+            }
+        }
+        match posted {
+            Some(id) => {
+                if let Err(e) = self.matched(id, key.1, a) {
+                    *self.recvs.get_mut(id.0) = RecvState::Failed(e);
+                }
+            }
+            None => {
+                self.stats.unexpected += 1;
+                self.unexpected.entry(key).or_default().push_back(a);
+            }
+        }
+    }
+
+    /// Receive `id` matched `a` from `from`.
+    fn matched(&mut self, id: RecvId, from: ProcessAddr, a: Arrival) -> Result<(), CollError> {
+        match a {
+            Arrival::Eager(v) => *self.recvs.get_mut(id.0) = RecvState::Done(v),
+            Arrival::Rts { len, token } => {
+                let ch = match self.free_channels.pop() {
+                    Some(c) => c,
+                    None => self.ep.open_normal_channel().map_err(|e| {
+                        CollError::Invalid(format!("no channel for a large message: {e}"))
+                    })?,
+                };
+                self.ep
+                    .post(ch, Some(from), self.pool.take(len))
+                    .map_err(|r| CollError::Invalid(format!("posting a buffer: {}", r.error)))?;
+                self.channel_recvs.insert(ch, id);
+                *self.recvs.get_mut(id.0) = RecvState::OnChannel { from };
+                let mut msg = std::mem::take(&mut self.scratch);
+                Msg::Cts {
+                    token,
+                    channel: ch.0,
+                }
+                .encode(&mut msg);
+                self.send_system(from, msg)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The receiver of large message `token` posted its buffer on `ch`.
+    fn cleared(&mut self, from: ProcessAddr, token: u32, ch: ChannelId) -> Result<(), CollError> {
+        let Some(id) = self.awaiting_cts.remove(&(from, token)) else {
+            self.stats.malformed += 1;
+            return Ok(());
+        };
+        let state = std::mem::replace(self.sends.get_mut(id.0), SendState::OnChannel { dst: from });
+        let SendState::AwaitCts { dst, data } = state else {
+            *self.sends.get_mut(id.0) = state;
+            return Ok(());
+        };
+        match self.ep.send_on_channel(dst, ch, data) {
+            Ok(h) => {
+                self.channel_sends.insert(h, id);
+            }
+            Err(r) => {
+                *self.sends.get_mut(id.0) = SendState::Failed(CollError::Invalid(format!(
+                    "sending a large message to {dst}: {}",
+                    r.error
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn channel_event(&mut self, ev: ChannelEvent) {
+        match ev {
+            ChannelEvent::SendDone { handle, buffer } => {
+                self.pool.give(buffer);
+                if let Some(id) = self.channel_sends.remove(&handle) {
+                    *self.sends.get_mut(id.0) = SendState::Done;
+                }
+            }
+            ChannelEvent::SendFailed { handle, error, .. } => {
+                if let Some(id) = self.channel_sends.remove(&handle) {
+                    let dst = match self.sends.get(id.0) {
+                        SendState::OnChannel { dst } => *dst,
+                        _ => self.local(),
+                    };
+                    *self.sends.get_mut(id.0) =
+                        SendState::Failed(peer_failed(dst, &error.to_string()));
+                }
+            }
+            ChannelEvent::Received {
+                channel,
+                mut buffer,
+                len,
+                ..
+            } => {
+                if let Some(id) = self.channel_recvs.remove(&channel) {
+                    buffer.truncate(len);
+                    *self.recvs.get_mut(id.0) = RecvState::Done(buffer);
+                    self.free_channels.push(channel);
+                }
+            }
+            // A failure that left the buffer posted lets the sender retry
+            // the transfer; one that took it down ends the receive.
+            ChannelEvent::ReceiveFailed {
+                channel,
+                from,
+                error,
+                buffer: Some(_),
+            } => {
+                if let Some(id) = self.channel_recvs.remove(&channel) {
+                    *self.recvs.get_mut(id.0) =
+                        RecvState::Failed(peer_failed(from, &error.to_string()));
+                    self.free_channels.push(channel);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Fails everything that involves `peer`.
+    fn peer_down(&mut self, peer: ProcessAddr, why: String) {
+        for (key, q) in std::mem::take(&mut self.posted) {
+            if key.1 == peer {
+                for id in q {
+                    *self.recvs.get_mut(id.0) = RecvState::Failed(peer_failed(peer, &why));
+                }
+            } else {
+                self.posted.insert(key, q);
+            }
+        }
+        for state in self.recvs.iter_mut() {
+            if matches!(state, RecvState::OnChannel { from } if *from == peer) {
+                *state = RecvState::Failed(peer_failed(peer, &why));
+            }
+        }
+        for state in self.sends.iter_mut() {
+            if matches!(state, SendState::AwaitCts { dst, .. } | SendState::OnChannel { dst } if *dst == peer)
+            {
+                *state = SendState::Failed(peer_failed(peer, &why));
+            }
+        }
+        self.failed.insert(peer, why);
+    }
+}
+
+fn peer_failed(peer: ProcessAddr, why: &str) -> CollError {
+    CollError::PeerFailed {
+        peer,
+        why: why.to_string(),
+    }
+}
+
+/// Entries by index, with reuse of freed indices.
+#[derive(Debug)]
+struct Slab<T> {
+    entries: Vec<Option<T>>,
+    free: Vec<usize>,
+}
+
+impl<T> Default for Slab<T> {
+    fn default() -> Self {
+        Slab {
+            entries: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+}
+
+impl<T> Slab<T> {
+    fn insert<I: From<usize>>(&mut self, v: T) -> I {
+        match self.free.pop() {
+            Some(i) => {
+                self.entries[i] = Some(v);
+                I::from(i)
+            }
+            None => {
+                self.entries.push(Some(v));
+                I::from(self.entries.len() - 1)
+            }
+        }
+    }
+
+    fn get(&self, i: usize) -> &T {
+        self.entries[i].as_ref().expect("live entry")
+    }
+
+    fn try_get(&self, i: usize) -> Option<&T> {
+        self.entries.get(i).and_then(Option::as_ref)
+    }
+
+    fn get_mut(&mut self, i: usize) -> &mut T {
+        self.entries[i].as_mut().expect("live entry")
+    }
+
+    fn remove(&mut self, i: usize) -> T {
+        self.free.push(i);
+        self.entries[i].take().expect("live entry")
+    }
+
+    fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        self.entries.iter_mut().flatten()
+    }
+}
+
+impl From<usize> for RecvId {
+    fn from(i: usize) -> Self {
+        RecvId(i)
+    }
+}
+
+impl From<usize> for SendId {
+    fn from(i: usize) -> Self {
+        SendId(i)
+    }
+}

@@ -1,0 +1,38 @@
+//! Communicators and collective operations.
+//!
+//! [`Coll`] holds a process's communicators over one [`crate::Endpoint`]:
+//! the job's world, and those made from it with [`Coll::dup`] and
+//! [`Coll::split`]. Every collective comes blocking (`allreduce`) and
+//! non-blocking (`iallreduce`, then [`Coll::test`] or [`Coll::wait`]).
+//!
+//! The parts, bottom up:
+//! - [`wire`]: the header of communicator messages (context id, tag);
+//! - [`messenger`]: tagged messages over an endpoint, eager on the system
+//!   channel and rendezvous on normal channels for large ones;
+//! - [`op`]: reductions and element types;
+//! - [`schedule`]: a collective operation as data, per rank;
+//! - [`alg`]: the algorithms, each a function to a schedule;
+//! - [`cost`]: LogGP cost formulas and the timing model;
+//! - [`select`]: which algorithm runs;
+//! - [`sim`]: the in-memory interpreter of schedules, for tests;
+//! - [`comm`], `request` and `runtime`: communicators and operations in
+//!   progress.
+
+pub mod alg;
+pub mod comm;
+pub mod cost;
+pub mod error;
+pub mod messenger;
+pub mod op;
+mod pool;
+mod request;
+mod runtime;
+pub mod schedule;
+pub mod select;
+pub mod sim;
+pub mod wire;
+
+pub use comm::Comm;
+pub use error::CollError;
+pub use op::{BuiltinOp, Datatype, Element, Op, UserOp};
+pub use runtime::{Call, Coll, Request};

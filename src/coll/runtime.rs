@@ -1,0 +1,846 @@
+//! [`Coll`]: a process's communicators and their collective operations
+//! over one endpoint.
+
+use super::alg::{Algorithm, Collective, Shape};
+use super::comm::Comm;
+use super::error::CollError;
+use super::messenger::{Messenger, RecvId, SendId};
+use super::op::{Datatype, Element, Op};
+use super::request::{Advance, Running};
+use crate::endpoint::Endpoint;
+use bcl_core::ProcessAddr;
+use rustc_hash::FxHashMap as HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A collective operation started and not yet taken back with
+/// [`Coll::test`] or [`Coll::wait`].
+#[derive(Debug, PartialEq, Eq, Hash)]
+#[must_use = "a request must be waited on or tested to completion"]
+pub struct Request(usize);
+
+/// The arguments of one collective call, in bytes (see the buffer layouts
+/// in [`super::alg`]).
+#[derive(Clone, Debug)]
+pub struct Call {
+    /// Which collective.
+    pub collective: Collective,
+    /// The root of rooted collectives (0 otherwise).
+    pub root: usize,
+    /// The caller's input.
+    pub input: Vec<u8>,
+    /// Message length (bcast: also at ranks other than the root).
+    pub len: usize,
+    /// The reduction, for collectives that reduce.
+    pub reduction: Option<(Op, Datatype)>,
+    /// Block lengths per rank (gather, scatter, allgather, reduce-scatter).
+    pub counts: Vec<usize>,
+    /// Alltoall: bytes sent to each rank.
+    pub send_counts: Vec<usize>,
+    /// Alltoall: bytes received from each rank.
+    pub recv_counts: Vec<usize>,
+    /// Use this algorithm instead of the selector's choice.
+    pub algorithm: Option<Algorithm>,
+    /// Alltoall: every rank passes the same counts (MPI_Alltoall rather
+    /// than MPI_Alltoallv), which lets the selector consider algorithms
+    /// that need equal blocks.
+    pub uniform: bool,
+}
+
+impl Call {
+    /// A call of `collective` with `input` and everything else empty.
+    pub fn new(collective: Collective, input: Vec<u8>) -> Call {
+        Call {
+            collective,
+            root: 0,
+            len: input.len(),
+            input,
+            reduction: None,
+            counts: Vec::new(),
+            send_counts: Vec::new(),
+            recv_counts: Vec::new(),
+            algorithm: None,
+            uniform: false,
+        }
+    }
+}
+
+/// A process's communicators and collectives over one endpoint: the world
+/// communicator of its job, the communicators made from it, and the
+/// operations in progress.
+pub struct Coll {
+    msg: Messenger,
+    world: Comm,
+    /// Next communicator id this process would propose.
+    next_id: u32,
+    /// Collective sequence number per communicator id.
+    seqs: HashMap<u32, u32>,
+    running: HashMap<usize, Running>,
+    finished: HashMap<usize, Result<Vec<u8>, CollError>>,
+    next_request: usize,
+    deterministic: bool,
+    timeout: Option<Duration>,
+    selector: super::select::Selector,
+    schedules: super::schedule::Cache,
+}
+
+impl Coll {
+    /// Collectives over `ep` in the job whose members are `members` (index
+    /// = rank; every member passes the same list). The endpoint must
+    /// already know how to reach the members.
+    pub fn new(ep: Endpoint, members: Vec<ProcessAddr>) -> Result<Coll, CollError> {
+        let rank = members
+            .iter()
+            .position(|&a| a == ep.local())
+            .ok_or_else(|| {
+                CollError::Invalid(format!(
+                    "this endpoint ({}) is not among the {} members",
+                    ep.local(),
+                    members.len()
+                ))
+            })?;
+        let world = Comm::new(0, rank, Arc::from(members));
+        Ok(Coll {
+            msg: Messenger::new(ep),
+            world,
+            next_id: 1,
+            seqs: HashMap::default(),
+            running: HashMap::default(),
+            finished: HashMap::default(),
+            next_request: 0,
+            deterministic: super::select::deterministic_from_env(),
+            timeout: None,
+            selector: super::select::Selector::from_env()?,
+            schedules: super::schedule::Cache::default(),
+        })
+    }
+
+    /// Collectives for a process that joined a job with
+    /// [`crate::cluster::join`].
+    pub fn from_joined(j: crate::cluster::join::Joined) -> Result<Coll, CollError> {
+        Coll::new(j.endpoint, j.addrs)
+    }
+
+    /// The job's communicator.
+    pub fn world(&self) -> &Comm {
+        &self.world
+    }
+
+    /// The tagged messaging underneath.
+    pub fn messenger(&mut self) -> &mut Messenger {
+        &mut self.msg
+    }
+
+    /// Whether float reductions are bitwise reproducible (default on;
+    /// `BCL_COLL_DETERMINISTIC=0` or this call turns it off, which lets the
+    /// selector use algorithms that combine in another order, such as the
+    /// ring allreduce).
+    pub fn set_deterministic(&mut self, on: bool) {
+        self.deterministic = on;
+    }
+
+    /// Whether reductions are deterministic.
+    pub fn deterministic(&self) -> bool {
+        self.deterministic
+    }
+
+    /// Makes blocking calls fail with [`CollError::Timeout`] after
+    /// `timeout` (default: wait as long as it takes; a peer that dies
+    /// fails the call anyway once its sends time out).
+    pub fn set_timeout(&mut self, timeout: Option<Duration>) {
+        self.timeout = timeout;
+    }
+
+    /// The selector (cost model and overrides) choosing algorithms.
+    pub fn selector(&self) -> &super::select::Selector {
+        &self.selector
+    }
+
+    /// Replaces the selector.
+    pub fn set_selector(&mut self, s: super::select::Selector) {
+        self.selector = s;
+    }
+
+    /// The algorithm a call with this shape would use (`uniform`: see
+    /// [`Call::uniform`]).
+    pub fn choose(&self, shape: &Shape, uniform: bool) -> Result<Algorithm, CollError> {
+        self.selector.choose(shape, self.deterministic, uniform)
+    }
+
+    /// One round of progress: the endpoint, then every operation in
+    /// progress. Returns what moved.
+    pub fn progress(&mut self) -> Result<usize, CollError> {
+        let moved = self.msg.progress()?;
+        self.advance_all();
+        Ok(moved)
+    }
+
+    fn advance_all(&mut self) {
+        let mut done = Vec::new();
+        for (&id, run) in self.running.iter_mut() {
+            match run.advance(&mut self.msg) {
+                Ok(Advance::Pending) => {}
+                Ok(Advance::Done(out)) => done.push((id, Ok(out))),
+                Err(e) => done.push((id, Err(e))),
+            }
+        }
+        for (id, r) in done {
+            self.running.remove(&id);
+            self.finished.insert(id, r);
+        }
+    }
+
+    /// Makes progress until every message this process sent has been
+    /// acknowledged (or `timeout` passes), then keeps answering its peers'
+    /// last retransmissions until its timers are quiet. Call it before
+    /// dropping a `Coll` whose peers may still be waiting for it: an
+    /// operation completes locally once its messages are handed to the
+    /// port, not when they arrive. Returns whether everything was
+    /// acknowledged.
+    pub fn flush(&mut self, timeout: Duration) -> Result<bool, CollError> {
+        let ep = self.msg.endpoint_mut();
+        let deadline = ep.now() + timeout;
+        Ok(ep.flush_until(deadline)?)
+    }
+
+    /// The result of `req` if it is complete (the request is then used
+    /// up), after one round of progress.
+    pub fn test(&mut self, req: &Request) -> Result<Option<Vec<u8>>, CollError> {
+        if !self.finished.contains_key(&req.0) {
+            self.progress()?;
+        }
+        match self.finished.remove(&req.0) {
+            Some(r) => r.map(Some),
+            None if self.running.contains_key(&req.0) => Ok(None),
+            None => Err(CollError::NoSuchRequest),
+        }
+    }
+
+    /// Makes progress until `req` completes and returns its output.
+    pub fn wait(&mut self, req: Request) -> Result<Vec<u8>, CollError> {
+        let deadline = self.timeout.map(|t| (t, self.msg.endpoint().now() + t));
+        loop {
+            if let Some(r) = self.finished.remove(&req.0) {
+                return r;
+            }
+            if !self.running.contains_key(&req.0) {
+                return Err(CollError::NoSuchRequest);
+            }
+            if let Some((t, d)) = deadline {
+                if self.msg.endpoint().now() >= d {
+                    return Err(CollError::Timeout(t));
+                }
+            }
+            self.msg.progress_or_wait(deadline.map(|(_, d)| d))?;
+            self.advance_all();
+        }
+    }
+
+    /// Starts a collective on `comm` (non-blocking; see [`Coll::wait`]).
+    /// Every member must start the same collectives on `comm` in the same
+    /// order, with matching arguments.
+    pub fn start(&mut self, comm: &Comm, call: Call) -> Result<Request, CollError> {
+        let (shape, out_len) = check(comm, &call, comm.nodes())?;
+        let algorithm = match call.algorithm {
+            Some(a) => a,
+            None => self.choose(&shape, call.uniform)?,
+        };
+        let schedule = self.schedules.get(comm.id(), algorithm, &shape)?;
+        let seq = self.seqs.entry(comm.id()).or_insert(0);
+        let tag = u64::from(*seq);
+        *seq = seq.wrapping_add(1);
+        let run = Running::new(
+            comm.clone(),
+            schedule,
+            (call.input, out_len),
+            call.reduction,
+            tag,
+            &mut self.msg.pool,
+        );
+        let id = self.next_request;
+        self.next_request += 1;
+        self.running.insert(id, run);
+        // Start it now: its first sends go out with the next progress.
+        self.advance_all();
+        Ok(Request(id))
+    }
+
+    /// Starts `call` and waits for it.
+    pub fn run(&mut self, comm: &Comm, call: Call) -> Result<Vec<u8>, CollError> {
+        let r = self.start(comm, call)?;
+        self.wait(r)
+    }
+
+    // ---- Non-blocking calls on bytes --------------------------------
+
+    /// Starts a barrier.
+    pub fn ibarrier(&mut self, comm: &Comm) -> Result<Request, CollError> {
+        self.start(comm, Call::new(Collective::Barrier, Vec::new()))
+    }
+
+    /// Starts a broadcast of `len` bytes from `root`: the root passes the
+    /// data, the others anything (only its length matters: `len`).
+    pub fn ibcast(
+        &mut self,
+        comm: &Comm,
+        root: usize,
+        data: Vec<u8>,
+        len: usize,
+    ) -> Result<Request, CollError> {
+        let mut c = Call::new(Collective::Bcast, data);
+        c.root = root;
+        c.len = len;
+        if comm.rank() != root {
+            c.input = Vec::new();
+        }
+        self.start(comm, c)
+    }
+
+    /// Starts a reduction of `data` to `root`.
+    pub fn ireduce(
+        &mut self,
+        comm: &Comm,
+        root: usize,
+        data: Vec<u8>,
+        dt: Datatype,
+        op: Op,
+    ) -> Result<Request, CollError> {
+        let mut c = Call::new(Collective::Reduce, data);
+        c.root = root;
+        c.reduction = Some((op, dt));
+        self.start(comm, c)
+    }
+
+    /// Starts a reduction whose result every rank gets.
+    pub fn iallreduce(
+        &mut self,
+        comm: &Comm,
+        data: Vec<u8>,
+        dt: Datatype,
+        op: Op,
+    ) -> Result<Request, CollError> {
+        let mut c = Call::new(Collective::Allreduce, data);
+        c.reduction = Some((op, dt));
+        self.start(comm, c)
+    }
+
+    /// Starts a gather of every rank's block (`counts[r]` bytes from rank
+    /// r) to `root`, packed in rank order.
+    pub fn igatherv(
+        &mut self,
+        comm: &Comm,
+        root: usize,
+        data: Vec<u8>,
+        counts: Vec<usize>,
+    ) -> Result<Request, CollError> {
+        let mut c = Call::new(Collective::Gather, data);
+        c.root = root;
+        c.counts = counts;
+        self.start(comm, c)
+    }
+
+    /// Starts a scatter of the root's packed blocks, `counts[r]` bytes to
+    /// rank r.
+    pub fn iscatterv(
+        &mut self,
+        comm: &Comm,
+        root: usize,
+        data: Vec<u8>,
+        counts: Vec<usize>,
+    ) -> Result<Request, CollError> {
+        let mut c = Call::new(Collective::Scatter, data);
+        c.root = root;
+        c.counts = counts;
+        self.start(comm, c)
+    }
+
+    /// Starts an allgather: every rank's block (`counts[r]` bytes) to
+    /// everyone, packed in rank order.
+    pub fn iallgatherv(
+        &mut self,
+        comm: &Comm,
+        data: Vec<u8>,
+        counts: Vec<usize>,
+    ) -> Result<Request, CollError> {
+        let mut c = Call::new(Collective::Allgather, data);
+        c.counts = counts;
+        self.start(comm, c)
+    }
+
+    /// Starts an all-to-all: `data` holds the blocks for each rank packed
+    /// (`send_counts[r]` bytes for rank r); the output holds the blocks from
+    /// each rank (`recv_counts[r]` bytes from rank r).
+    pub fn ialltoallv(
+        &mut self,
+        comm: &Comm,
+        data: Vec<u8>,
+        send_counts: Vec<usize>,
+        recv_counts: Vec<usize>,
+    ) -> Result<Request, CollError> {
+        let mut c = Call::new(Collective::Alltoall, data);
+        c.send_counts = send_counts;
+        c.recv_counts = recv_counts;
+        self.start(comm, c)
+    }
+
+    /// Starts a reduce-scatter: `data` (the sum of `counts` bytes) is
+    /// reduced over all ranks and rank r gets block r (`counts[r]` bytes).
+    pub fn ireduce_scatter(
+        &mut self,
+        comm: &Comm,
+        data: Vec<u8>,
+        counts: Vec<usize>,
+        dt: Datatype,
+        op: Op,
+    ) -> Result<Request, CollError> {
+        let mut c = Call::new(Collective::ReduceScatter, data);
+        c.counts = counts;
+        c.reduction = Some((op, dt));
+        self.start(comm, c)
+    }
+
+    /// Starts an inclusive prefix reduction.
+    pub fn iscan(
+        &mut self,
+        comm: &Comm,
+        data: Vec<u8>,
+        dt: Datatype,
+        op: Op,
+    ) -> Result<Request, CollError> {
+        let mut c = Call::new(Collective::Scan, data);
+        c.reduction = Some((op, dt));
+        self.start(comm, c)
+    }
+
+    /// Starts an exclusive prefix reduction (rank 0's output is zeroed).
+    pub fn iexscan(
+        &mut self,
+        comm: &Comm,
+        data: Vec<u8>,
+        dt: Datatype,
+        op: Op,
+    ) -> Result<Request, CollError> {
+        let mut c = Call::new(Collective::Exscan, data);
+        c.reduction = Some((op, dt));
+        self.start(comm, c)
+    }
+
+    // ---- Blocking calls on typed slices ------------------------------
+
+    /// Waits until every member has called it.
+    pub fn barrier(&mut self, comm: &Comm) -> Result<(), CollError> {
+        let r = self.ibarrier(comm)?;
+        self.wait(r).map(drop)
+    }
+
+    /// Broadcasts the root's `data` into every rank's `data` (same length
+    /// everywhere).
+    pub fn bcast<T: Element>(
+        &mut self,
+        comm: &Comm,
+        root: usize,
+        data: &mut [T],
+    ) -> Result<(), CollError> {
+        let input = self.msg.pool.copy_of(data.as_bytes());
+        let bytes = input;
+        let len = bytes.len();
+        let r = self.ibcast(comm, root, bytes, len)?;
+        let out = self.wait(r)?;
+        copy_into(data, &out)?;
+        self.msg.pool.give(out);
+        Ok(())
+    }
+
+    /// Reduces every rank's `data` in place: afterwards every rank's `data`
+    /// holds the result (MPI's allreduce with `MPI_IN_PLACE`).
+    pub fn allreduce<T: Element>(
+        &mut self,
+        comm: &Comm,
+        data: &mut [T],
+        op: impl Into<Op>,
+    ) -> Result<(), CollError> {
+        let input = self.msg.pool.copy_of(data.as_bytes());
+        let r = self.iallreduce(comm, input, T::DATATYPE, op.into())?;
+        let out = self.wait(r)?;
+        copy_into(data, &out)?;
+        self.msg.pool.give(out);
+        Ok(())
+    }
+
+    /// Reduces every rank's `data` to `root`: the result replaces the
+    /// root's `data`; other ranks' `data` is left as it was.
+    pub fn reduce<T: Element>(
+        &mut self,
+        comm: &Comm,
+        root: usize,
+        data: &mut [T],
+        op: impl Into<Op>,
+    ) -> Result<(), CollError> {
+        let input = self.msg.pool.copy_of(data.as_bytes());
+        let r = self.ireduce(comm, root, input, T::DATATYPE, op.into())?;
+        let out = self.wait(r)?;
+        if comm.rank() == root {
+            copy_into(data, &out)?;
+        }
+        Ok(())
+    }
+
+    /// Gathers every rank's `data` (same length everywhere) at `root`,
+    /// in rank order; `None` at the other ranks.
+    pub fn gather<T: Element>(
+        &mut self,
+        comm: &Comm,
+        root: usize,
+        data: &[T],
+    ) -> Result<Option<Vec<T>>, CollError> {
+        let counts = vec![std::mem::size_of_val(data); comm.size()];
+        let input = self.msg.pool.copy_of(data.as_bytes());
+        let r = self.igatherv(comm, root, input, counts)?;
+        let out = self.wait(r)?;
+        (comm.rank() == root).then(|| from_bytes(&out)).transpose()
+    }
+
+    /// Scatters the root's `data` in `size` equal blocks, block r to rank r
+    /// (`data` is ignored elsewhere; `block` elements each).
+    pub fn scatter<T: Element>(
+        &mut self,
+        comm: &Comm,
+        root: usize,
+        data: &[T],
+        block: usize,
+    ) -> Result<Vec<T>, CollError> {
+        let counts = vec![block * std::mem::size_of::<T>(); comm.size()];
+        let input = if comm.rank() == root {
+            let input = self.msg.pool.copy_of(data.as_bytes());
+            input
+        } else {
+            Vec::new()
+        };
+        let r = self.iscatterv(comm, root, input, counts)?;
+        from_bytes(&self.wait(r)?)
+    }
+
+    /// Every rank's `data` (same length everywhere) to everyone, in rank
+    /// order.
+    pub fn allgather<T: Element>(&mut self, comm: &Comm, data: &[T]) -> Result<Vec<T>, CollError> {
+        let counts = vec![std::mem::size_of_val(data); comm.size()];
+        let input = self.msg.pool.copy_of(data.as_bytes());
+        let r = self.iallgatherv(comm, input, counts)?;
+        from_bytes(&self.wait(r)?)
+    }
+
+    /// `data` holds `size` equal blocks; block r goes to rank r, and the
+    /// result holds the block from each rank.
+    pub fn alltoall<T: Element>(&mut self, comm: &Comm, data: &[T]) -> Result<Vec<T>, CollError> {
+        let p = comm.size();
+        if !data.len().is_multiple_of(p) {
+            return Err(CollError::Invalid(format!(
+                "alltoall of {} elements does not split into {p} equal blocks",
+                data.len()
+            )));
+        }
+        let counts = vec![std::mem::size_of_val(data) / p; p];
+        let input = self.msg.pool.copy_of(data.as_bytes());
+        let mut c = Call::new(Collective::Alltoall, input);
+        c.send_counts = counts.clone();
+        c.recv_counts = counts;
+        c.uniform = true;
+        let r = self.start(comm, c)?;
+        from_bytes(&self.wait(r)?)
+    }
+
+    /// Reduces `data` (`size` equal blocks) over all ranks; rank r gets
+    /// block r of the result (MPI's reduce_scatter_block).
+    pub fn reduce_scatter_block<T: Element>(
+        &mut self,
+        comm: &Comm,
+        data: &[T],
+        op: impl Into<Op>,
+    ) -> Result<Vec<T>, CollError> {
+        let p = comm.size();
+        if !data.len().is_multiple_of(p) {
+            return Err(CollError::Invalid(format!(
+                "reduce-scatter of {} elements does not split into {p} equal blocks",
+                data.len()
+            )));
+        }
+        let counts = vec![std::mem::size_of_val(data) / p; p];
+        let input = self.msg.pool.copy_of(data.as_bytes());
+        let r = self.ireduce_scatter(comm, input, counts, T::DATATYPE, op.into())?;
+        from_bytes(&self.wait(r)?)
+    }
+
+    /// Inclusive prefix reduction in place: rank r's `data` becomes the
+    /// reduction over ranks 0..=r.
+    pub fn scan<T: Element>(
+        &mut self,
+        comm: &Comm,
+        data: &mut [T],
+        op: impl Into<Op>,
+    ) -> Result<(), CollError> {
+        let input = self.msg.pool.copy_of(data.as_bytes());
+        let r = self.iscan(comm, input, T::DATATYPE, op.into())?;
+        let out = self.wait(r)?;
+        copy_into(data, &out)?;
+        self.msg.pool.give(out);
+        Ok(())
+    }
+
+    /// Exclusive prefix reduction in place: rank r's `data` becomes the
+    /// reduction over ranks 0..r (rank 0's `data` is left as it was).
+    pub fn exscan<T: Element>(
+        &mut self,
+        comm: &Comm,
+        data: &mut [T],
+        op: impl Into<Op>,
+    ) -> Result<(), CollError> {
+        let input = self.msg.pool.copy_of(data.as_bytes());
+        let r = self.iexscan(comm, input, T::DATATYPE, op.into())?;
+        let out = self.wait(r)?;
+        if comm.rank() > 0 {
+            copy_into(data, &out)?;
+        }
+        Ok(())
+    }
+
+    // ---- Communicators -------------------------------------------------
+
+    /// A new communicator with the same members and ranks and its own
+    /// message space (collective over `comm`).
+    pub fn dup(&mut self, comm: &Comm) -> Result<Comm, CollError> {
+        let mut id = [self.next_id];
+        self.allreduce(comm, &mut id, super::op::BuiltinOp::Max)?;
+        self.next_id = id[0] + 1;
+        Ok(Comm::new(id[0], comm.rank(), Arc::from(comm.members())))
+    }
+
+    /// Splits `comm` by `color` (collective over `comm`): the members with
+    /// the same color form a new communicator, ranked by `key` and then by
+    /// their rank in `comm`. `None` (MPI_UNDEFINED) takes no part and gets
+    /// `None` back.
+    pub fn split(
+        &mut self,
+        comm: &Comm,
+        color: Option<u32>,
+        key: i32,
+    ) -> Result<Option<Comm>, CollError> {
+        // Each member's (has color, color, key, proposed id).
+        let mine = [
+            i64::from(color.is_some()),
+            i64::from(color.unwrap_or(0)),
+            i64::from(key),
+            i64::from(self.next_id),
+        ];
+        let all = self.allgather(comm, &mine)?;
+        let id = all.chunks(4).map(|m| m[3]).max().unwrap_or(0);
+        let id = u32::try_from(id)
+            .map_err(|_| CollError::Invalid("communicator ids exhausted".into()))?;
+        self.next_id = id + 1;
+        let Some(color) = color else {
+            return Ok(None);
+        };
+        let mut members: Vec<(i64, usize)> = all
+            .chunks(4)
+            .enumerate()
+            .filter(|(_, m)| m[0] == 1 && m[1] == i64::from(color))
+            .map(|(r, m)| (m[2], r))
+            .collect();
+        members.sort();
+        let rank = members
+            .iter()
+            .position(|&(_, r)| r == comm.rank())
+            .expect("the caller has this color");
+        let addrs: Vec<ProcessAddr> = members.iter().map(|&(_, r)| comm.members()[r]).collect();
+        Ok(Some(Comm::new(id, rank, Arc::from(addrs))))
+    }
+
+    // ---- Point-to-point on a communicator ----------------------------
+
+    /// Sends `data` to rank `to` of `comm` under `tag` (copied at once).
+    pub fn isend(
+        &mut self,
+        comm: &Comm,
+        to: usize,
+        tag: u32,
+        data: &[u8],
+    ) -> Result<SendId, CollError> {
+        let dst = comm.addr(to)?;
+        self.msg
+            .isend(dst, comm.p2p_context(), u64::from(tag), data)
+    }
+
+    /// Posts a receive for the next message from rank `from` of `comm`
+    /// under `tag`.
+    pub fn irecv(&mut self, comm: &Comm, from: usize, tag: u32) -> Result<RecvId, CollError> {
+        let src = comm.addr(from)?;
+        self.msg.irecv(src, comm.p2p_context(), u64::from(tag))
+    }
+
+    /// Sends and waits until a large message's data is out.
+    pub fn send(&mut self, comm: &Comm, to: usize, tag: u32, data: &[u8]) -> Result<(), CollError> {
+        let id = self.isend(comm, to, tag, data)?;
+        loop {
+            if let Some(r) = self.msg.take_send(id) {
+                return r;
+            }
+            self.msg.progress_or_wait(None)?;
+            self.advance_all();
+        }
+    }
+
+    /// Receives the next message from rank `from` of `comm` under `tag`.
+    pub fn recv(&mut self, comm: &Comm, from: usize, tag: u32) -> Result<Vec<u8>, CollError> {
+        let id = self.irecv(comm, from, tag)?;
+        self.wait_recv(id)
+    }
+
+    /// Makes progress until receive `id` completes.
+    pub fn wait_recv(&mut self, id: RecvId) -> Result<Vec<u8>, CollError> {
+        loop {
+            if let Some(r) = self.msg.take_recv(id) {
+                return r;
+            }
+            self.msg.progress_or_wait(None)?;
+            self.advance_all();
+        }
+    }
+}
+
+/// Checks a call's arguments and gives its shape and output length.
+fn check<'a>(comm: &Comm, c: &'a Call, nodes: &'a [u32]) -> Result<(Shape<'a>, usize), CollError> {
+    let p = comm.size();
+    let bad = |s: String| Err(CollError::Invalid(s));
+    if c.root >= p {
+        return bad(format!("root {} in a communicator of {p}", c.root));
+    }
+    let elem = match &c.reduction {
+        Some((op, dt)) => {
+            op.check(*dt)?;
+            dt.size()
+        }
+        None if c.collective.reduces() => {
+            return bad(format!("{} needs a reduction", c.collective.name()))
+        }
+        None => 1,
+    };
+    let counts_len = |v: &[usize], what: &str| {
+        if v.len() != p {
+            Err(CollError::Invalid(format!(
+                "{what} has {} entries for a communicator of {p}",
+                v.len()
+            )))
+        } else {
+            Ok(())
+        }
+    };
+    let rank = comm.rank();
+    let input_is = |n: usize| {
+        if c.input.len() != n {
+            Err(CollError::Invalid(format!(
+                "{} input of {} bytes, expected {n}",
+                c.collective.name(),
+                c.input.len()
+            )))
+        } else {
+            Ok(())
+        }
+    };
+    let mut len = c.len;
+    let out_len = match c.collective {
+        Collective::Barrier => 0,
+        Collective::Bcast => {
+            if rank == c.root {
+                input_is(c.len)?;
+            }
+            c.len
+        }
+        Collective::Reduce | Collective::Allreduce | Collective::Scan | Collective::Exscan => {
+            len = c.input.len();
+            c.input.len()
+        }
+        Collective::Gather => {
+            counts_len(&c.counts, "counts")?;
+            input_is(c.counts[rank])?;
+            if rank == c.root {
+                c.counts.iter().sum()
+            } else {
+                0
+            }
+        }
+        Collective::Scatter => {
+            counts_len(&c.counts, "counts")?;
+            if rank == c.root {
+                input_is(c.counts.iter().sum())?;
+            }
+            c.counts[rank]
+        }
+        Collective::Allgather => {
+            counts_len(&c.counts, "counts")?;
+            input_is(c.counts[rank])?;
+            c.counts.iter().sum()
+        }
+        Collective::Alltoall => {
+            counts_len(&c.send_counts, "send_counts")?;
+            counts_len(&c.recv_counts, "recv_counts")?;
+            input_is(c.send_counts.iter().sum())?;
+            c.recv_counts.iter().sum()
+        }
+        Collective::ReduceScatter => {
+            counts_len(&c.counts, "counts")?;
+            len = c.counts.iter().sum();
+            input_is(len)?;
+            if c.counts.iter().any(|n| n % elem != 0) {
+                return bad(format!(
+                    "reduce-scatter counts must be multiples of the element size {elem}"
+                ));
+            }
+            c.counts[rank]
+        }
+    };
+    if !len.is_multiple_of(elem) {
+        return bad(format!(
+            "{len} bytes is not a whole number of {elem}-byte elements"
+        ));
+    }
+    let shape = Shape {
+        collective: c.collective,
+        rank,
+        size: p,
+        root: c.root,
+        len,
+        elem,
+        counts: &c.counts,
+        send_counts: &c.send_counts,
+        recv_counts: &c.recv_counts,
+        nodes,
+    };
+    Ok((shape, out_len))
+}
+
+fn copy_into<T: Element>(data: &mut [T], out: &[u8]) -> Result<(), CollError> {
+    let dst = data.as_mut_bytes();
+    if dst.len() != out.len() {
+        return Err(CollError::Invalid(format!(
+            "result of {} bytes for a buffer of {}",
+            out.len(),
+            dst.len()
+        )));
+    }
+    dst.copy_from_slice(out);
+    Ok(())
+}
+
+fn from_bytes<T: Element>(b: &[u8]) -> Result<Vec<T>, CollError> {
+    let n = std::mem::size_of::<T>();
+    if !b.len().is_multiple_of(n) {
+        return Err(CollError::Invalid(format!(
+            "{} bytes is not a whole number of elements",
+            b.len()
+        )));
+    }
+    Ok(b.chunks_exact(n)
+        .map(|c| T::read_from_bytes(c).expect("chunk of the element's size"))
+        .collect())
+}
+
+use zerocopy::IntoBytes;
