@@ -22,6 +22,7 @@ pub mod args;
 pub mod bcl_transport;
 pub mod bw;
 pub mod cli;
+pub mod coll_check;
 pub mod end;
 pub mod job;
 pub mod kernel;

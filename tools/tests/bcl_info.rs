@@ -163,3 +163,74 @@ fn a_bad_cluster_file_names_file_line_and_field() {
         "{err}"
     );
 }
+
+fn coll_table(env: &[(&str, &str)]) -> (bool, String, String) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_bcl-info"));
+    c.current_dir(root())
+        .args(["--coll", "--per-node", "4"])
+        .env_remove("BCL_COLL_ALG")
+        .env_remove("BCL_COLL_MODEL")
+        .env_remove("BCL_COLL_DETERMINISTIC");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+#[test]
+fn coll_prints_a_choice_for_every_collective() {
+    let (ok, out, err) = coll_table(&[]);
+    assert!(ok, "{err}");
+    for c in bcl::coll::alg::Collective::ALL {
+        assert!(
+            out.lines().any(|l| l.starts_with(c.name())),
+            "no row for {}:\n{out}",
+            c.name()
+        );
+    }
+    // Deterministic by default: the ring allreduce is never chosen.
+    assert!(out.contains("deterministic reductions"));
+    assert!(!out
+        .lines()
+        .any(|l| l.starts_with("allreduce") && l.contains(" ring ")));
+}
+
+#[test]
+fn coll_reads_overrides_and_model_and_names_bad_ones() {
+    let (ok, out, err) = coll_table(&[("BCL_COLL_ALG", "allreduce:ring")]);
+    assert!(ok, "{err}");
+    assert!(out.contains("BCL_COLL_ALG: allreduce runs ring"), "{out}");
+
+    let (ok, _, err) = coll_table(&[("BCL_COLL_ALG", "allreduce:bruck")]);
+    assert!(!ok);
+    assert!(err.contains("bruck does not implement allreduce"), "{err}");
+    assert!(
+        err.contains("recursive_doubling"),
+        "the valid names are listed: {err}"
+    );
+
+    let dir = std::env::temp_dir().join(format!("bcl-info-coll-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let model = dir.join("model.toml");
+    std::fs::write(
+        &model,
+        "[coll.loggp.inter]\nl_us = 5.0\no_s_us = 1.0\no_r_us = 1.0\ng_us = 2.0\nbig_g_ns_per_byte = 0.5\n",
+    )
+    .unwrap();
+    let (ok, out, err) = coll_table(&[("BCL_COLL_MODEL", model.to_str().unwrap())]);
+    assert!(ok, "{err}");
+    assert!(out.contains("inter-node LogGP: L 5.000 µs"), "{out}");
+    std::fs::write(&model, "[coll.loggp.inter]\nl_us = \"fast\"\n").unwrap();
+    let (ok, _, err) = coll_table(&[("BCL_COLL_MODEL", model.to_str().unwrap())]);
+    assert!(!ok);
+    assert!(
+        err.contains("model.toml") && err.contains("coll.loggp.inter"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -89,6 +89,13 @@ struct Args {
     /// such as bcast is timed from a common start, not pipelined).
     #[arg(long)]
     sync: bool,
+    /// Instead of timing: run every collective (sizes 0 B to 320 KB, first
+    /// and last rank as root) on the world, a duplicate of it and its split
+    /// into even and odd ranks, check every rank's result (reductions bit
+    /// for bit), and print `check {"rank":R,"calls":N,"methods":[..]}` per
+    /// rank (the methods of its links).
+    #[arg(long)]
+    check: bool,
     /// Seconds the ranks may take to join, and any one collective call.
     #[arg(long, default_value_t = 60)]
     timeout: u64,
@@ -413,6 +420,21 @@ fn run(args: &Args) -> Result<(), String> {
     let rank = b.rank();
     let p = b.world.size();
     let nodes = b.world.nodes().iter().collect::<BTreeSet<_>>().len();
+    if args.check {
+        let dup = b.coll.dup(&b.world).map_err(|e| format!("dup: {e}"))?;
+        let half = b
+            .coll
+            .split(&b.world, Some((rank % 2) as u32), 0)
+            .map_err(|e| format!("split: {e}"))?
+            .ok_or("split gave no communicator")?;
+        let mut calls = 0;
+        for comm in [&b.world.clone(), &dup, &half] {
+            calls += bcl_tools::coll_check::check_all(&mut b.coll, comm)?;
+        }
+        let methods = serde_json::to_string(&b.methods()).map_err(|e| e.to_string())?;
+        println!("check {{\"rank\":{rank},\"calls\":{calls},\"methods\":{methods}}}");
+        return finish(&mut b, session.as_mut(), args.timeout);
+    }
     let deterministic = b.coll.deterministic();
     let mode_name = if args.blocking {
         "blocking"

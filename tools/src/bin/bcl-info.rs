@@ -46,6 +46,13 @@ struct Args {
     /// do, and print this rank's row of the job's method matrix.
     #[arg(long)]
     job: bool,
+    /// Print the collectives' algorithm choice table: for each collective
+    /// and message size, the algorithm the LogGP cost model picks and its
+    /// predicted time, for communicators of 2 to 1024 ranks with
+    /// --per-node ranks per node. Reads BCL_COLL_MODEL (parameters),
+    /// BCL_COLL_ALG (overrides) and BCL_COLL_DETERMINISTIC like a job does.
+    #[arg(long)]
+    coll: bool,
 }
 
 /// Whether each method of the registry can run here, probed on the
@@ -58,6 +65,47 @@ fn probe_methods(registry: &Registry, ifs: &[NicInfo]) -> Vec<ProbeRow> {
         .map(|i| i.name.clone())
         .collect();
     registry.probe(&candidates)
+}
+
+/// `--coll`: the choice table of the collectives' selector.
+fn coll_table(per_node: usize) -> Result<(), String> {
+    use bcl::coll::cost::choice_table;
+    use bcl::coll::select::{deterministic_from_env, Selector};
+    let selector = Selector::from_env().map_err(|e| e.to_string())?;
+    let deterministic = deterministic_from_env();
+    println!(
+        "# collectives: algorithm chosen by predicted time (µs), {} reductions",
+        if deterministic {
+            "deterministic"
+        } else {
+            "fastest (BCL_COLL_DETERMINISTIC=0)"
+        }
+    );
+    let m = selector.model();
+    for (name, p) in [("intra-node", &m.intra), ("inter-node", &m.inter)] {
+        println!(
+            "# {name} LogGP: L {:.3} µs, o_s {:.3} µs, o_r {:.3} µs, g {:.3} µs, G {:.3} ns/B",
+            p.l * 1e6,
+            p.o_s * 1e6,
+            p.o_r * 1e6,
+            p.g * 1e6,
+            p.big_g * 1e9
+        );
+    }
+    for (c, a) in &selector.overrides().pairs {
+        println!("# BCL_COLL_ALG: {} runs {}", c.name(), a.name());
+    }
+    print!(
+        "{}",
+        choice_table(
+            m,
+            deterministic,
+            &[2, 4, 8, 16, 64, 256, 1024],
+            &[8, 1024, 65536, 1 << 20, 4 << 20],
+            per_node,
+        )
+    );
+    Ok(())
 }
 
 /// `--job`: one message to and from every other rank opens every link;
@@ -141,6 +189,9 @@ fn main() -> ExitCode {
 fn run(args: &Args) -> Result<(), String> {
     if args.job {
         return job_row();
+    }
+    if args.coll {
+        return coll_table(args.per_node as usize);
     }
     let cfg = match &args.cluster {
         Some(p) => Some(ClusterConfig::load(p).map_err(|e| e.to_string())?),
