@@ -13,6 +13,9 @@ use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Progress rounds between two looks at the clock in a waiting call.
+const CLOCK_CHECK_ROUNDS: u32 = 64;
+
 /// A collective operation started and not yet taken back with
 /// [`Coll::test`] or [`Coll::wait`].
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -219,6 +222,7 @@ impl Coll {
     /// Makes progress until `req` completes and returns its output.
     pub fn wait(&mut self, req: Request) -> Result<Vec<u8>, CollError> {
         let deadline = self.timeout.map(|t| (t, self.msg.endpoint().now() + t));
+        let mut rounds: u32 = 0;
         loop {
             if let Some(r) = self.finished.remove(&req.0) {
                 return r;
@@ -226,8 +230,11 @@ impl Coll {
             if !self.running.contains_key(&req.0) {
                 return Err(CollError::NoSuchRequest);
             }
+            // A clock reading costs more than a busy-poll round: look at
+            // it every CLOCK_CHECK_ROUNDS rounds only.
+            rounds = rounds.wrapping_add(1);
             if let Some((t, d)) = deadline {
-                if self.msg.endpoint().now() >= d {
+                if rounds % CLOCK_CHECK_ROUNDS == 0 && self.msg.endpoint().now() >= d {
                     return Err(CollError::Timeout(t));
                 }
             }
@@ -241,11 +248,12 @@ impl Coll {
     /// order, with matching arguments.
     pub fn start(&mut self, comm: &Comm, call: Call) -> Result<Request, CollError> {
         let (shape, out_len) = check(comm, &call, comm.nodes())?;
-        let algorithm = match call.algorithm {
-            Some(a) => a,
-            None => self.choose(&shape, call.uniform)?,
-        };
-        let schedule = self.schedules.get(comm.id(), algorithm, &shape)?;
+        let (selector, deterministic) = (&self.selector, self.deterministic);
+        let (_, schedule) =
+            self.schedules
+                .get(comm.id(), call.algorithm, deterministic, &shape, || {
+                    selector.choose(&shape, deterministic, call.uniform)
+                })?;
         let seq = self.seqs.entry(comm.id()).or_insert(0);
         let tag = u64::from(*seq);
         *seq = seq.wrapping_add(1);

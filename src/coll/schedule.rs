@@ -216,12 +216,15 @@ impl Round {
     }
 }
 
-/// What a schedule depends on besides the algorithm: the shape without
-/// the placement, which belongs to the communicator.
-#[derive(Clone, PartialEq, Eq, Hash)]
+/// What a call's algorithm and schedule depend on: the shape without the
+/// placement (a communicator id names one member list in a process), the
+/// algorithm asked for, if any, and whether reductions must be
+/// deterministic.
+#[derive(Clone, Eq, Hash)]
 struct CacheKey {
     communicator: u32,
-    algorithm: super::alg::Algorithm,
+    forced: Option<super::alg::Algorithm>,
+    deterministic: bool,
     collective: super::alg::Collective,
     rank: usize,
     root: usize,
@@ -232,29 +235,57 @@ struct CacheKey {
     recv_counts: Vec<usize>,
 }
 
-/// Schedules already generated, by communicator and shape: a collective
-/// called again with the same arguments (the common case in a loop) reuses
-/// its schedule instead of generating it again.
-#[derive(Default)]
-pub struct Cache {
-    map: rustc_hash::FxHashMap<CacheKey, std::sync::Arc<Schedule>>,
+impl PartialEq for CacheKey {
+    fn eq(&self, o: &Self) -> bool {
+        self.communicator == o.communicator
+            && self.forced == o.forced
+            && self.deterministic == o.deterministic
+            && self.collective == o.collective
+            && self.rank == o.rank
+            && self.root == o.root
+            && self.len == o.len
+            && self.elem == o.elem
+            && same(&self.counts, &o.counts)
+            && same(&self.send_counts, &o.send_counts)
+            && same(&self.recv_counts, &o.recv_counts)
+    }
 }
 
-/// Schedules a cache keeps at most; beyond, it starts afresh.
+/// Slice equality that never calls `memcmp` on empty slices: glibc's
+/// AVX-512 `memcmp` reads an empty `Vec`'s dangling pointer with a masked
+/// load, which costs a microcode assist — 160 ns per comparison measured
+/// here, against 5 ns for three elements — and the derived `==` on a key
+/// of three empty lists made that half of a small collective's time.
+pub(crate) fn same<T: PartialEq>(a: &[T], b: &[T]) -> bool {
+    a.len() == b.len() && (a.is_empty() || a == b)
+}
+
+/// Algorithms chosen and schedules generated, by communicator and shape: a
+/// collective called again with the same arguments (the common case in a
+/// loop) costs one lookup instead of a selection and a generation.
+#[derive(Default)]
+pub struct Cache {
+    map: rustc_hash::FxHashMap<CacheKey, (super::alg::Algorithm, std::sync::Arc<Schedule>)>,
+}
+
+/// Entries a cache keeps at most; beyond, it starts afresh.
 const CACHE_LIMIT: usize = 256;
 
 impl Cache {
-    /// The schedule of `algorithm` for `shape` on the communicator
-    /// `communicator`, generated once.
-    pub fn get(
+    /// The algorithm (`forced`, or else what `choose` picks) and its
+    /// schedule for `shape` on the communicator `communicator`, found once.
+    pub fn get<E: From<super::alg::NotApplicable>>(
         &mut self,
         communicator: u32,
-        algorithm: super::alg::Algorithm,
+        forced: Option<super::alg::Algorithm>,
+        deterministic: bool,
         shape: &super::alg::Shape,
-    ) -> Result<std::sync::Arc<Schedule>, super::alg::NotApplicable> {
+        choose: impl FnOnce() -> Result<super::alg::Algorithm, E>,
+    ) -> Result<(super::alg::Algorithm, std::sync::Arc<Schedule>), E> {
         let key = CacheKey {
             communicator,
-            algorithm,
+            forced,
+            deterministic,
             collective: shape.collective,
             rank: shape.rank,
             root: shape.root,
@@ -264,14 +295,18 @@ impl Cache {
             send_counts: shape.send_counts.to_vec(),
             recv_counts: shape.recv_counts.to_vec(),
         };
-        if let Some(s) = self.map.get(&key) {
-            return Ok(s.clone());
+        if let Some((a, s)) = self.map.get(&key) {
+            return Ok((*a, s.clone()));
         }
+        let algorithm = match forced {
+            Some(a) => a,
+            None => choose()?,
+        };
         let s = std::sync::Arc::new(super::alg::schedule(algorithm, shape)?);
         if self.map.len() >= CACHE_LIMIT {
             self.map.clear();
         }
-        self.map.insert(key, s.clone());
-        Ok(s)
+        self.map.insert(key, (algorithm, s.clone()));
+        Ok((algorithm, s))
     }
 }

@@ -26,7 +26,7 @@ pub fn deterministic_from_env() -> bool {
 }
 
 /// What a choice depends on: everything in a shape but the rank.
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Clone, Eq, Hash)]
 struct Key {
     collective: Collective,
     size: usize,
@@ -36,6 +36,20 @@ struct Key {
     counts: Vec<usize>,
     nodes: Vec<u32>,
     deterministic: bool,
+}
+
+impl PartialEq for Key {
+    fn eq(&self, o: &Self) -> bool {
+        use super::schedule::same;
+        self.collective == o.collective
+            && self.size == o.size
+            && self.root == o.root
+            && self.len == o.len
+            && self.elem == o.elem
+            && self.deterministic == o.deterministic
+            && same(&self.counts, &o.counts)
+            && same(&self.nodes, &o.nodes)
+    }
 }
 
 /// Chooses algorithms (see the module documentation).
