@@ -16,10 +16,9 @@
 # means BCL is faster.
 #
 # All ranks on this one node (BCL: shared memory; Open MPI: ob1 with the
-# self + vader (or sm) BTLs). When there are more ranks than cores, BCL
-# blocks in epoll (--blocking) and Open MPI yields when idle
-# (mpi_yield_when_idle 1): both give the CPU away instead of spinning
-# (--bcl-mode overrides BCL's choice).
+# self + vader (or sm) BTLs). When there are more ranks than cores, both
+# poll but yield the CPU after a round that found nothing (BCL: --yield;
+# Open MPI: mpi_yield_when_idle 1) (--bcl-mode overrides BCL's choice).
 #
 # With --lab, one more row set: 2 lab nodes x 2 ranks (configs/lab/pair.toml,
 # nodes a and b), BCL with BCL_METHODS=shm,packet (shm inside a node, the
@@ -33,14 +32,14 @@
 #
 #   bench/coll-compare.sh [--pairs N] [--ranks 2,4] [--ops barrier,allreduce,bcast]
 #       [--sizes 8,65536,4194304] [--iters N] [--warmup N] [--sync]
-#       [--bcl-mode auto|busy-poll|blocking] [--lab] [--append]
+#       [--bcl-mode auto|busy-poll|yield|blocking] [--lab] [--append]
 #
 #   --pairs N     BCL/Open MPI pairs per rank count (default 5)
 #   --ranks LIST  rank counts on this node (default 2,4)
 #   --ops, --sizes, --iters, --warmup, --sync
 #                 passed to both programs (defaults: theirs)
-#   --bcl-mode M  auto (default: busy-poll up to one rank per core, blocking
-#                 above), busy-poll or blocking
+#   --bcl-mode M  auto (default: busy-poll up to one rank per core, yield
+#                 above, as Open MPI), busy-poll, yield or blocking
 #   --lab         add the 2 nodes x 2 ranks case in lab namespaces (root)
 #   --append      append the table, with command, date, commit and load, to
 #                 docs/PERFORMANCE.md
@@ -67,8 +66,8 @@ while [ $# -gt 0 ]; do
     *) echo "coll-compare: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-case "$BCL_MODE" in auto|busy-poll|blocking) ;; *)
-  echo "coll-compare: --bcl-mode takes auto, busy-poll or blocking" >&2; exit 2 ;;
+case "$BCL_MODE" in auto|busy-poll|yield|blocking) ;; *)
+  echo "coll-compare: --bcl-mode takes auto, busy-poll, yield or blocking" >&2; exit 2 ;;
 esac
 
 # --- What it needs ------------------------------------------------------
@@ -141,9 +140,9 @@ KEYS=()
 for n in ${RANKS//,/ }; do
   mode=$BCL_MODE
   if [ "$mode" = auto ]; then
-    if [ "$n" -le "$CORES" ]; then mode=busy-poll; else mode=blocking; fi
+    if [ "$n" -le "$CORES" ]; then mode=busy-poll; else mode=yield; fi
   fi
-  bcl_flags=(); [ "$mode" = blocking ] && bcl_flags=(--blocking)
+  bcl_flags=(); [ "$mode" = busy-poll ] || bcl_flags=(--"$mode")
   if [ "$n" -le "$CORES" ]; then
     ompi_mode=(--mode busy-poll); ompi_yield=()
   else
@@ -178,8 +177,8 @@ exec ip netns exec "\$ns" unshare --uts sh -c "hostname \$name; \$*"
 EOF
   chmod +x "$OUT/netns-agent"
   mode=$BCL_MODE
-  [ "$mode" = auto ] && { if [ 4 -le "$CORES" ]; then mode=busy-poll; else mode=blocking; fi; }
-  bcl_flags=(); [ "$mode" = blocking ] && bcl_flags=(--blocking)
+  [ "$mode" = auto ] && { if [ 4 -le "$CORES" ]; then mode=busy-poll; else mode=yield; fi; }
+  bcl_flags=(); [ "$mode" = busy-poll ] || bcl_flags=(--"$mode")
   ompi_yield=(); ompi_mode=(--mode busy-poll)
   [ 4 -le "$CORES" ] || { ompi_yield=(--mca mpi_yield_when_idle 1); ompi_mode=(--mode yield); }
   BCL_CMD=(env BCL_METHODS=shm,packet "$BIN/bcl-run" --lab "$lab" --nodes a,b --per-node 2 --

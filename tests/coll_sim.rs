@@ -134,7 +134,8 @@ fn check(
         .reduces()
         .then(|| (Op::Builtin(BuiltinOp::Sum), Datatype::F64));
     // Uneven block lengths per rank (some zero) for the v-variants.
-    let counts: Vec<usize> = (0..p).map(|r| (n + r * 3) % (n + 2)).collect();
+    // Uneven blocks: 0, n/3, 2n/3 and n bytes in turn.
+    let counts: Vec<usize> = (0..p).map(|r| n * ((r + 1) % 4) / 3).collect();
     let mut calls = Vec::new();
     let mut expect: Vec<Option<Vec<u8>>> = Vec::new();
     match collective {
@@ -195,8 +196,8 @@ fn check(
             }
         }
         Collective::Alltoall => {
-            // Rank s sends (n + s + d) % (n + 1) bytes to rank d.
-            let len = |s: usize, d: usize| (n + s + 2 * d) % (n + 1);
+            // Rank s sends 0, n/3, 2n/3 or n bytes to rank d.
+            let len = |s: usize, d: usize| n * ((s + 2 * d + 1) % 4) / 3;
             let block = |s: usize, d: usize| bytes(s * p + d, len(s, d));
             for r in 0..p {
                 let data: Vec<u8> = (0..p).flat_map(|d| block(r, d)).collect();
@@ -347,9 +348,12 @@ proptest! {
 }
 
 #[test]
-fn large_messages_go_by_rendezvous_and_arrive_intact() {
+fn medium_and_large_messages_arrive_intact() {
     let mut w = World::new(4, lossy(), 3);
-    // 300 KB each way: far above the 16 KiB eager limit.
+    for c in &mut w.colls {
+        c.messenger().set_fragment_limit(64 * 1024);
+    }
+    // 50 KB blocks go in pieces, 300 KB by rendezvous.
     check(&mut w, Collective::Allreduce, 0, 40_000, 5, None);
     check(&mut w, Collective::Bcast, 2, 300_000, 5, None);
     check(&mut w, Collective::Alltoall, 0, 50_000, 5, None);
@@ -359,6 +363,12 @@ fn large_messages_go_by_rendezvous_and_arrive_intact() {
         .map(|c| c.messenger().stats().rendezvous_sent)
         .sum();
     assert!(sent > 0, "no message went by rendezvous");
+    let pieces: u64 = w
+        .colls
+        .iter_mut()
+        .map(|c| c.messenger().stats().fragmented_sent)
+        .sum();
+    assert!(pieces > 0, "no medium message went in pieces");
 }
 
 #[test]
@@ -460,12 +470,7 @@ fn nonblocking_collectives_overlap_with_each_other_and_point_to_point() {
         }
         let a = c.ibarrier(&comm).unwrap();
         let b = c
-            .iallreduce(
-                &comm,
-                input.clone(),
-                Datatype::F64,
-                BuiltinOp::Sum.into(),
-            )
+            .iallreduce(&comm, input.clone(), Datatype::F64, BuiltinOp::Sum.into())
             .unwrap();
         let rx = c.irecv(&comm, prev, 5).unwrap();
         let d = c

@@ -33,6 +33,21 @@ pub struct RecvId(usize);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SendId(usize);
 
+/// Largest message sent in pieces on the system channel by default: none
+/// (every message above the eager limit goes by rendezvous). Measured on
+/// shared memory, 2 ranks busy-polling, bcl-coll p50 with pieces up to 128
+/// KiB against rendezvous (3 alternating runs): allreduce 64 KiB 73–85 µs
+/// against 42–43, bcast 64 KiB 45–54 against 23–25 — the system channel
+/// copies twice where a normal channel's bulk path copies once. With more
+/// ranks than cores (4 ranks yielding on 2 cores) pieces win: allreduce 64
+/// KiB 387 µs against 1367, since a rendezvous waits for the receiver to
+/// be scheduled twice. `BCL_COLL_FRAGMENT_LIMIT` (bytes) or
+/// [`Messenger::set_fragment_limit`] turns them on.
+pub const DEFAULT_FRAGMENT_LIMIT: usize = 0;
+
+/// Largest medium message a receiver puts together from pieces.
+pub const FRAGMENT_LIMIT: usize = 1 << 20;
+
 /// Messages taken from the endpoint per progress call, at most.
 const RX_BUDGET: usize = 64;
 
@@ -54,11 +69,86 @@ enum Owned {
         channel: ChannelId,
     },
     Malformed,
+    /// A piece of a medium message, kept until the message is whole.
+    Nothing,
+}
+
+/// A medium message being put together from its pieces.
+struct Assembly {
+    context: u32,
+    tag: u64,
+    buf: Vec<u8>,
+    filled: usize,
 }
 
 impl Owned {
-    fn parse(bytes: &[u8]) -> Owned {
+    /// Parses `bytes` from `from`; a medium message's piece goes into its
+    /// sender's assembly (`Nothing` until the last piece is in, then the
+    /// whole message as `Eager`). Pieces out of place (not at the offset
+    /// expected, beyond the length, of another message) drop the assembly
+    /// and count as malformed.
+    fn parse(
+        from: ProcessAddr,
+        bytes: &[u8],
+        assembling: &mut HashMap<ProcessAddr, Assembly>,
+        pool: &mut super::pool::Pool,
+    ) -> Owned {
         match Msg::parse(bytes) {
+            Ok(Msg::Fragment {
+                context,
+                tag,
+                total,
+                offset,
+                data,
+            }) => {
+                let (Ok(total), Ok(offset)) = (usize::try_from(total), usize::try_from(offset))
+                else {
+                    return Owned::Malformed;
+                };
+                if total > FRAGMENT_LIMIT || offset.saturating_add(data.len()) > total {
+                    assembling.remove(&from);
+                    return Owned::Malformed;
+                }
+                if offset == 0 {
+                    if let Some(old) = assembling.insert(
+                        from,
+                        Assembly {
+                            context,
+                            tag,
+                            buf: pool.take(total),
+                            filled: 0,
+                        },
+                    ) {
+                        // A message left unfinished: its sender moved on.
+                        pool.give(old.buf);
+                        return Owned::Malformed;
+                    }
+                }
+                let Some(a) = assembling.get_mut(&from) else {
+                    return Owned::Malformed;
+                };
+                if a.context != context
+                    || a.tag != tag
+                    || a.filled != offset
+                    || a.buf.len() != total
+                {
+                    if let Some(a) = assembling.remove(&from) {
+                        pool.give(a.buf);
+                    }
+                    return Owned::Malformed;
+                }
+                a.buf[offset..offset + data.len()].copy_from_slice(data);
+                a.filled += data.len();
+                if a.filled < total {
+                    return Owned::Nothing;
+                }
+                let a = assembling.remove(&from).expect("just used");
+                Owned::Eager {
+                    context: a.context,
+                    tag: a.tag,
+                    data: a.buf,
+                }
+            }
             Ok(Msg::Eager { context, tag, data }) => Owned::Eager {
                 context,
                 tag,
@@ -125,6 +215,8 @@ enum SendState {
 pub struct MessengerStats {
     /// Messages sent inline.
     pub eager_sent: u64,
+    /// Medium messages sent in pieces on the system channel.
+    pub fragmented_sent: u64,
     /// Large messages sent through a normal channel.
     pub rendezvous_sent: u64,
     /// Messages that arrived before their receive.
@@ -160,6 +252,10 @@ pub struct Messenger {
     stats: MessengerStats,
     /// Large buffers for reuse.
     pub(crate) pool: super::pool::Pool,
+    /// Medium messages being put together, by sender.
+    assembling: HashMap<ProcessAddr, Assembly>,
+    /// Largest message this process sends in pieces.
+    fragment_limit: usize,
 }
 
 impl Messenger {
@@ -188,6 +284,12 @@ impl Messenger {
             scratch: Vec::new(),
             stats: MessengerStats::default(),
             pool: super::pool::Pool::default(),
+            assembling: HashMap::default(),
+            fragment_limit: std::env::var("BCL_COLL_FRAGMENT_LIMIT")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(DEFAULT_FRAGMENT_LIMIT)
+                .min(FRAGMENT_LIMIT),
         }
     }
 
@@ -223,6 +325,14 @@ impl Messenger {
         self.eager_max
     }
 
+    /// Sends messages above the eager limit and up to `bytes` (at most
+    /// [`FRAGMENT_LIMIT`]) in pieces on the system channel instead of by
+    /// rendezvous (see [`DEFAULT_FRAGMENT_LIMIT`] for when that pays).
+    /// Receivers accept pieces whatever their own setting.
+    pub fn set_fragment_limit(&mut self, bytes: usize) {
+        self.fragment_limit = bytes.min(FRAGMENT_LIMIT);
+    }
+
     /// Sends `data` to `dst` under (`context`, `tag`). The data is copied
     /// (inline messages into the port, large ones into the transfer
     /// buffer), so the caller may reuse it at once.
@@ -247,6 +357,23 @@ impl Messenger {
             let mut msg = std::mem::take(&mut self.scratch);
             Msg::Eager { context, tag, data }.encode(&mut msg);
             self.send_system(dst, msg)?;
+            return Ok(self.sends.insert(SendState::Done));
+        }
+        if data.len() <= self.fragment_limit {
+            self.stats.fragmented_sent += 1;
+            let piece = self.eager_max + super::wire::HEADER_LEN - super::wire::FRAGMENT_OVERHEAD;
+            for (i, chunk) in data.chunks(piece).enumerate() {
+                let mut msg = std::mem::take(&mut self.scratch);
+                Msg::Fragment {
+                    context,
+                    tag,
+                    total: data.len() as u64,
+                    offset: (i * piece) as u64,
+                    data: chunk,
+                }
+                .encode(&mut msg);
+                self.send_system(dst, msg)?;
+            }
             return Ok(self.sends.insert(SendState::Done));
         }
         self.stats.rendezvous_sent += 1;
@@ -338,9 +465,10 @@ impl Messenger {
         }
         let mut moved = 0;
         for _ in 0..RX_BUDGET {
+            let (assembling, pool) = (&mut self.assembling, &mut self.pool);
             match self
                 .ep
-                .poll_recv_with(|from, bytes| (from, Owned::parse(bytes)))?
+                .poll_recv_with(|from, bytes| (from, Owned::parse(from, bytes, assembling, pool)))?
             {
                 Some((from, m)) => {
                     moved += 1;
@@ -367,6 +495,7 @@ impl Messenger {
             } => self.arrive((context, from, tag), Arrival::Rts { len, token }),
             Owned::Cts { token, channel } => self.cleared(from, token, channel)?,
             Owned::Malformed => self.stats.malformed += 1,
+            Owned::Nothing => {}
         }
         Ok(())
     }
@@ -386,7 +515,12 @@ impl Messenger {
         let mut moved = 0;
         while let Some(d) = self.ep.poll_delivery() {
             moved += 1;
-            let m = Owned::parse(self.ep.message(&d).unwrap_or_default());
+            let m = Owned::parse(
+                d.from,
+                self.ep.message(&d).unwrap_or_default(),
+                &mut self.assembling,
+                &mut self.pool,
+            );
             self.ep.release(d)?;
             self.handle(d.from, m)?;
         }
@@ -558,6 +692,9 @@ impl Messenger {
 
     /// Fails everything that involves `peer`.
     fn peer_down(&mut self, peer: ProcessAddr, why: String) {
+        if let Some(a) = self.assembling.remove(&peer) {
+            self.pool.give(a.buf);
+        }
         for (key, q) in std::mem::take(&mut self.posted) {
             if key.1 == peer {
                 for id in q {
@@ -650,5 +787,87 @@ impl From<usize> for RecvId {
 impl From<usize> for SendId {
     fn from(i: usize) -> Self {
         SendId(i)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn piece(context: u32, tag: u64, total: u64, offset: u64, data: &[u8]) -> Vec<u8> {
+        let mut v = Vec::new();
+        Msg::Fragment {
+            context,
+            tag,
+            total,
+            offset,
+            data,
+        }
+        .encode(&mut v);
+        v
+    }
+
+    fn parse(from: ProcessAddr, bytes: &[u8], asm: &mut HashMap<ProcessAddr, Assembly>) -> Owned {
+        Owned::parse(from, bytes, asm, &mut super::super::pool::Pool::default())
+    }
+
+    #[test]
+    fn pieces_in_order_make_the_message() {
+        let (a, b) = (ProcessAddr::new(1, 0), ProcessAddr::new(2, 0));
+        let mut asm = HashMap::default();
+        // Two senders interleaved: each sender's pieces are its own.
+        assert!(matches!(
+            parse(a, &piece(1, 2, 6, 0, b"abc"), &mut asm),
+            Owned::Nothing
+        ));
+        assert!(matches!(
+            parse(b, &piece(1, 2, 4, 0, b"wx"), &mut asm),
+            Owned::Nothing
+        ));
+        match parse(a, &piece(1, 2, 6, 3, b"def"), &mut asm) {
+            Owned::Eager { context, tag, data } => {
+                assert_eq!((context, tag, data.as_slice()), (1, 2, &b"abcdef"[..]))
+            }
+            _ => panic!("a's message is whole"),
+        }
+        assert!(matches!(
+            parse(b, &piece(1, 2, 4, 2, b"yz"), &mut asm),
+            Owned::Eager { .. }
+        ));
+        assert!(asm.is_empty());
+    }
+
+    #[test]
+    fn pieces_out_of_place_are_dropped_and_counted() {
+        let a = ProcessAddr::new(1, 0);
+        let mut asm = HashMap::default();
+        // A gap, a piece past the end, a piece of another message, a
+        // length beyond the limit, a piece with no first piece.
+        parse(a, &piece(1, 2, 6, 0, b"ab"), &mut asm);
+        assert!(matches!(
+            parse(a, &piece(1, 2, 6, 3, b"d"), &mut asm),
+            Owned::Malformed
+        ));
+        assert!(asm.is_empty());
+        parse(a, &piece(1, 2, 6, 0, b"ab"), &mut asm);
+        assert!(matches!(
+            parse(a, &piece(1, 2, 6, 2, b"cdefg"), &mut asm),
+            Owned::Malformed
+        ));
+        parse(a, &piece(1, 2, 6, 0, b"ab"), &mut asm);
+        assert!(matches!(
+            parse(a, &piece(1, 3, 6, 2, b"cd"), &mut asm),
+            Owned::Malformed
+        ));
+        let too_big = FRAGMENT_LIMIT as u64 + 1;
+        assert!(matches!(
+            parse(a, &piece(1, 2, too_big, 0, b"ab"), &mut asm),
+            Owned::Malformed
+        ));
+        assert!(matches!(
+            parse(a, &piece(1, 2, 6, 2, b"cd"), &mut asm),
+            Owned::Malformed
+        ));
+        assert!(asm.is_empty());
     }
 }

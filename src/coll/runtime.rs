@@ -83,6 +83,7 @@ pub struct Coll {
     next_request: usize,
     deterministic: bool,
     timeout: Option<Duration>,
+    yield_when_idle: bool,
     selector: super::select::Selector,
     schedules: super::schedule::Cache,
 }
@@ -113,6 +114,7 @@ impl Coll {
             next_request: 0,
             deterministic: super::select::deterministic_from_env(),
             timeout: None,
+            yield_when_idle: false,
             selector: super::select::Selector::from_env()?,
             schedules: super::schedule::Cache::default(),
         })
@@ -152,6 +154,15 @@ impl Coll {
     /// fails the call anyway once its sends time out).
     pub fn set_timeout(&mut self, timeout: Option<Duration>) {
         self.timeout = timeout;
+    }
+
+    /// With a busy-polling endpoint, gives the CPU away
+    /// (`sched_yield`) after every waiting round that moved nothing: for
+    /// more ranks than cores, where pure spinning keeps the rank a message
+    /// is waiting for off the CPU, and blocking in epoll costs a wake-up
+    /// per message (Open MPI's `mpi_yield_when_idle`).
+    pub fn set_yield_when_idle(&mut self, on: bool) {
+        self.yield_when_idle = on;
     }
 
     /// The selector (cost model and overrides) choosing algorithms.
@@ -234,12 +245,15 @@ impl Coll {
             // it every CLOCK_CHECK_ROUNDS rounds only.
             rounds = rounds.wrapping_add(1);
             if let Some((t, d)) = deadline {
-                if rounds % CLOCK_CHECK_ROUNDS == 0 && self.msg.endpoint().now() >= d {
+                if rounds.is_multiple_of(CLOCK_CHECK_ROUNDS) && self.msg.endpoint().now() >= d {
                     return Err(CollError::Timeout(t));
                 }
             }
-            self.msg.progress_or_wait(deadline.map(|(_, d)| d))?;
+            let moved = self.msg.progress_or_wait(deadline.map(|(_, d)| d))?;
             self.advance_all();
+            if moved == 0 && self.yield_when_idle {
+                std::thread::yield_now();
+            }
         }
     }
 

@@ -220,6 +220,9 @@ impl Round {
 /// placement (a communicator id names one member list in a process), the
 /// algorithm asked for, if any, and whether reductions must be
 /// deterministic.
+// The manual `PartialEq` is the derived one without `memcmp` on empty
+// slices (see `same`), so it agrees with the derived `Hash`.
+#[allow(clippy::derived_hash_with_manual_eq)]
 #[derive(Clone, Eq, Hash)]
 struct CacheKey {
     communicator: u32,

@@ -26,6 +26,9 @@ pub fn deterministic_from_env() -> bool {
 }
 
 /// What a choice depends on: everything in a shape but the rank.
+// The manual `PartialEq` is the derived one without `memcmp` on empty
+// slices (see `same`), so it agrees with the derived `Hash`.
+#[allow(clippy::derived_hash_with_manual_eq)]
 #[derive(Clone, Eq, Hash)]
 struct Key {
     collective: Collective,

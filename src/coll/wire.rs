@@ -12,6 +12,15 @@
 //! | `EAGER` | the message |
 //! | `RTS` (ready to send) | [`Rts`]: length and the sender's token |
 //! | `CTS` (clear to send) | [`Cts`]: the token and the receiver's channel |
+//! | `FRAGMENT` | [`Frag`]: the message's length and this piece's offset, then the piece |
+//!
+//! A medium message (above the eager limit, up to
+//! [`super::messenger::FRAGMENT_LIMIT`]) goes as consecutive `FRAGMENT`s:
+//! a sender emits all pieces of one message in one call, and the system
+//! channel keeps a sender's messages in order, so the pieces of one message
+//! arrive contiguous and in order. No handshake: what a rendezvous costs in
+//! round trips (and, with more ranks than cores, in waiting for the
+//! receiver to be scheduled) a medium message does not pay.
 
 use zerocopy::network_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
@@ -25,6 +34,8 @@ pub const EAGER: u8 = 1;
 pub const RTS: u8 = 2;
 /// The receiver posted a buffer for a large message.
 pub const CTS: u8 = 3;
+/// A piece of a medium message.
+pub const FRAGMENT: u8 = 4;
 
 /// The header of every communicator message.
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, Debug)]
@@ -69,6 +80,19 @@ pub struct Cts {
     pub reserved: U16,
 }
 
+/// Body of a `FRAGMENT`, before the piece.
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, Debug)]
+#[repr(C)]
+pub struct Frag {
+    /// Length of the whole message.
+    pub total: U64,
+    /// Offset of this piece in it.
+    pub offset: U64,
+}
+
+/// Bytes of a `FRAGMENT`'s header and body, before the piece.
+pub const FRAGMENT_OVERHEAD: usize = HEADER_LEN + std::mem::size_of::<Frag>();
+
 /// A parsed message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Msg<'a> {
@@ -91,6 +115,19 @@ pub enum Msg<'a> {
         len: u64,
         /// The sender's token.
         token: u32,
+    },
+    /// A piece of a medium message.
+    Fragment {
+        /// Context id.
+        context: u32,
+        /// Tag.
+        tag: u64,
+        /// Length of the whole message.
+        total: u64,
+        /// Offset of this piece.
+        offset: u64,
+        /// The piece.
+        data: &'a [u8],
     },
     /// Send the large message `token` on `channel`.
     Cts {
@@ -139,6 +176,16 @@ impl<'a> Msg<'a> {
                     token: b.token.get(),
                 })
             }
+            FRAGMENT => {
+                let (b, data) = Frag::ref_from_prefix(rest).map_err(|_| short)?;
+                Ok(Msg::Fragment {
+                    context,
+                    tag,
+                    total: b.total.get(),
+                    offset: b.offset.get(),
+                    data,
+                })
+            }
             CTS => {
                 let (b, _) = Cts::ref_from_prefix(rest).map_err(|_| short)?;
                 Ok(Msg::Cts {
@@ -156,6 +203,7 @@ impl<'a> Msg<'a> {
         let (kind, context, tag) = match *self {
             Msg::Eager { context, tag, .. } => (EAGER, context, tag),
             Msg::Rts { context, tag, .. } => (RTS, context, tag),
+            Msg::Fragment { context, tag, .. } => (FRAGMENT, context, tag),
             Msg::Cts { .. } => (CTS, 0, 0),
         };
         let h = MsgHeader {
@@ -176,6 +224,21 @@ impl<'a> Msg<'a> {
                 }
                 .as_bytes(),
             ),
+            Msg::Fragment {
+                total,
+                offset,
+                data,
+                ..
+            } => {
+                out.extend_from_slice(
+                    Frag {
+                        total: U64::new(total),
+                        offset: U64::new(offset),
+                    }
+                    .as_bytes(),
+                );
+                out.extend_from_slice(data);
+            }
             Msg::Cts { token, channel } => out.extend_from_slice(
                 Cts {
                     token: U32::new(token),
@@ -210,6 +273,13 @@ mod tests {
             Msg::Cts {
                 token: 9,
                 channel: 300,
+            },
+            Msg::Fragment {
+                context: 3,
+                tag: 4,
+                total: 70_000,
+                offset: 16_000,
+                data: b"piece",
             },
         ];
         let mut buf = Vec::new();

@@ -56,7 +56,8 @@ fn call(
     n: usize,
 ) -> Result<(Call, Option<Vec<u8>>), String> {
     let (p, r) = (comm.size(), comm.rank());
-    let counts: Vec<usize> = (0..p).map(|q| (n + q * 3) % (n + 2)).collect();
+    // Uneven blocks: 0, n/3, 2n/3 and n in turn.
+    let counts: Vec<usize> = (0..p).map(|q| n * ((q + 1) % 4) / 3).collect();
     let sum = Some((Op::Builtin(BuiltinOp::Sum), Datatype::F64));
     let mut call = Call::new(c, Vec::new());
     call.root = root;
@@ -101,7 +102,7 @@ fn call(
             }
         }
         Collective::Alltoall => {
-            let len = |s: usize, d: usize| (n + s + 2 * d) % (n + 1);
+            let len = |s: usize, d: usize| n * ((s + 2 * d + 1) % 4) / 3;
             let block = |s: usize, d: usize| bytes(s * p + d, len(s, d));
             call.input = (0..p).flat_map(|d| block(r, d)).collect();
             call.send_counts = (0..p).map(|d| len(r, d)).collect();

@@ -85,6 +85,11 @@ struct Args {
     /// ranks than cores).
     #[arg(long)]
     blocking: bool,
+    /// Busy-poll, but give the CPU away (sched_yield) after every round
+    /// that found nothing: for more ranks than cores, like Open MPI's
+    /// mpi_yield_when_idle.
+    #[arg(long = "yield", conflicts_with_all = ["blocking", "busy_poll"])]
+    yield_when_idle: bool,
     /// An untimed barrier before every iteration (so a rooted operation
     /// such as bcast is timed from a common start, not pipelined).
     #[arg(long)]
@@ -436,8 +441,11 @@ fn run(args: &Args) -> Result<(), String> {
         return finish(&mut b, session.as_mut(), args.timeout);
     }
     let deterministic = b.coll.deterministic();
+    b.coll.set_yield_when_idle(args.yield_when_idle);
     let mode_name = if args.blocking {
         "blocking"
+    } else if args.yield_when_idle {
+        "yield"
     } else {
         "busy-poll"
     };
