@@ -49,6 +49,7 @@ pub mod cluster;
 pub mod coll;
 mod direct;
 pub mod endpoint;
+pub mod group;
 mod method_slot;
 pub mod registry;
 pub mod schedule;

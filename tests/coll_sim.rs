@@ -357,6 +357,9 @@ fn medium_and_large_messages_arrive_intact() {
     check(&mut w, Collective::Allreduce, 0, 40_000, 5, None);
     check(&mut w, Collective::Bcast, 2, 300_000, 5, None);
     check(&mut w, Collective::Alltoall, 0, 50_000, 5, None);
+    // 4 MiB: the largest size the collectives are measured at.
+    check(&mut w, Collective::Bcast, 1, 4 << 20, 5, None);
+    check(&mut w, Collective::Allreduce, 3, (4 << 20) / 8, 5, None);
     let sent: u64 = w
         .colls
         .iter_mut()

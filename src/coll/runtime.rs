@@ -51,6 +51,25 @@ pub struct Call {
 }
 
 impl Call {
+    /// The same call with root `root`.
+    pub fn root(mut self, root: usize) -> Call {
+        self.root = root;
+        self
+    }
+
+    /// The same call reducing elements of `dt` with `op`.
+    pub fn reducing(mut self, op: Op, dt: Datatype) -> Call {
+        self.reduction = Some((op, dt));
+        self
+    }
+
+    /// The same call with block lengths `counts` (gather, scatter,
+    /// allgather, reduce-scatter).
+    pub fn counts(mut self, counts: Vec<usize>) -> Call {
+        self.counts = counts;
+        self
+    }
+
     /// A call of `collective` with `input` and everything else empty.
     pub fn new(collective: Collective, input: Vec<u8>) -> Call {
         Call {
@@ -327,10 +346,12 @@ impl Coll {
         dt: Datatype,
         op: Op,
     ) -> Result<Request, CollError> {
-        let mut c = Call::new(Collective::Reduce, data);
-        c.root = root;
-        c.reduction = Some((op, dt));
-        self.start(comm, c)
+        self.start(
+            comm,
+            Call::new(Collective::Reduce, data)
+                .root(root)
+                .reducing(op, dt),
+        )
     }
 
     /// Starts a reduction whose result every rank gets.
@@ -341,9 +362,10 @@ impl Coll {
         dt: Datatype,
         op: Op,
     ) -> Result<Request, CollError> {
-        let mut c = Call::new(Collective::Allreduce, data);
-        c.reduction = Some((op, dt));
-        self.start(comm, c)
+        self.start(
+            comm,
+            Call::new(Collective::Allreduce, data).reducing(op, dt),
+        )
     }
 
     /// Starts a gather of every rank's block (`counts[r]` bytes from rank
@@ -355,10 +377,12 @@ impl Coll {
         data: Vec<u8>,
         counts: Vec<usize>,
     ) -> Result<Request, CollError> {
-        let mut c = Call::new(Collective::Gather, data);
-        c.root = root;
-        c.counts = counts;
-        self.start(comm, c)
+        self.start(
+            comm,
+            Call::new(Collective::Gather, data)
+                .root(root)
+                .counts(counts),
+        )
     }
 
     /// Starts a scatter of the root's packed blocks, `counts[r]` bytes to
@@ -370,10 +394,12 @@ impl Coll {
         data: Vec<u8>,
         counts: Vec<usize>,
     ) -> Result<Request, CollError> {
-        let mut c = Call::new(Collective::Scatter, data);
-        c.root = root;
-        c.counts = counts;
-        self.start(comm, c)
+        self.start(
+            comm,
+            Call::new(Collective::Scatter, data)
+                .root(root)
+                .counts(counts),
+        )
     }
 
     /// Starts an allgather: every rank's block (`counts[r]` bytes) to
@@ -384,9 +410,7 @@ impl Coll {
         data: Vec<u8>,
         counts: Vec<usize>,
     ) -> Result<Request, CollError> {
-        let mut c = Call::new(Collective::Allgather, data);
-        c.counts = counts;
-        self.start(comm, c)
+        self.start(comm, Call::new(Collective::Allgather, data).counts(counts))
     }
 
     /// Starts an all-to-all: `data` holds the blocks for each rank packed
@@ -415,10 +439,8 @@ impl Coll {
         dt: Datatype,
         op: Op,
     ) -> Result<Request, CollError> {
-        let mut c = Call::new(Collective::ReduceScatter, data);
-        c.counts = counts;
-        c.reduction = Some((op, dt));
-        self.start(comm, c)
+        let c = Call::new(Collective::ReduceScatter, data);
+        self.start(comm, c.counts(counts).reducing(op, dt))
     }
 
     /// Starts an inclusive prefix reduction.
@@ -429,9 +451,7 @@ impl Coll {
         dt: Datatype,
         op: Op,
     ) -> Result<Request, CollError> {
-        let mut c = Call::new(Collective::Scan, data);
-        c.reduction = Some((op, dt));
-        self.start(comm, c)
+        self.start(comm, Call::new(Collective::Scan, data).reducing(op, dt))
     }
 
     /// Starts an exclusive prefix reduction (rank 0's output is zeroed).
@@ -442,9 +462,7 @@ impl Coll {
         dt: Datatype,
         op: Op,
     ) -> Result<Request, CollError> {
-        let mut c = Call::new(Collective::Exscan, data);
-        c.reduction = Some((op, dt));
-        self.start(comm, c)
+        self.start(comm, Call::new(Collective::Exscan, data).reducing(op, dt))
     }
 
     // ---- Blocking calls on typed slices ------------------------------

@@ -23,7 +23,7 @@ fn bytes(rank: usize, n: usize) -> Vec<u8> {
 fn f64s(rank: usize, n: usize) -> Vec<u8> {
     (0..n)
         .flat_map(|i| {
-            let x = ((rank as u64 * 0x9e37_79b9 ^ i as u64 * 0x85eb_ca6b) % 1_000_003) as f64;
+            let x = (((rank as u64 * 0x9e37_79b9) ^ (i as u64 * 0x85eb_ca6b)) % 1_000_003) as f64;
             (x * 10f64.powi(((rank + i) % 17) as i32 - 8)).to_ne_bytes()
         })
         .collect()
