@@ -520,3 +520,36 @@ fn nonblocking_collectives_overlap_with_each_other_and_point_to_point() {
         assert_eq!(got, bytes(prev, 20_000));
     }
 }
+
+#[test]
+fn a_collective_with_a_dead_peer_fails_naming_it() {
+    let mut w = World::new(2, FaultProfile::default(), 4);
+    // Rank 1 is gone before the barrier.
+    drop(w.colls.pop());
+    let world = w.world(0);
+    let r = w.colls[0].ibarrier(&world).unwrap();
+    let limit = w.cluster.now() + Duration::from_secs(600);
+    let err = loop {
+        w.colls[0].progress().unwrap();
+        match w.colls[0].test(&r) {
+            Ok(None) => {}
+            Ok(Some(_)) => panic!("a barrier with a dead peer completed"),
+            Err(e) => break e,
+        }
+        assert!(
+            w.cluster.now() < limit,
+            "no failure in 600 s of virtual time"
+        );
+        w.jump();
+    };
+    match err {
+        bcl::coll::CollError::PeerFailed { peer, .. } => assert_eq!(peer, SimCluster::addr(1)),
+        e => panic!("expected the peer's failure, got {e}"),
+    }
+    // Later operations with it fail at once.
+    let again = w.colls[0].ibarrier(&world).unwrap();
+    assert!(matches!(
+        w.colls[0].test(&again),
+        Err(bcl::coll::CollError::PeerFailed { .. })
+    ));
+}
