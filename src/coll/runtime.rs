@@ -90,6 +90,11 @@ impl Call {
 /// A process's communicators and collectives over one endpoint: the world
 /// communicator of its job, the communicators made from it, and the
 /// operations in progress.
+///
+/// An operation completes locally: its last messages may still be
+/// unacknowledged, and a peer may still be retransmitting to this process.
+/// Call [`Coll::flush`] before dropping a `Coll` whose peers go on (the
+/// end of a job: a final barrier, then `flush`).
 pub struct Coll {
     msg: Messenger,
     world: Comm,
