@@ -553,3 +553,39 @@ fn a_collective_with_a_dead_peer_fails_naming_it() {
         Err(bcl::coll::CollError::PeerFailed { .. })
     ));
 }
+
+#[test]
+fn a_request_announcing_an_impossible_length_fails_its_receive() {
+    let mut w = World::new(2, FaultProfile::default(), 5);
+    let mut rts = Vec::new();
+    // Point-to-point context of the world (id 0), tag 5, 1 TiB.
+    bcl::coll::wire::Msg::Rts {
+        context: 0,
+        tag: 5,
+        len: 1 << 40,
+        token: 1,
+    }
+    .encode(&mut rts);
+    w.colls[0]
+        .messenger()
+        .endpoint_mut()
+        .send(SimCluster::addr(1), &rts)
+        .unwrap();
+    let world = w.world(1);
+    let rx = w.colls[1].irecv(&world, 0, 5).unwrap();
+    let got = loop {
+        for c in &mut w.colls {
+            c.progress().unwrap();
+        }
+        if let Some(r) = w.colls[1].messenger().take_recv(rx) {
+            break r;
+        }
+        w.jump();
+    };
+    match got {
+        Err(bcl::coll::CollError::Invalid(why)) => {
+            assert!(why.contains("1099511627776 bytes"), "{why}")
+        }
+        other => panic!("expected the receive to fail, got {other:?}"),
+    }
+}

@@ -48,6 +48,10 @@ pub const DEFAULT_FRAGMENT_LIMIT: usize = 0;
 /// Largest medium message a receiver puts together from pieces.
 pub const FRAGMENT_LIMIT: usize = 1 << 20;
 
+/// Largest message a receiver accepts (4 GiB): a request announcing more
+/// fails its receive rather than an allocation of that size.
+pub const MAX_MESSAGE: usize = 1 << 32;
+
 /// Messages taken from the endpoint per progress call, at most.
 const RX_BUDGET: usize = 64;
 
@@ -343,6 +347,12 @@ impl Messenger {
         tag: u64,
         data: &[u8],
     ) -> Result<SendId, CollError> {
+        if data.len() > MAX_MESSAGE {
+            return Err(CollError::Invalid(format!(
+                "a message of {} bytes is above the {MAX_MESSAGE}-byte limit",
+                data.len()
+            )));
+        }
         if let Some(why) = self.failed.get(&dst) {
             return Err(peer_failed(dst, why));
         }
@@ -406,7 +416,11 @@ impl Messenger {
         }
         let id = self.recvs.insert(RecvState::Waiting);
         match arrival {
-            Some(a) => self.matched(id, src, a)?,
+            Some(a) => {
+                if let Err(e) = self.matched(id, src, a) {
+                    *self.recvs.get_mut(id.0) = RecvState::Failed(e);
+                }
+            }
             None => {
                 if let Some(why) = self.failed.get(&src) {
                     let e = peer_failed(src, why);
@@ -593,6 +607,14 @@ impl Messenger {
     fn matched(&mut self, id: RecvId, from: ProcessAddr, a: Arrival) -> Result<(), CollError> {
         match a {
             Arrival::Eager(v) => *self.recvs.get_mut(id.0) = RecvState::Done(v),
+            Arrival::Rts { len, .. } if len > MAX_MESSAGE => {
+                // A length no sender of ours announces (corrupted, or
+                // another build's): fail the receive instead of trying to
+                // allocate it.
+                return Err(CollError::Invalid(format!(
+                    "{from} announced a message of {len} bytes, above the {MAX_MESSAGE}-byte limit"
+                )));
+            }
             Arrival::Rts { len, token } => {
                 let ch = match self.free_channels.pop() {
                     Some(c) => c,
