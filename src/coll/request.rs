@@ -87,7 +87,9 @@ impl Running {
                                 .map_err(CollError::Invalid)?;
                             let dst = self.comm.addr(*to)?;
                             let id = msg.isend(dst, self.context, self.tag, data)?;
-                            self.sends.push(id);
+                            if id != SendId::COMPLETE {
+                                self.sends.push(id);
+                            }
                         }
                         Step::Recv { from, .. } => {
                             let src = self.comm.addr(*from)?;

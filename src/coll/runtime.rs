@@ -104,6 +104,8 @@ pub struct Coll {
     seqs: HashMap<u32, u32>,
     running: HashMap<usize, Running>,
     finished: HashMap<usize, Result<Vec<u8>, CollError>>,
+    /// Operations `advance_all` found complete (kept to reuse its memory).
+    done: Vec<(usize, Result<Vec<u8>, CollError>)>,
     next_request: usize,
     deterministic: bool,
     timeout: Option<Duration>,
@@ -135,6 +137,7 @@ impl Coll {
             seqs: HashMap::default(),
             running: HashMap::default(),
             finished: HashMap::default(),
+            done: Vec::new(),
             next_request: 0,
             deterministic: super::select::deterministic_from_env(),
             timeout: None,
@@ -214,7 +217,7 @@ impl Coll {
     }
 
     fn advance_all(&mut self) {
-        let mut done = Vec::new();
+        let mut done = std::mem::take(&mut self.done);
         for (&id, run) in self.running.iter_mut() {
             match run.advance(&mut self.msg) {
                 Ok(Advance::Pending) => {}
@@ -222,10 +225,11 @@ impl Coll {
                 Err(e) => done.push((id, Err(e))),
             }
         }
-        for (id, r) in done {
+        for (id, r) in done.drain(..) {
             self.running.remove(&id);
             self.finished.insert(id, r);
         }
+        self.done = done;
     }
 
     /// Makes progress until every message this process sent has been
