@@ -3,7 +3,7 @@
 //! packed in rank order in the output.
 
 use super::blocks::{ceil_log2, Blocks};
-use super::{not_applicable, Algorithm, NotApplicable, Shape};
+use super::{Algorithm, NotApplicable, Shape};
 use crate::coll::schedule::{Buf, Combine, Schedule, INPUT, OUTPUT};
 
 /// Ring allgather: P − 1 rounds, each passing one block to the right
@@ -52,14 +52,8 @@ pub(super) fn ring_allgather(
 /// r and r XOR 2^k swap the blocks of their aligned 2^k rank blocks, which
 /// are adjacent in the output.
 pub(super) fn recursive_doubling(alg: Algorithm, shape: &Shape) -> Result<Schedule, NotApplicable> {
+    super::require_power_of_two(alg, shape)?;
     let p = shape.size;
-    if !p.is_power_of_two() {
-        return Err(not_applicable(
-            alg,
-            shape,
-            format!("{p} ranks is not a power of two"),
-        ));
-    }
     let r = shape.rank;
     let blocks = Blocks::packed(shape.counts.iter().copied());
     let mut s = Schedule::new();

@@ -7,7 +7,7 @@ use super::blocks::{ceil_log2, Blocks};
 use super::canonical::Siblings;
 use super::reduce_scatter::{pairwise_reduce_scatter, ring_reduce_scatter};
 use super::tree::{binomial_bcast, canonical_reduce};
-use super::{not_applicable, Algorithm, NotApplicable, Shape};
+use super::{Algorithm, NotApplicable, Shape};
 use crate::coll::schedule::{Buf, Combine, Schedule, INPUT, OUTPUT};
 use std::ops::Range;
 
@@ -74,14 +74,8 @@ pub(super) fn reduce_bcast(shape: &Shape) -> Schedule {
 /// every element is combined along the canonical tree. Then the
 /// recursive-doubling allgather retraces the halving in reverse.
 pub(super) fn rabenseifner(alg: Algorithm, shape: &Shape) -> Result<Schedule, NotApplicable> {
+    super::require_power_of_two(alg, shape)?;
     let p = shape.size;
-    if !p.is_power_of_two() {
-        return Err(not_applicable(
-            alg,
-            shape,
-            format!("{p} ranks is not a power of two"),
-        ));
-    }
     let r = shape.rank;
     let elem = shape.elem;
     let bytes = |elements: &Range<usize>| elements.start * elem..elements.end * elem;

@@ -330,6 +330,21 @@ fn generate(alg: Algorithm, shape: &Shape) -> Result<Schedule, NotApplicable> {
     Ok(merge_local_rounds(schedule.compact()))
 }
 
+/// Refuses shapes whose size is not a power of two, for the algorithms
+/// that pair ranks by XOR.
+fn require_power_of_two(alg: Algorithm, shape: &Shape) -> Result<(), NotApplicable> {
+    let p = shape.size;
+    if p.is_power_of_two() {
+        Ok(())
+    } else {
+        Err(not_applicable(
+            alg,
+            shape,
+            format!("{p} ranks is not a power of two"),
+        ))
+    }
+}
+
 /// The error for `alg` refusing `shape` because of `reason`.
 fn not_applicable(alg: Algorithm, shape: &Shape, reason: impl Into<String>) -> NotApplicable {
     NotApplicable {

@@ -3,7 +3,7 @@
 //! ring (not deterministic); and reduce as a reduce-scatter plus a gather.
 
 use super::blocks::{binomial_subtree, ceil_log2, wrapped, Blocks};
-use super::{not_applicable, Algorithm, NotApplicable, Shape};
+use super::{Algorithm, NotApplicable, Shape};
 use crate::coll::op::canonical_split;
 use crate::coll::schedule::{Buf, Combine, Round, Schedule, INPUT, OUTPUT};
 use std::ops::Range;
@@ -116,14 +116,8 @@ pub(super) fn reduce_then_gather(shape: &Shape) -> Schedule {
 /// the lower rank's on the left. The last range is block r. Blocks may
 /// have any lengths.
 pub(super) fn recursive_halving(alg: Algorithm, shape: &Shape) -> Result<Schedule, NotApplicable> {
+    super::require_power_of_two(alg, shape)?;
     let p = shape.size;
-    if !p.is_power_of_two() {
-        return Err(not_applicable(
-            alg,
-            shape,
-            format!("{p} ranks is not a power of two"),
-        ));
-    }
     let r = shape.rank;
     let steps = ceil_log2(p);
     let reversed = |i: usize| {
