@@ -414,12 +414,7 @@ impl Messenger {
     /// `tag`).
     pub fn irecv(&mut self, src: ProcessAddr, context: u32, tag: u64) -> Result<RecvId, CollError> {
         let key = (context, src, tag);
-        let arrival = self.unexpected.get_mut(&key).and_then(VecDeque::pop_front);
-        if let Some(q) = self.unexpected.get(&key) {
-            if q.is_empty() {
-                self.unexpected.remove(&key);
-            }
-        }
+        let arrival = pop_first(&mut self.unexpected, &key);
         let id = self.recvs.insert(RecvState::Waiting);
         match arrival {
             Some(a) => {
@@ -593,12 +588,7 @@ impl Messenger {
 
     /// A message (or a large message's request) came.
     fn arrive(&mut self, key: Key, a: Arrival) {
-        let posted = self.posted.get_mut(&key).and_then(VecDeque::pop_front);
-        if let Some(q) = self.posted.get(&key) {
-            if q.is_empty() {
-                self.posted.remove(&key);
-            }
-        }
+        let posted = pop_first(&mut self.posted, &key);
         match posted {
             Some(id) => {
                 if let Err(e) = self.matched(id, key.1, a) {
@@ -748,6 +738,17 @@ impl Messenger {
         }
         self.failed.insert(peer, why);
     }
+}
+
+/// The first entry queued under `key`; a queue left empty is removed, so
+/// the maps hold only keys with something waiting.
+fn pop_first<T>(map: &mut HashMap<Key, VecDeque<T>>, key: &Key) -> Option<T> {
+    let q = map.get_mut(key)?;
+    let first = q.pop_front();
+    if q.is_empty() {
+        map.remove(key);
+    }
+    first
 }
 
 fn peer_failed(peer: ProcessAddr, why: &str) -> CollError {

@@ -490,14 +490,14 @@ impl Coll {
         root: usize,
         data: &mut [T],
     ) -> Result<(), CollError> {
-        let input = self.msg.pool.copy_of(data.as_bytes());
-        let bytes = input;
-        let len = bytes.len();
-        let r = self.ibcast(comm, root, bytes, len)?;
-        let out = self.wait(r)?;
-        copy_into(data, &out)?;
-        self.msg.pool.give(out);
-        Ok(())
+        let input = if comm.rank() == root {
+            self.msg.pool.copy_of(data.as_bytes())
+        } else {
+            Vec::new()
+        };
+        let mut call = Call::new(Collective::Bcast, input).root(root);
+        call.len = std::mem::size_of_val(data);
+        self.in_place(comm, call, data, true)
     }
 
     /// Reduces every rank's `data` in place: afterwards every rank's `data`
@@ -508,12 +508,8 @@ impl Coll {
         data: &mut [T],
         op: impl Into<Op>,
     ) -> Result<(), CollError> {
-        let input = self.msg.pool.copy_of(data.as_bytes());
-        let r = self.iallreduce(comm, input, T::DATATYPE, op.into())?;
-        let out = self.wait(r)?;
-        copy_into(data, &out)?;
-        self.msg.pool.give(out);
-        Ok(())
+        let call = self.reduction(Collective::Allreduce, data, op.into());
+        self.in_place(comm, call, data, true)
     }
 
     /// Reduces every rank's `data` to `root`: the result replaces the
@@ -525,13 +521,10 @@ impl Coll {
         data: &mut [T],
         op: impl Into<Op>,
     ) -> Result<(), CollError> {
-        let input = self.msg.pool.copy_of(data.as_bytes());
-        let r = self.ireduce(comm, root, input, T::DATATYPE, op.into())?;
-        let out = self.wait(r)?;
-        if comm.rank() == root {
-            copy_into(data, &out)?;
-        }
-        Ok(())
+        let call = self
+            .reduction(Collective::Reduce, data, op.into())
+            .root(root);
+        self.in_place(comm, call, data, comm.rank() == root)
     }
 
     /// Gathers every rank's `data` (same length everywhere) at `root`,
@@ -627,12 +620,8 @@ impl Coll {
         data: &mut [T],
         op: impl Into<Op>,
     ) -> Result<(), CollError> {
-        let input = self.msg.pool.copy_of(data.as_bytes());
-        let r = self.iscan(comm, input, T::DATATYPE, op.into())?;
-        let out = self.wait(r)?;
-        copy_into(data, &out)?;
-        self.msg.pool.give(out);
-        Ok(())
+        let call = self.reduction(Collective::Scan, data, op.into());
+        self.in_place(comm, call, data, true)
     }
 
     /// Exclusive prefix reduction in place: rank r's `data` becomes the
@@ -643,12 +632,29 @@ impl Coll {
         data: &mut [T],
         op: impl Into<Op>,
     ) -> Result<(), CollError> {
+        let call = self.reduction(Collective::Exscan, data, op.into());
+        self.in_place(comm, call, data, comm.rank() > 0)
+    }
+
+    /// A call of the reduction `c` on a copy of `data`.
+    fn reduction<T: Element>(&mut self, c: Collective, data: &[T], op: Op) -> Call {
         let input = self.msg.pool.copy_of(data.as_bytes());
-        let r = self.iexscan(comm, input, T::DATATYPE, op.into())?;
-        let out = self.wait(r)?;
-        if comm.rank() > 0 {
+        Call::new(c, input).reducing(op, T::DATATYPE)
+    }
+
+    /// Runs `call` and, when `write_back`, copies its output into `data`.
+    fn in_place<T: Element>(
+        &mut self,
+        comm: &Comm,
+        call: Call,
+        data: &mut [T],
+        write_back: bool,
+    ) -> Result<(), CollError> {
+        let out = self.run(comm, call)?;
+        if write_back {
             copy_into(data, &out)?;
         }
+        self.msg.pool.give(out);
         Ok(())
     }
 

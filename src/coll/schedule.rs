@@ -259,7 +259,7 @@ impl PartialEq for CacheKey {
 /// load, which costs a microcode assist — 160 ns per comparison measured
 /// here, against 5 ns for three elements — and the derived `==` on a key
 /// of three empty lists made that half of a small collective's time.
-pub(crate) fn same<T: PartialEq>(a: &[T], b: &[T]) -> bool {
+fn same<T: PartialEq>(a: &[T], b: &[T]) -> bool {
     a.len() == b.len() && (a.is_empty() || a == b)
 }
 

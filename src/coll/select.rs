@@ -1,7 +1,8 @@
 //! Which algorithm runs a collective: the one the LogGP cost model
 //! predicts fastest for (P, size, placement) ([`cost::select`]), unless
-//! `BCL_COLL_ALG` says otherwise. Choices are remembered per shape, so
-//! a repeated call costs one hash lookup.
+//! `BCL_COLL_ALG` says otherwise. A choice costs a prediction per
+//! candidate algorithm; [`Coll`](super::Coll) remembers it with the
+//! schedule, per communicator and call shape.
 //!
 //! The model's parameters are the measured defaults of [`CostModel`], or
 //! the `[coll.loggp]` tables of the TOML file `BCL_COLL_MODEL` names (the
@@ -10,7 +11,7 @@
 use super::alg::{Algorithm, Collective, Shape};
 use super::cost::{self, CostModel, Overrides};
 use super::error::CollError;
-use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use rustc_hash::FxHashSet as HashSet;
 use std::cell::RefCell;
 
 /// The environment variable naming a cost model file.
@@ -25,53 +26,12 @@ pub fn deterministic_from_env() -> bool {
     )
 }
 
-/// What a choice depends on: everything in a shape but the rank.
-// The manual `PartialEq` is the derived one without `memcmp` on empty
-// slices (see `same`), so it agrees with the derived `Hash`.
-#[allow(clippy::derived_hash_with_manual_eq)]
-#[derive(Clone, Eq, Hash)]
-struct Key {
-    collective: Collective,
-    size: usize,
-    root: usize,
-    len: usize,
-    elem: usize,
-    counts: Vec<usize>,
-    nodes: Vec<u32>,
-    deterministic: bool,
-}
-
-impl PartialEq for Key {
-    fn eq(&self, o: &Self) -> bool {
-        use super::schedule::same;
-        self.collective == o.collective
-            && self.size == o.size
-            && self.root == o.root
-            && self.len == o.len
-            && self.elem == o.elem
-            && self.deterministic == o.deterministic
-            && same(&self.counts, &o.counts)
-            && same(&self.nodes, &o.nodes)
-    }
-}
-
 /// Chooses algorithms (see the module documentation).
 #[derive(Debug, Default)]
 pub struct Selector {
     model: CostModel,
     overrides: Overrides,
-    cache: RefCell<HashMap<KeyHash, Algorithm>>,
     warned: RefCell<HashSet<String>>,
-}
-
-/// A cache key, kept whole (no collisions).
-#[derive(Clone, PartialEq, Eq, Hash)]
-struct KeyHash(Key);
-
-impl std::fmt::Debug for KeyHash {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.0.collective.name(), self.0.size)
-    }
 }
 
 impl Selector {
@@ -123,22 +83,6 @@ impl Selector {
         if c == Collective::Alltoall && !uniform && self.overrides.get(c).is_none() {
             return Ok(Algorithm::Pairwise);
         }
-        let key = KeyHash(Key {
-            collective: c,
-            size: shape.size,
-            root: shape.root,
-            len: shape.len,
-            elem: shape.elem,
-            counts: match c {
-                Collective::Alltoall => shape.send_counts.to_vec(),
-                _ => shape.counts.to_vec(),
-            },
-            nodes: shape.nodes.to_vec(),
-            deterministic,
-        });
-        if let Some(&a) = self.cache.borrow().get(&key) {
-            return Ok(a);
-        }
         let s = cost::select(c, shape, &self.model, deterministic, &self.overrides)
             .ok_or_else(|| CollError::Invalid(format!("no algorithm can run this {}", c.name())))?;
         if let Some(w) = s.warning {
@@ -146,7 +90,6 @@ impl Selector {
                 eprintln!("bcl: {w}");
             }
         }
-        self.cache.borrow_mut().insert(key, s.algorithm);
         Ok(s.algorithm)
     }
 }

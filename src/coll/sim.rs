@@ -58,6 +58,8 @@ pub(crate) struct Buffers {
     /// INPUT, OUTPUT, then scratch.
     pub bufs: Vec<Vec<u8>>,
     scratch: Vec<u8>,
+    /// A local step's source when it lies in its destination buffer.
+    staging: Vec<u8>,
 }
 
 impl Buffers {
@@ -77,6 +79,7 @@ impl Buffers {
         Buffers {
             bufs: Vec::new(),
             scratch: Vec::new(),
+            staging: Vec::new(),
         }
     }
 
@@ -92,6 +95,7 @@ impl Buffers {
         Buffers {
             bufs,
             scratch: Vec::new(),
+            staging: Vec::new(),
         }
     }
 
@@ -134,18 +138,17 @@ impl Buffers {
             .ok_or_else(|| format!("buffer {buf} range {range:?} out of bounds"))
     }
 
-    /// Runs a local step (copy or reduce).
+    /// Runs a local step (copy or reduce). The source is read in place
+    /// when it is another buffer than the destination, else through a
+    /// staging buffer kept for reuse: no allocation per step.
     pub fn local(&mut self, step: &Step, red: Reduction) -> Result<(), String> {
-        match *step {
+        let (from, range, to, at, how) = match *step {
             Step::Copy {
                 from,
                 ref range,
                 to,
                 at,
-            } => {
-                let data = self.slice(from, range.clone())?.to_vec();
-                self.write(to, at, &data, Combine::Replace, red)
-            }
+            } => (from, range.clone(), to, at, Combine::Replace),
             Step::Reduce {
                 from,
                 ref range,
@@ -153,16 +156,34 @@ impl Buffers {
                 at,
                 from_is_left,
             } => {
-                let data = self.slice(from, range.clone())?.to_vec();
                 let how = if from_is_left {
                     Combine::IncomingLeft
                 } else {
                     Combine::IncomingRight
                 };
-                self.write(to, at, &data, how, red)
+                (from, range.clone(), to, at, how)
             }
-            _ => Ok(()),
+            _ => return Ok(()),
+        };
+        if from == to {
+            let mut staging = std::mem::take(&mut self.staging);
+            staging.clear();
+            staging.extend_from_slice(self.slice(from, range)?);
+            let r = self.write(to, at, &staging, how, red);
+            self.staging = staging;
+            return r;
         }
+        let src = std::mem::take(
+            self.bufs
+                .get_mut(from)
+                .ok_or_else(|| format!("buffer {from} out of bounds"))?,
+        );
+        let r = match src.get(range.clone()) {
+            Some(data) => self.write(to, at, data, how, red),
+            None => Err(format!("buffer {from} range {range:?} out of bounds")),
+        };
+        self.bufs[from] = src;
+        r
     }
 
     /// Writes or combines `data` into `buf[at..]`.
