@@ -450,6 +450,11 @@ impl Messenger {
         }
     }
 
+    /// The error of a peer whose sends failed, if `peer` is one.
+    pub(crate) fn peer_failure(&self, peer: ProcessAddr) -> Option<CollError> {
+        self.failed.get(&peer).map(|why| peer_failed(peer, why))
+    }
+
     /// Whether a send is complete (and forgets it), `None` while not.
     pub fn take_send(&mut self, id: SendId) -> Option<Result<(), CollError>> {
         if id == SendId::COMPLETE {

@@ -19,6 +19,7 @@
 //!   progress.
 
 pub mod alg;
+pub mod board;
 pub mod comm;
 pub mod cost;
 pub mod error;

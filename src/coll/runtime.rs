@@ -2,6 +2,7 @@
 //! over one endpoint.
 
 use super::alg::{Algorithm, Collective, Shape};
+use super::board::{self, BoardAdvance, BoardRun, CommBoard};
 use super::comm::Comm;
 use super::error::CollError;
 use super::messenger::{Messenger, RecvId, SendId};
@@ -15,6 +16,13 @@ use std::time::Duration;
 
 /// Progress rounds between two looks at the clock in a waiting call.
 const CLOCK_CHECK_ROUNDS: u32 = 64;
+
+/// An operation in progress: a schedule of messages, or a call on its
+/// communicator's board.
+enum InFlight {
+    Messages(Running),
+    Board(BoardRun),
+}
 
 /// A collective operation started and not yet taken back with
 /// [`Coll::test`] or [`Coll::wait`].
@@ -102,7 +110,10 @@ pub struct Coll {
     next_id: u32,
     /// Collective sequence number per communicator id.
     seqs: HashMap<u32, u32>,
-    running: HashMap<usize, Running>,
+    running: HashMap<usize, InFlight>,
+    /// The board of each communicator that used one (see [`board`]).
+    boards: HashMap<u32, CommBoard>,
+    board_enabled: bool,
     finished: HashMap<usize, Result<Vec<u8>, CollError>>,
     /// Operations `advance_all` found complete (kept to reuse its memory).
     done: Vec<(usize, Result<Vec<u8>, CollError>)>,
@@ -136,6 +147,8 @@ impl Coll {
             next_id: 1,
             seqs: HashMap::default(),
             running: HashMap::default(),
+            boards: HashMap::default(),
+            board_enabled: board::enabled_from_env(),
             finished: HashMap::default(),
             done: Vec::new(),
             next_request: 0,
@@ -216,12 +229,55 @@ impl Coll {
         Ok(moved)
     }
 
-    fn advance_all(&mut self) {
+    /// Advances every operation in progress; returns whether a board call
+    /// moved (message algorithms move with the messenger's progress).
+    fn advance_all(&mut self) -> bool {
         let mut done = std::mem::take(&mut self.done);
+        let mut fallbacks = Vec::new();
+        let mut moved = false;
         for (&id, run) in self.running.iter_mut() {
-            match run.advance(&mut self.msg) {
-                Ok(Advance::Pending) => {}
-                Ok(Advance::Done(out)) => done.push((id, Ok(out))),
+            let r = match run {
+                InFlight::Messages(run) => run.advance(&mut self.msg).map(|a| match a {
+                    Advance::Pending => None,
+                    Advance::Done(out) => Some(out),
+                }),
+                InFlight::Board(run) => {
+                    let cb = self.boards.entry(run.comm_id()).or_default();
+                    let head = cb.is_head(id);
+                    match run.advance(head, cb, &mut self.msg) {
+                        Ok(BoardAdvance::Pending(m)) => {
+                            moved |= m;
+                            Ok(None)
+                        }
+                        Ok(BoardAdvance::Done(out)) => {
+                            moved = true;
+                            cb.remove(id);
+                            Ok(Some(out))
+                        }
+                        Ok(BoardAdvance::Fallback(call)) => {
+                            cb.remove(id);
+                            fallbacks.push((id, run.comm().clone(), call, run.tag()));
+                            Ok(None)
+                        }
+                        Err(e) => {
+                            cb.remove(id);
+                            Err(e)
+                        }
+                    }
+                }
+            };
+            match r {
+                Ok(None) => {}
+                Ok(Some(out)) => done.push((id, Ok(out))),
+                Err(e) => done.push((id, Err(e))),
+            }
+        }
+        for (id, comm, call, tag) in fallbacks {
+            moved = true;
+            match self.over_messages(&comm, call, tag) {
+                Ok(run) => {
+                    self.running.insert(id, InFlight::Messages(run));
+                }
                 Err(e) => done.push((id, Err(e))),
             }
         }
@@ -230,6 +286,13 @@ impl Coll {
             self.finished.insert(id, r);
         }
         self.done = done;
+        moved
+    }
+
+    /// Whether a board call is in progress: board phases raise no event
+    /// an endpoint could sleep on, so waiting spins (or yields) instead.
+    fn board_pending(&self) -> bool {
+        self.boards.values().any(|b| b.busy())
     }
 
     /// Makes progress until every message this process sent has been
@@ -277,9 +340,13 @@ impl Coll {
                     return Err(CollError::Timeout(t));
                 }
             }
-            let moved = self.msg.progress_or_wait(deadline.map(|(_, d)| d))?;
-            self.advance_all();
-            if moved == 0 && self.yield_when_idle {
+            let mut moved = if self.board_pending() {
+                self.msg.progress()?
+            } else {
+                self.msg.progress_or_wait(deadline.map(|(_, d)| d))?
+            };
+            moved += usize::from(self.advance_all());
+            if moved == 0 && (self.yield_when_idle || self.board_pending()) {
                 std::thread::yield_now();
             }
         }
@@ -289,6 +356,64 @@ impl Coll {
     /// Every member must start the same collectives on `comm` in the same
     /// order, with matching arguments.
     pub fn start(&mut self, comm: &Comm, call: Call) -> Result<Request, CollError> {
+        let seq = self.seqs.entry(comm.id()).or_insert(0);
+        let tag = u64::from(*seq);
+        let run = if self.uses_board(comm, &call) {
+            check(comm, &call, comm.nodes())?;
+            InFlight::Board(BoardRun::new(comm.clone(), call, tag, &mut self.msg.pool))
+        } else {
+            InFlight::Messages(self.over_messages(comm, call, tag)?)
+        };
+        // The sequence number is used up only by a call that started.
+        let seq = self.seqs.entry(comm.id()).or_insert(0);
+        *seq = seq.wrapping_add(1);
+        let id = self.next_request;
+        self.next_request += 1;
+        if matches!(run, InFlight::Board(_)) {
+            self.boards.entry(comm.id()).or_default().push(id);
+        }
+        self.running.insert(id, run);
+        // Start it now: its first sends go out with the next progress.
+        self.advance_all();
+        Ok(Request(id))
+    }
+
+    /// Whether `call` on `comm` goes to the communicator's board (see
+    /// [`board`]): one of its collectives, all members on this node, no
+    /// algorithm forced, and the board not known to fail.
+    fn uses_board(&self, comm: &Comm, call: &Call) -> bool {
+        self.board_enabled
+            && call.algorithm.is_none()
+            && self.selector.overrides().get(call.collective).is_none()
+            && board::eligible(comm, call.collective)
+            && !self.boards.get(&comm.id()).is_some_and(|b| b.unavailable())
+    }
+
+    /// Whether `comm`'s barrier, bcast, reduce and allreduce run on its
+    /// shared-memory board (set up by the first of them; see [`board`]).
+    pub fn on_board(&self, comm: &Comm) -> bool {
+        self.boards.get(&comm.id()).is_some_and(|b| b.ready())
+    }
+
+    /// The name of the algorithm a call with this shape would run on
+    /// `comm`: [`board::NAME`] for board calls (while the board is not
+    /// known to fail), else the selector's choice.
+    pub fn algorithm_name(
+        &self,
+        comm: &Comm,
+        shape: &Shape,
+        uniform: bool,
+    ) -> Result<&'static str, CollError> {
+        let probe = Call::new(shape.collective, Vec::new());
+        if self.uses_board(comm, &probe) {
+            return Ok(board::NAME);
+        }
+        self.choose(shape, uniform).map(Algorithm::name)
+    }
+
+    /// The call as messages: its schedule (the selector's algorithm unless
+    /// the call names one) and buffers.
+    fn over_messages(&mut self, comm: &Comm, call: Call, tag: u64) -> Result<Running, CollError> {
         let (shape, out_len) = check(comm, &call, comm.nodes())?;
         let (selector, deterministic) = (&self.selector, self.deterministic);
         let (_, schedule) =
@@ -296,23 +421,14 @@ impl Coll {
                 .get(comm.id(), call.algorithm, deterministic, &shape, || {
                     selector.choose(&shape, deterministic, call.uniform)
                 })?;
-        let seq = self.seqs.entry(comm.id()).or_insert(0);
-        let tag = u64::from(*seq);
-        *seq = seq.wrapping_add(1);
-        let run = Running::new(
+        Ok(Running::new(
             comm.clone(),
             schedule,
             (call.input, out_len),
             call.reduction,
             tag,
             &mut self.msg.pool,
-        );
-        let id = self.next_request;
-        self.next_request += 1;
-        self.running.insert(id, run);
-        // Start it now: its first sends go out with the next progress.
-        self.advance_all();
-        Ok(Request(id))
+        ))
     }
 
     /// Starts `call` and waits for it.

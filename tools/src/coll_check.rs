@@ -151,5 +151,46 @@ pub fn check_all(coll: &mut Coll, comm: &Comm) -> Result<usize, String> {
             }
         }
     }
+    Ok(n_calls + check_overlapping(coll, comm)?)
+}
+
+/// Collectives started together (non-blocking) and waited on in reverse
+/// order: bcast, allreduce, barrier and reduce (which run one after the
+/// other on a node's board) interleaved with gathers (messages). Returns
+/// the number of calls checked.
+fn check_overlapping(coll: &mut Coll, comm: &Comm) -> Result<usize, String> {
+    let order = [
+        (Collective::Bcast, 40_000),
+        (Collective::Gather, 1000),
+        (Collective::Allreduce, 20_000),
+        (Collective::Barrier, 0),
+        (Collective::Gather, 40_000),
+        (Collective::Reduce, 1000),
+        (Collective::Allreduce, 1),
+    ];
+    let mut started = Vec::new();
+    for (i, &(c, n)) in order.iter().enumerate() {
+        let root = i % comm.size();
+        let (call, expect) = call(c, comm, root, n)?;
+        let req = coll
+            .start(comm, call)
+            .map_err(|e| format!("starting {} of {n}: {e}", c.name()))?;
+        started.push((c, n, req, expect));
+    }
+    let n_calls = started.len();
+    while let Some((c, n, req, expect)) = started.pop() {
+        let got = coll
+            .wait(req)
+            .map_err(|e| format!("overlapping {} of {n}: {e}", c.name()))?;
+        if expect.is_some_and(|e| e != got) {
+            return Err(format!(
+                "overlapping {} of {n} on communicator {} (size {}): rank {} got a wrong result",
+                c.name(),
+                comm.id(),
+                comm.size(),
+                comm.rank()
+            ));
+        }
+    }
     Ok(n_calls)
 }

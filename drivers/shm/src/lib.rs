@@ -37,6 +37,8 @@
 #![cfg_attr(loom, allow(dead_code))]
 
 pub mod bell;
+#[cfg(not(loom))]
+pub mod board;
 pub(crate) mod copy;
 pub mod exchange;
 #[cfg(not(loom))]
@@ -74,6 +76,8 @@ pub use mailbox::{Incoming, Mailbox, MailboxConfig, PeerId, ShmEvent};
 #[cfg(not(loom))]
 pub use method::{node_identity, probe, ShmMethod, ShmMethodStats, METHOD_NAME};
 
+#[cfg(not(loom))]
+pub use board::{board_name, Board};
 #[cfg(not(loom))]
 pub use segment::{cleanup_stale, segment_name, CleanupReport};
 

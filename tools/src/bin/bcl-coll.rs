@@ -97,8 +97,9 @@ struct Args {
     /// Instead of timing: run every collective (sizes 0 B to 320 KB, first
     /// and last rank as root) on the world, a duplicate of it and its split
     /// into even and odd ranks, check every rank's result (reductions bit
-    /// for bit), and print `check {"rank":R,"calls":N,"methods":[..]}` per
-    /// rank (the methods of its links).
+    /// for bit), and print `check {"rank":R,"calls":N,"methods":[..],"boards":B}` per
+    /// rank (the methods of its links; `boards`: how many of the three
+    /// communicators ran on a shared-memory board).
     #[arg(long)]
     check: bool,
     /// Seconds the ranks may take to join, and any one collective call.
@@ -339,7 +340,8 @@ impl Bench {
         Ok(())
     }
 
-    /// The algorithm the selector picks for `op` with `size` bytes.
+    /// The algorithm `op` with `size` bytes runs: the board's on one node
+    /// (once it is set up; see `bcl::coll::board`), else the selector's.
     fn algorithm(&self, op: Op, size: usize) -> Result<&'static str, String> {
         let nodes = self.world.nodes();
         let (len, elem) = match op {
@@ -360,8 +362,7 @@ impl Bench {
             nodes,
         };
         self.coll
-            .choose(&shape, false)
-            .map(|a| a.name())
+            .algorithm_name(&self.world, &shape, false)
             .map_err(|e| format!("choosing the {} algorithm: {e}", op.name()))
     }
 
@@ -432,12 +433,15 @@ fn run(args: &Args) -> Result<(), String> {
             .split(&b.world, Some((rank % 2) as u32), 0)
             .map_err(|e| format!("split: {e}"))?
             .ok_or("split gave no communicator")?;
-        let mut calls = 0;
+        let (mut calls, mut boards) = (0, 0);
         for comm in [&b.world.clone(), &dup, &half] {
             calls += bcl_tools::coll_check::check_all(&mut b.coll, comm)?;
+            boards += usize::from(b.coll.on_board(comm));
         }
         let methods = serde_json::to_string(&b.methods()).map_err(|e| e.to_string())?;
-        println!("check {{\"rank\":{rank},\"calls\":{calls},\"methods\":{methods}}}");
+        println!(
+            "check {{\"rank\":{rank},\"calls\":{calls},\"methods\":{methods},\"boards\":{boards}}}"
+        );
         return finish(&mut b, session.as_mut(), args.timeout);
     }
     let deterministic = b.coll.deterministic();

@@ -1,0 +1,361 @@
+//! Boards: one shared-memory file per communicator and node, on which the
+//! node's members run collectives without messages.
+//!
+//! A board holds, for each of its `ranks` members, two counters on lines
+//! of their own and two data slots of `slot_len` bytes (double buffering):
+//!
+//! ```text
+//! page 0            header: magic, version, ranks, slot_len, ready
+//! lines 1..         posted[r], done[r]: 128-byte lines, 2 per rank
+//! page-aligned      slot[buffer][rank]: 2 × ranks × slot_len bytes
+//! ```
+//!
+//! The collectives built on it (`bcl::coll`'s board tier) number their
+//! steps with *phases* 1, 2, 3, … that every member runs in the same order;
+//! phase p uses buffer `p % 2`. A member publishes its data for phase p by
+//! writing its slot, then storing `posted[r] = p` (release); it reads a
+//! peer's slot only after loading `posted[peer] ≥ p` (acquire), and stores
+//! `done[r] = p` (release) once it has finished reading everything of
+//! phase p. Before writing buffer `p % 2` again at phase p it waits until
+//! every `done ≥ p − 2` (acquire). So a slot is never written while anyone
+//! may read it, and never read before it is written. Counters only grow.
+//!
+//! The file is `DIR/bcl-board-JOB-NODE-KEY` (`KEY` names the communicator),
+//! mode 0600, created and initialised under the directory lock of
+//! [`crate::segment`] by whichever member comes first; the others map it and
+//! check the header. The members unlink it once all of them have mapped it
+//! (the mappings stay valid), so it leaves nothing behind unless a member
+//! dies between creating and that agreement.
+//!
+//! Like the rest of this crate, a board trusts its peers' protocol, not
+//! their data: lengths and indices come from our own side, so a buggy peer
+//! can make a collective's result wrong or make it wait, never make us
+//! read or write outside the mapping.
+
+use crate::segment::{file_len, open_raw, DirLock, Mapping};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use crate::ShmError;
+use bcl_core::JobKey;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+/// "BCLBOARD" in ASCII.
+const MAGIC: u64 = 0x4452_414f_424c_4342;
+const VERSION: u32 = 1;
+const PAGE: usize = 4096;
+/// Counters sit on 128-byte lines: the adjacent-line prefetcher of x86
+/// CPUs pulls 64-byte lines in pairs.
+const LINE: usize = 128;
+
+/// The header at offset 0.
+#[repr(C)]
+struct Header {
+    magic: AtomicU64,
+    version: AtomicU32,
+    ranks: AtomicU32,
+    slot_len: AtomicU64,
+    /// 1 once the creator has written the fields above.
+    ready: AtomicU32,
+}
+
+/// A mapped board (see the module documentation).
+#[derive(Debug)]
+pub struct Board {
+    map: Mapping,
+    path: PathBuf,
+    ranks: usize,
+    slot_len: usize,
+    slots_off: usize,
+}
+
+/// The file name of the board `key` of job `job` on node `node`.
+pub fn board_name(job: JobKey, node: u32, key: u64) -> String {
+    format!("bcl-board-{:08x}-{node}-{key:016x}", job.0)
+}
+
+fn geometry(ranks: usize, slot_len: usize) -> Option<(usize, usize)> {
+    let counters_end = LINE.checked_mul(1 + 2 * ranks)?;
+    let slots_off = counters_end.div_ceil(PAGE).checked_mul(PAGE)?;
+    let total = slot_len
+        .checked_mul(2)?
+        .checked_mul(ranks)?
+        .checked_add(slots_off)?;
+    Some((slots_off, total))
+}
+
+impl Board {
+    /// Creates the board `dir/name` for `ranks` members with slots of
+    /// `slot_len` bytes, or maps it if another member created it first
+    /// (then its header must say the same `ranks` and `slot_len`).
+    pub fn open(dir: &Path, name: &str, ranks: usize, slot_len: usize) -> Result<Board, ShmError> {
+        let path = dir.join(name);
+        let bad = |reason: String| ShmError::BadSegment {
+            path: path.clone(),
+            reason,
+        };
+        if ranks == 0 || ranks > u32::MAX as usize || !slot_len.is_multiple_of(64) || slot_len == 0 {
+            return Err(ShmError::BadConfig(format!(
+                "a board needs at least one rank and a slot length that is a positive \
+                 multiple of 64 (got {ranks} ranks, {slot_len} bytes)"
+            )));
+        }
+        let (slots_off, total) = geometry(ranks, slot_len).ok_or_else(|| {
+            ShmError::BadConfig(format!(
+                "a board of {ranks} × {slot_len} bytes is too large"
+            ))
+        })?;
+        let io = |context: String| move |source: io::Error| ShmError::Io { context, source };
+        let _lock = DirLock::acquire(dir).map_err(io(format!("locking {}", dir.display())))?;
+        let (fd, created) =
+            match open_raw(&path, libc::O_RDWR | libc::O_CREAT | libc::O_EXCL, 0o600) {
+                Ok(fd) => (fd, true),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => (
+                    open_raw(&path, libc::O_RDWR, 0)
+                        .map_err(io(format!("opening {}", path.display())))?,
+                    false,
+                ),
+                Err(e) => return Err(io(format!("creating {}", path.display()))(e)),
+            };
+        if created {
+            // SAFETY: ftruncate on our own fd.
+            if unsafe { libc::ftruncate(fd.as_raw_fd(), total as libc::off_t) } != 0 {
+                let e = io::Error::last_os_error();
+                let _ = std::fs::remove_file(&path);
+                return Err(io(format!("sizing {} to {total} bytes", path.display()))(e));
+            }
+        } else {
+            let len = file_len(&fd).map_err(io(format!("reading {}", path.display())))?;
+            if len != total as u64 {
+                return Err(bad(format!(
+                    "{len} bytes, expected {total} for {ranks} ranks × {slot_len}-byte slots"
+                )));
+            }
+        }
+        let map = Mapping::map(&fd, total).map_err(|e| {
+            if created {
+                let _ = std::fs::remove_file(&path);
+            }
+            io(format!("mapping {}", path.display()))(e)
+        })?;
+        let board = Board {
+            map,
+            path: path.clone(),
+            ranks,
+            slot_len,
+            slots_off,
+        };
+        let h = board.header();
+        if created {
+            h.magic.store(MAGIC, Ordering::Relaxed);
+            h.version.store(VERSION, Ordering::Relaxed);
+            h.ranks.store(ranks as u32, Ordering::Relaxed);
+            h.slot_len.store(slot_len as u64, Ordering::Relaxed);
+            h.ready.store(1, Ordering::Release);
+        } else {
+            // Creation and initialisation happen under the lock we hold, so
+            // a board that exists is complete or was never ours.
+            let (magic, version) = (
+                h.magic.load(Ordering::Acquire),
+                h.version.load(Ordering::Acquire),
+            );
+            let (r, s) = (
+                h.ranks.load(Ordering::Acquire),
+                h.slot_len.load(Ordering::Acquire),
+            );
+            if h.ready.load(Ordering::Acquire) != 1 || magic != MAGIC || version != VERSION {
+                return Err(bad("not an initialised board of this version".into()));
+            }
+            if r as usize != ranks || s != slot_len as u64 {
+                return Err(bad(format!(
+                    "made for {r} ranks × {s}-byte slots, expected {ranks} × {slot_len}"
+                )));
+            }
+        }
+        Ok(board)
+    }
+
+    /// Removes the file (the mappings stay valid). Members call it once
+    /// every member has mapped the board.
+    pub fn unlink(&self) -> io::Result<()> {
+        match std::fs::remove_file(&self.path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            r => r,
+        }
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Number of members.
+    pub fn ranks(&self) -> usize {
+        self.ranks
+    }
+
+    /// Bytes per slot.
+    pub fn slot_len(&self) -> usize {
+        self.slot_len
+    }
+
+    fn header(&self) -> &Header {
+        // SAFETY: the mapping is page-aligned and at least a page long;
+        // Header is 32 bytes of atomics, valid for any bit pattern.
+        unsafe { &*(self.map.ptr() as *const Header) }
+    }
+
+    fn counter(&self, rank: usize, which: usize) -> &AtomicU64 {
+        assert!(
+            rank < self.ranks,
+            "rank {rank} on a board of {}",
+            self.ranks
+        );
+        let off = LINE * (1 + 2 * rank + which);
+        // SAFETY: off + 8 <= slots_off <= the mapping's length (geometry),
+        // off is 128-aligned in a page-aligned mapping, and an AtomicU64 is
+        // valid for any bit pattern.
+        unsafe { &*(self.map.ptr().add(off) as *const AtomicU64) }
+    }
+
+    /// The last phase `rank` published data for (acquire).
+    pub fn posted(&self, rank: usize) -> u64 {
+        self.counter(rank, 0).load(Ordering::Acquire)
+    }
+
+    /// Publishes `rank`'s slot for `phase` (release: after writing it).
+    pub fn set_posted(&self, rank: usize, phase: u64) {
+        self.counter(rank, 0).store(phase, Ordering::Release);
+    }
+
+    /// The last phase `rank` finished reading (acquire).
+    pub fn done(&self, rank: usize) -> u64 {
+        self.counter(rank, 1).load(Ordering::Acquire)
+    }
+
+    /// Says `rank` has finished reading everything of `phase` (release).
+    pub fn set_done(&self, rank: usize, phase: u64) {
+        self.counter(rank, 1).store(phase, Ordering::Release);
+    }
+
+    /// Whether every member has posted `phase` or later.
+    pub fn all_posted(&self, phase: u64) -> bool {
+        (0..self.ranks).all(|r| self.posted(r) >= phase)
+    }
+
+    /// Whether every member has finished reading `phase` or later.
+    pub fn all_done(&self, phase: u64) -> bool {
+        (0..self.ranks).all(|r| self.done(r) >= phase)
+    }
+
+    fn slot_ptr(&self, buffer: usize, rank: usize, len: usize) -> *mut u8 {
+        assert!(
+            buffer < 2 && rank < self.ranks && len <= self.slot_len,
+            "slot {buffer}/{rank} of {len} bytes on a board of {} × {}",
+            self.ranks,
+            self.slot_len
+        );
+        let off = self.slots_off + (buffer * self.ranks + rank) * self.slot_len;
+        // SAFETY: off + slot_len <= the mapping's length (geometry).
+        unsafe { self.map.ptr().add(off) }
+    }
+
+    /// Copies `data` into the start of `rank`'s slot in `buffer`.
+    ///
+    /// # Panics
+    ///
+    /// If `buffer > 1`, `rank` is not a member or `data` is longer than a
+    /// slot (our own arguments, never a peer's).
+    pub fn write(&self, buffer: usize, rank: usize, data: &[u8]) {
+        let dst = self.slot_ptr(buffer, rank, data.len());
+        // SAFETY: dst is valid for data.len() bytes of the mapping
+        // (slot_ptr checked the length); the mapping never overlaps a
+        // Rust allocation. By the protocol nobody reads this slot now.
+        unsafe { crate::copy::copy_bytes(dst, data.as_ptr(), data.len()) };
+    }
+
+    /// Copies the first `out.len()` bytes of `rank`'s slot in `buffer`.
+    ///
+    /// # Panics
+    ///
+    /// As for [`Board::write`].
+    pub fn read(&self, buffer: usize, rank: usize, out: &mut [u8]) {
+        let src = self.slot_ptr(buffer, rank, out.len());
+        // SAFETY: as in `write`, reading; by the protocol nobody writes
+        // this slot now.
+        unsafe { crate::copy::copy_bytes(out.as_mut_ptr(), src, out.len()) };
+    }
+
+    /// Runs `f` on the first `len` bytes of every member's slot in
+    /// `buffer` (index = rank), read in place. Call it only for a phase
+    /// every member has posted and before saying done, when by the
+    /// protocol nobody writes these slots.
+    ///
+    /// # Panics
+    ///
+    /// As for [`Board::write`].
+    pub fn with_slots<R>(&self, buffer: usize, len: usize, f: impl FnOnce(&[&[u8]]) -> R) -> R {
+        let slots: Vec<&[u8]> = (0..self.ranks)
+            .map(|r| {
+                let p = self.slot_ptr(buffer, r, len);
+                // SAFETY: p is valid for len bytes of the mapping, which
+                // lives as long as &self; by the protocol (module doc) no
+                // member writes the slot while it is viewed. A member that
+                // breaks the protocol can change the bytes we compute
+                // with, the same trust an inbox slot's view takes.
+                unsafe { std::slice::from_raw_parts(p, len) }
+            })
+            .collect();
+        f(&slots)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir() -> PathBuf {
+        let d = std::env::temp_dir().join(format!("bcl-board-test-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn second_opener_maps_the_same_memory() {
+        let d = dir();
+        let name = board_name(JobKey(7), 0, 42);
+        let a = Board::open(&d, &name, 3, 4096).unwrap();
+        let b = Board::open(&d, &name, 3, 4096).unwrap();
+        a.write(1, 2, b"hello");
+        a.set_posted(2, 5);
+        assert_eq!(b.posted(2), 5);
+        let mut out = [0u8; 5];
+        b.read(1, 2, &mut out);
+        assert_eq!(&out, b"hello");
+        assert!(!b.all_posted(5));
+        b.with_slots(1, 5, |s| {
+            assert_eq!(s.len(), 3);
+            assert_eq!(s[2], b"hello");
+            assert_eq!(s[0], [0u8; 5]);
+        });
+        a.unlink().unwrap();
+        assert!(!a.path().exists());
+        // Still shared after the unlink.
+        b.set_done(0, 9);
+        assert_eq!(a.done(0), 9);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_board_of_another_geometry_is_refused() {
+        let d = dir().join("geometry");
+        std::fs::create_dir_all(&d).unwrap();
+        let name = board_name(JobKey(7), 0, 43);
+        let _a = Board::open(&d, &name, 2, 4096).unwrap();
+        let err = Board::open(&d, &name, 3, 4096).unwrap_err();
+        assert!(matches!(err, ShmError::BadSegment { .. }), "{err}");
+        let err = Board::open(&d, "x", 2, 100).unwrap_err();
+        assert!(matches!(err, ShmError::BadConfig(_)), "{err}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}

@@ -1,0 +1,410 @@
+//! The board tier: barrier, bcast, reduce and allreduce of a communicator
+//! whose members all run on this node go through one shared-memory board
+//! ([`bcl_shm::Board`]) instead of messages.
+//!
+//! Over messages, even on shared memory, every step of a collective costs
+//! a message: a header, matching, a slot claimed in the receiver's inbox.
+//! On a board a member publishes its part once (its slot, then a counter)
+//! and every other member reads it in place: a barrier is one counter store
+//! and a look at the others', an allreduce one copy in and a reduction
+//! that reads every member's slot where it lies. That is BCL-3's hierarchy
+//! inside a node (shared memory there, messages between nodes), taken one
+//! step further than sending messages over shared memory. The protocol and
+//! its memory-ordering argument are in [`bcl_shm::board`].
+//!
+//! # Which calls use it
+//!
+//! A call of one of the four collectives on a communicator of two or more
+//! members that are all on this node, with no algorithm forced by the call
+//! or by `BCL_COLL_ALG` for that collective, and `BCL_COLL_BOARD` not `0`.
+//! The first such call on a communicator sets the board up: every member
+//! maps it (the first creates it) and a one-byte allreduce over messages
+//! agrees whether all of them could; if one could not (no shm method in the
+//! endpoint, as on the simulated fabric, or no room in `/dev/shm`), the
+//! communicator's calls go over messages, chosen by the cost model, from
+//! then on. The LogGP model is not asked: it prices messages, and a board
+//! phase costs one cache-line hand-off, below any shared-memory message.
+//!
+//! # Order and determinism
+//!
+//! Board calls of a communicator run one after the other, in the order
+//! they were started (every member starts them in the same order), each
+//! in phases of at most one slot ([`SLOT_LEN`]) of data. Reductions use
+//! [`reduce_canonical`] over all members' slots, so their results are the
+//! same bits as every deterministic message algorithm's.
+
+use super::alg::{self, Algorithm, Collective, Shape};
+use super::comm::Comm;
+use super::error::CollError;
+use super::messenger::Messenger;
+use super::op::{reduce_canonical, BuiltinOp, Datatype, Op};
+use super::request::{Advance, Running};
+use super::runtime::Call;
+use std::collections::VecDeque;
+use std::hash::{Hash, Hasher};
+
+/// The environment variable that turns the board tier off (`0`, `off`,
+/// `false`).
+pub const BOARD_VAR: &str = "BCL_COLL_BOARD";
+
+/// Bytes of data per member and phase. Large calls run in phases of this
+/// size, two in flight (the board's double buffering): 64 KiB chunks keep
+/// both copies of a pipelined bcast in the caches while a phase's
+/// hand-off (well under a microsecond) stays small against its copy.
+pub const SLOT_LEN: usize = 64 * 1024;
+
+/// The algorithm name reported for calls on the board.
+pub const NAME: &str = "shared_board";
+
+/// Whether the environment allows the board tier (default on).
+pub fn enabled_from_env() -> bool {
+    !matches!(
+        std::env::var(BOARD_VAR).as_deref(),
+        Ok("0") | Ok("off") | Ok("false")
+    )
+}
+
+/// Whether `c` on `comm` is a board call (before knowing whether the
+/// board could be set up).
+pub(crate) fn eligible(comm: &Comm, c: Collective) -> bool {
+    let nodes = comm.nodes();
+    matches!(
+        c,
+        Collective::Barrier | Collective::Bcast | Collective::Reduce | Collective::Allreduce
+    ) && nodes.len() >= 2
+        && nodes.iter().all(|&n| n == nodes[0])
+}
+
+/// A communicator's board and its queue of calls.
+#[derive(Default)]
+pub(crate) struct CommBoard {
+    state: State,
+    /// The phase the next call starts at (phases start at 1: every
+    /// counter is 0 on a fresh board).
+    next_phase: u64,
+    /// Board calls not finished, in start order (request ids).
+    queue: VecDeque<usize>,
+    scratch: Vec<u8>,
+}
+
+#[derive(Default)]
+enum State {
+    /// No call has asked yet.
+    #[default]
+    Unknown,
+    /// The first call is agreeing; our own mapping, if it worked.
+    Agreeing(Option<bcl_shm::Board>),
+    Ready(bcl_shm::Board),
+    /// Some member could not map it: messages from now on.
+    Unavailable,
+}
+
+impl CommBoard {
+    /// Queues request `id` (started now, so after every call queued
+    /// before).
+    pub fn push(&mut self, id: usize) {
+        self.queue.push_back(id);
+    }
+
+    /// Forgets request `id` (finished, failed or gone over to messages).
+    pub fn remove(&mut self, id: usize) {
+        self.queue.retain(|&q| q != id);
+    }
+
+    /// Whether `id` is the oldest board call of the communicator.
+    pub fn is_head(&self, id: usize) -> bool {
+        self.queue.front() == Some(&id)
+    }
+
+    /// Whether board calls are queued.
+    pub fn busy(&self) -> bool {
+        !self.queue.is_empty()
+    }
+
+    /// Whether the board is set up and in use.
+    pub fn ready(&self) -> bool {
+        matches!(self.state, State::Ready(_))
+    }
+
+    /// Whether the board is known not to work for this communicator.
+    pub fn unavailable(&self) -> bool {
+        matches!(self.state, State::Unavailable)
+    }
+}
+
+/// One board call in progress.
+pub(crate) struct BoardRun {
+    comm: Comm,
+    /// The call, its input moved to `data`.
+    call: Call,
+    tag: u64,
+    /// Input, then output (bcast: the root's data; reductions combine in
+    /// place once the input is on the board).
+    data: Vec<u8>,
+    /// Bytes per phase, a whole number of elements.
+    chunk: usize,
+    chunks: usize,
+    /// Phase of chunk 0, once the call is at the head of its queue.
+    first: Option<u64>,
+    /// The chunk being worked on, and whether this member posted it.
+    at: usize,
+    posted: bool,
+    /// The set-up agreement in flight (first call only).
+    agreement: Option<Box<Running>>,
+}
+
+/// How far a board call got.
+pub(crate) enum BoardAdvance {
+    /// Waiting; whether anything moved.
+    Pending(bool),
+    /// Done; the output.
+    Done(Vec<u8>),
+    /// The board cannot be used: run this call over messages.
+    Fallback(Call),
+}
+
+impl BoardRun {
+    /// A board call of `comm` (see [`eligible`]) whose messages, if it
+    /// sets the board up or falls back, carry `tag`.
+    pub fn new(comm: Comm, mut call: Call, tag: u64, pool: &mut super::pool::Pool) -> BoardRun {
+        let elem = call.reduction.as_ref().map_or(1, |(_, dt)| dt.size());
+        let chunk = SLOT_LEN - SLOT_LEN % elem;
+        let mut data = std::mem::take(&mut call.input);
+        if call.collective == Collective::Bcast && comm.rank() != call.root {
+            pool.give(data);
+            data = pool.take(call.len);
+        }
+        let len = data.len();
+        BoardRun {
+            comm,
+            call,
+            tag,
+            data,
+            chunk,
+            chunks: len.div_ceil(chunk).max(1),
+            first: None,
+            at: 0,
+            posted: false,
+            agreement: None,
+        }
+    }
+
+    /// The communicator's id.
+    pub fn comm_id(&self) -> u32 {
+        self.comm.id()
+    }
+
+    /// The communicator.
+    pub fn comm(&self) -> &Comm {
+        &self.comm
+    }
+
+    /// The tag of its messages.
+    pub fn tag(&self) -> u64 {
+        self.tag
+    }
+
+    /// Moves the call as far as it can without waiting. `head` says it is
+    /// the oldest board call of its communicator: only that one may run.
+    pub fn advance(
+        &mut self,
+        head: bool,
+        cb: &mut CommBoard,
+        msg: &mut Messenger,
+    ) -> Result<BoardAdvance, CollError> {
+        if !head {
+            return Ok(BoardAdvance::Pending(false));
+        }
+        if let Some(e) = self.failed_member(msg) {
+            return Err(e);
+        }
+        match &cb.state {
+            State::Unknown => {
+                let board = self.map_board(msg);
+                self.agreement = Some(Box::new(self.agree(board.is_some(), msg)?));
+                cb.state = State::Agreeing(board);
+                self.advance_agreement(cb, msg)
+            }
+            State::Agreeing(_) => self.advance_agreement(cb, msg),
+            State::Unavailable => Ok(BoardAdvance::Fallback(self.take_call())),
+            State::Ready(_) => self.run_phases(cb),
+        }
+    }
+
+    /// The call with its input back, for running it over messages.
+    fn take_call(&mut self) -> Call {
+        let mut call =
+            std::mem::replace(&mut self.call, Call::new(Collective::Barrier, Vec::new()));
+        call.input = std::mem::take(&mut self.data);
+        if call.collective == Collective::Bcast && self.comm.rank() != call.root {
+            call.input.clear();
+        }
+        call
+    }
+
+    fn failed_member(&self, msg: &Messenger) -> Option<CollError> {
+        self.comm
+            .members()
+            .iter()
+            .find_map(|&a| msg.peer_failure(a))
+    }
+
+    /// Maps the communicator's board, if this endpoint has shared memory.
+    fn map_board(&self, msg: &mut Messenger) -> Option<bcl_shm::Board> {
+        let ep = msg.endpoint_mut();
+        let shm = ep.method_mut::<bcl_shm::ShmMethod>()?;
+        let cfg = shm.mailbox().config();
+        let (job, dir) = (cfg.job, cfg.dir.clone());
+        let mut h = rustc_hash::FxHasher::default();
+        self.comm.id().hash(&mut h);
+        for a in self.comm.members() {
+            (a.node.0, a.port.0).hash(&mut h);
+        }
+        let name = bcl_shm::board_name(job, self.comm.nodes()[0], h.finish());
+        match bcl_shm::Board::open(&dir, &name, self.comm.size(), SLOT_LEN) {
+            Ok(b) => Some(b),
+            Err(e) => {
+                eprintln!("bcl: collectives over messages on this node: board {name}: {e}");
+                None
+            }
+        }
+    }
+
+    /// Starts the one-byte allreduce (bitwise and) that tells every member
+    /// whether all of them mapped the board. Its messages carry this
+    /// call's tag with the top bit set, a tag no call uses.
+    fn agree(&self, mapped: bool, msg: &mut Messenger) -> Result<Running, CollError> {
+        let shape = Shape {
+            collective: Collective::Allreduce,
+            rank: self.comm.rank(),
+            size: self.comm.size(),
+            root: 0,
+            len: 1,
+            elem: 1,
+            counts: &[],
+            send_counts: &[],
+            recv_counts: &[],
+            nodes: self.comm.nodes(),
+        };
+        let schedule = alg::schedule(Algorithm::RecursiveDoubling, &shape)
+            .map_err(|e| CollError::Invalid(e.to_string()))?;
+        Ok(Running::new(
+            self.comm.clone(),
+            std::sync::Arc::new(schedule),
+            (vec![u8::from(mapped)], 1),
+            Some((Op::Builtin(BuiltinOp::BitAnd), Datatype::U8)),
+            self.tag | 1 << 63,
+            &mut msg.pool,
+        ))
+    }
+
+    fn advance_agreement(
+        &mut self,
+        cb: &mut CommBoard,
+        msg: &mut Messenger,
+    ) -> Result<BoardAdvance, CollError> {
+        let Some(run) = self.agreement.as_mut() else {
+            return Err(CollError::Invalid(
+                "a board call found another call's set-up in progress".into(),
+            ));
+        };
+        let out = match run.advance(msg)? {
+            Advance::Pending => return Ok(BoardAdvance::Pending(false)),
+            Advance::Done(out) => out,
+        };
+        self.agreement = None;
+        let State::Agreeing(board) = std::mem::take(&mut cb.state) else {
+            unreachable!("advance_agreement runs while agreeing");
+        };
+        let all_mapped = out.first() == Some(&1);
+        if self.comm.rank() == 0 {
+            // Every member has mapped it or given up: nobody opens it again.
+            if let Some(b) = &board {
+                if let Err(e) = b.unlink() {
+                    eprintln!("bcl: removing board {}: {e}", b.path().display());
+                }
+            }
+        }
+        match (all_mapped, board) {
+            (true, Some(b)) => {
+                cb.state = State::Ready(b);
+                cb.next_phase = 1;
+                self.run_phases(cb)
+            }
+            _ => {
+                cb.state = State::Unavailable;
+                Ok(BoardAdvance::Fallback(self.take_call()))
+            }
+        }
+    }
+
+    /// Runs the call's phases on a ready board as far as the other
+    /// members let it.
+    fn run_phases(&mut self, cb: &mut CommBoard) -> Result<BoardAdvance, CollError> {
+        let State::Ready(board) = &cb.state else {
+            unreachable!("run_phases runs on a ready board");
+        };
+        let first = *self.first.get_or_insert_with(|| {
+            let f = cb.next_phase;
+            cb.next_phase += self.chunks as u64;
+            f
+        });
+        let me = self.comm.rank();
+        let root = self.call.root;
+        let c = self.call.collective;
+        let mut moved = false;
+        while self.at < self.chunks {
+            let phase = first + self.at as u64;
+            let buffer = (phase % 2) as usize;
+            let lo = (self.at * self.chunk).min(self.data.len());
+            let hi = (lo + self.chunk).min(self.data.len());
+            if !self.posted {
+                let writes = match c {
+                    Collective::Barrier => false,
+                    Collective::Bcast => me == root,
+                    _ => true,
+                };
+                if writes {
+                    // The buffer was last used at phase − 2: everyone must
+                    // be done reading it.
+                    if phase > 2 && !board.all_done(phase - 2) {
+                        return Ok(BoardAdvance::Pending(moved));
+                    }
+                    board.write(buffer, me, &self.data[lo..hi]);
+                }
+                board.set_posted(me, phase);
+                self.posted = true;
+                moved = true;
+            }
+            let ready = match c {
+                Collective::Barrier | Collective::Allreduce => board.all_posted(phase),
+                Collective::Bcast => me == root || board.posted(root) >= phase,
+                _ => me != root || board.all_posted(phase),
+            };
+            if !ready {
+                return Ok(BoardAdvance::Pending(moved));
+            }
+            match c {
+                Collective::Bcast if me != root => board.read(buffer, root, &mut self.data[lo..hi]),
+                Collective::Allreduce | Collective::Reduce
+                    if c == Collective::Allreduce || me == root =>
+                {
+                    let (op, dt) = self.call.reduction.as_ref().ok_or_else(|| {
+                        CollError::Invalid("a reduction without an operation".into())
+                    })?;
+                    let out = &mut self.data[lo..hi];
+                    let scratch = &mut cb.scratch;
+                    board.with_slots(buffer, hi - lo, |slots| {
+                        reduce_canonical(op, *dt, slots, out, scratch)
+                    })?;
+                }
+                _ => {}
+            }
+            board.set_done(me, phase);
+            self.at += 1;
+            self.posted = false;
+            moved = true;
+        }
+        Ok(BoardAdvance::Done(std::mem::take(&mut self.data)))
+    }
+}
