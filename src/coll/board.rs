@@ -85,6 +85,11 @@ pub(crate) struct CommBoard {
     /// Board calls not finished, in start order (request ids).
     queue: VecDeque<usize>,
     scratch: Vec<u8>,
+    /// A phase every member is known to have finished reading: a member
+    /// sets `done` for a phase before it posts the next, so seeing every
+    /// member post phase q shows them all done with q − 1. Saves reading
+    /// the other members' `done` lines, which they have just written.
+    all_done_seen: u64,
 }
 
 #[derive(Default)]
@@ -132,6 +137,121 @@ impl CommBoard {
     }
 }
 
+/// What one member does in a board call.
+pub(crate) struct Task<'a> {
+    pub collective: Collective,
+    pub root: usize,
+    /// The member's rank.
+    pub me: usize,
+    pub reduction: Option<&'a (Op, Datatype)>,
+}
+
+/// How far one board call got through its phases.
+#[derive(Default)]
+pub(crate) struct Phases {
+    /// Phase of chunk 0, once the call is at the head of its queue.
+    first: Option<u64>,
+    /// The chunk being worked on, and whether this member posted it.
+    at: usize,
+    posted: bool,
+}
+
+impl CommBoard {
+    /// Whether a call may run on the board straight away: it is set up and
+    /// no earlier call is queued.
+    pub fn idle_and_ready(&self) -> bool {
+        self.queue.is_empty() && self.ready()
+    }
+
+    /// Runs `task`'s phases over `data` (its input, then its output) as far
+    /// as the other members let it; returns (finished, moved). Phases of
+    /// at most [`SLOT_LEN`] bytes, a whole number of elements.
+    pub fn step(
+        &mut self,
+        ph: &mut Phases,
+        task: &Task,
+        data: &mut [u8],
+    ) -> Result<(bool, bool), CollError> {
+        let State::Ready(board) = &self.state else {
+            return Err(CollError::Invalid(
+                "a board call before its board is set up".into(),
+            ));
+        };
+        let elem = task.reduction.map_or(1, |(_, dt)| dt.size());
+        let chunk = SLOT_LEN - SLOT_LEN % elem;
+        let chunks = data.len().div_ceil(chunk).max(1);
+        let first = *ph.first.get_or_insert_with(|| {
+            let f = self.next_phase;
+            self.next_phase += chunks as u64;
+            f
+        });
+        let (me, root, c) = (task.me, task.root, task.collective);
+        let mut moved = false;
+        while ph.at < chunks {
+            let phase = first + ph.at as u64;
+            let buffer = (phase % 2) as usize;
+            let lo = (ph.at * chunk).min(data.len());
+            let hi = (lo + chunk).min(data.len());
+            if !ph.posted {
+                let writes = match c {
+                    Collective::Barrier => false,
+                    Collective::Bcast => me == root,
+                    _ => true,
+                };
+                if writes {
+                    // The buffer was last used at phase − 2: everyone must
+                    // be done reading it.
+                    if phase > 2 && self.all_done_seen < phase - 2 {
+                        if !board.all_done(phase - 2) {
+                            return Ok((false, moved));
+                        }
+                        self.all_done_seen = phase - 2;
+                    }
+                    board.write(buffer, me, &data[lo..hi]);
+                }
+                board.set_posted(me, phase);
+                ph.posted = true;
+                moved = true;
+            }
+            let needs_all = match c {
+                Collective::Barrier | Collective::Allreduce => true,
+                Collective::Reduce => me == root,
+                _ => false,
+            };
+            let ready = if needs_all {
+                let all = board.all_posted(phase);
+                if all {
+                    self.all_done_seen = self.all_done_seen.max(phase - 1);
+                }
+                all
+            } else {
+                c != Collective::Bcast || me == root || board.posted(root) >= phase
+            };
+            if !ready {
+                return Ok((false, moved));
+            }
+            let reduces = c == Collective::Allreduce || (c == Collective::Reduce && me == root);
+            if c == Collective::Bcast && me != root {
+                board.read(buffer, root, &mut data[lo..hi]);
+            } else if reduces {
+                let (op, dt) = task
+                    .reduction
+                    .ok_or_else(|| CollError::Invalid("a reduction without an operation".into()))?;
+                let out = &mut data[lo..hi];
+                let scratch = &mut self.scratch;
+                board.with_slots(buffer, hi - lo, |slots| {
+                    reduce_canonical(op, *dt, slots, out, scratch)
+                })?;
+            }
+            board.set_done(me, phase);
+            ph.at += 1;
+            ph.posted = false;
+            moved = true;
+        }
+        Ok((true, moved))
+    }
+}
+
 /// One board call in progress.
 pub(crate) struct BoardRun {
     comm: Comm,
@@ -141,14 +261,7 @@ pub(crate) struct BoardRun {
     /// Input, then output (bcast: the root's data; reductions combine in
     /// place once the input is on the board).
     data: Vec<u8>,
-    /// Bytes per phase, a whole number of elements.
-    chunk: usize,
-    chunks: usize,
-    /// Phase of chunk 0, once the call is at the head of its queue.
-    first: Option<u64>,
-    /// The chunk being worked on, and whether this member posted it.
-    at: usize,
-    posted: bool,
+    phases: Phases,
     /// The set-up agreement in flight (first call only).
     agreement: Option<Box<Running>>,
 }
@@ -167,24 +280,17 @@ impl BoardRun {
     /// A board call of `comm` (see [`eligible`]) whose messages, if it
     /// sets the board up or falls back, carry `tag`.
     pub fn new(comm: Comm, mut call: Call, tag: u64, pool: &mut super::pool::Pool) -> BoardRun {
-        let elem = call.reduction.as_ref().map_or(1, |(_, dt)| dt.size());
-        let chunk = SLOT_LEN - SLOT_LEN % elem;
         let mut data = std::mem::take(&mut call.input);
         if call.collective == Collective::Bcast && comm.rank() != call.root {
             pool.give(data);
             data = pool.take(call.len);
         }
-        let len = data.len();
         BoardRun {
             comm,
             call,
             tag,
             data,
-            chunk,
-            chunks: len.div_ceil(chunk).max(1),
-            first: None,
-            at: 0,
-            posted: false,
+            phases: Phases::default(),
             agreement: None,
         }
     }
@@ -341,70 +447,17 @@ impl BoardRun {
     /// Runs the call's phases on a ready board as far as the other
     /// members let it.
     fn run_phases(&mut self, cb: &mut CommBoard) -> Result<BoardAdvance, CollError> {
-        let State::Ready(board) = &cb.state else {
-            unreachable!("run_phases runs on a ready board");
+        let call = Task {
+            collective: self.call.collective,
+            root: self.call.root,
+            me: self.comm.rank(),
+            reduction: self.call.reduction.as_ref(),
         };
-        let first = *self.first.get_or_insert_with(|| {
-            let f = cb.next_phase;
-            cb.next_phase += self.chunks as u64;
-            f
-        });
-        let me = self.comm.rank();
-        let root = self.call.root;
-        let c = self.call.collective;
-        let mut moved = false;
-        while self.at < self.chunks {
-            let phase = first + self.at as u64;
-            let buffer = (phase % 2) as usize;
-            let lo = (self.at * self.chunk).min(self.data.len());
-            let hi = (lo + self.chunk).min(self.data.len());
-            if !self.posted {
-                let writes = match c {
-                    Collective::Barrier => false,
-                    Collective::Bcast => me == root,
-                    _ => true,
-                };
-                if writes {
-                    // The buffer was last used at phase − 2: everyone must
-                    // be done reading it.
-                    if phase > 2 && !board.all_done(phase - 2) {
-                        return Ok(BoardAdvance::Pending(moved));
-                    }
-                    board.write(buffer, me, &self.data[lo..hi]);
-                }
-                board.set_posted(me, phase);
-                self.posted = true;
-                moved = true;
-            }
-            let ready = match c {
-                Collective::Barrier | Collective::Allreduce => board.all_posted(phase),
-                Collective::Bcast => me == root || board.posted(root) >= phase,
-                _ => me != root || board.all_posted(phase),
-            };
-            if !ready {
-                return Ok(BoardAdvance::Pending(moved));
-            }
-            match c {
-                Collective::Bcast if me != root => board.read(buffer, root, &mut self.data[lo..hi]),
-                Collective::Allreduce | Collective::Reduce
-                    if c == Collective::Allreduce || me == root =>
-                {
-                    let (op, dt) = self.call.reduction.as_ref().ok_or_else(|| {
-                        CollError::Invalid("a reduction without an operation".into())
-                    })?;
-                    let out = &mut self.data[lo..hi];
-                    let scratch = &mut cb.scratch;
-                    board.with_slots(buffer, hi - lo, |slots| {
-                        reduce_canonical(op, *dt, slots, out, scratch)
-                    })?;
-                }
-                _ => {}
-            }
-            board.set_done(me, phase);
-            self.at += 1;
-            self.posted = false;
-            moved = true;
-        }
-        Ok(BoardAdvance::Done(std::mem::take(&mut self.data)))
+        let (done, moved) = cb.step(&mut self.phases, &call, &mut self.data)?;
+        Ok(if done {
+            BoardAdvance::Done(std::mem::take(&mut self.data))
+        } else {
+            BoardAdvance::Pending(moved)
+        })
     }
 }

@@ -17,6 +17,9 @@ use std::time::Duration;
 /// Progress rounds between two looks at the clock in a waiting call.
 const CLOCK_CHECK_ROUNDS: u32 = 64;
 
+/// Looks at a board between two progress rounds of a blocking board call.
+const BOARD_LOOKS_PER_ROUND: usize = 16;
+
 /// An operation in progress: a schedule of messages, or a call on its
 /// communicator's board.
 enum InFlight {
@@ -232,6 +235,9 @@ impl Coll {
     /// Advances every operation in progress; returns whether a board call
     /// moved (message algorithms move with the messenger's progress).
     fn advance_all(&mut self) -> bool {
+        if self.running.is_empty() {
+            return false;
+        }
         let mut done = std::mem::take(&mut self.done);
         let mut fallbacks = Vec::new();
         let mut moved = false;
@@ -287,6 +293,102 @@ impl Coll {
         }
         self.done = done;
         moved
+    }
+
+    /// Whether the endpoint sleeps in epoll when idle (blocking mode).
+    fn sleeps(&self) -> bool {
+        self.msg.endpoint().mode() == crate::endpoint::ProgressMode::Blocking
+    }
+
+    /// Runs a blocking barrier, bcast, reduce or allreduce straight on the
+    /// caller's bytes when its communicator's board is set up and no
+    /// earlier board call is queued: no copy into a message buffer and
+    /// back. `None`: not now; run it the usual way.
+    fn on_board_now(
+        &mut self,
+        comm: &Comm,
+        collective: Collective,
+        root: usize,
+        reduction: Option<&(Op, Datatype)>,
+        data: &mut [u8],
+    ) -> Option<Result<(), CollError>> {
+        if !self.uses_board(comm, &Call::new(collective, Vec::new()))
+            || !self
+                .boards
+                .get(&comm.id())
+                .is_some_and(|b| b.idle_and_ready())
+        {
+            return None;
+        }
+        Some(self.run_on_board(comm, collective, root, reduction, data))
+    }
+
+    fn run_on_board(
+        &mut self,
+        comm: &Comm,
+        collective: Collective,
+        root: usize,
+        reduction: Option<&(Op, Datatype)>,
+        data: &mut [u8],
+    ) -> Result<(), CollError> {
+        if root >= comm.size() {
+            return Err(CollError::Invalid(format!(
+                "root {root} in a communicator of {}",
+                comm.size()
+            )));
+        }
+        if let Some((op, dt)) = reduction {
+            op.check(*dt)?;
+        }
+        // Every member numbers its calls alike, whichever way they run.
+        let seq = self.seqs.entry(comm.id()).or_insert(0);
+        *seq = seq.wrapping_add(1);
+        let task = board::Task {
+            collective,
+            root,
+            me: comm.rank(),
+            reduction,
+        };
+        let mut phases = board::Phases::default();
+        let deadline = self.timeout.map(|t| (t, self.msg.endpoint().now() + t));
+        let mut rounds: u32 = 0;
+        loop {
+            let cb = self.boards.entry(comm.id()).or_default();
+            let mut moved = false;
+            // Look at the board a few times (a look that finds nothing
+            // reads lines already in this core's cache) between progress
+            // rounds of the endpoint, which cost more.
+            for _ in 0..BOARD_LOOKS_PER_ROUND {
+                let (done, m) = cb.step(&mut phases, &task, data)?;
+                if done {
+                    return Ok(());
+                }
+                moved |= m;
+                if m {
+                    break;
+                }
+            }
+            // Keep the endpoint (acknowledgements, peers' retransmissions)
+            // and any other operation going.
+            moved |= self.msg.progress()? > 0;
+            moved |= self.advance_all();
+            if let Some(e) = comm
+                .members()
+                .iter()
+                .find_map(|&a| self.msg.peer_failure(a))
+            {
+                return Err(e);
+            }
+            rounds = rounds.wrapping_add(1);
+            if let Some((t, d)) = deadline {
+                if rounds.is_multiple_of(CLOCK_CHECK_ROUNDS) && self.msg.endpoint().now() >= d {
+                    return Err(CollError::Timeout(t));
+                }
+            }
+            if !moved && (self.yield_when_idle || self.sleeps()) {
+                std::thread::yield_now();
+            }
+        }
     }
 
     /// Whether a board call is in progress: board phases raise no event
@@ -346,7 +448,7 @@ impl Coll {
                 self.msg.progress_or_wait(deadline.map(|(_, d)| d))?
             };
             moved += usize::from(self.advance_all());
-            if moved == 0 && (self.yield_when_idle || self.board_pending()) {
+            if moved == 0 && (self.yield_when_idle || self.sleeps() && self.board_pending()) {
                 std::thread::yield_now();
             }
         }
@@ -594,6 +696,9 @@ impl Coll {
 
     /// Waits until every member has called it.
     pub fn barrier(&mut self, comm: &Comm) -> Result<(), CollError> {
+        if let Some(r) = self.on_board_now(comm, Collective::Barrier, 0, None, &mut []) {
+            return r;
+        }
         let r = self.ibarrier(comm)?;
         self.wait(r).map(drop)
     }
@@ -606,6 +711,10 @@ impl Coll {
         root: usize,
         data: &mut [T],
     ) -> Result<(), CollError> {
+        let bytes = data.as_mut_bytes();
+        if let Some(r) = self.on_board_now(comm, Collective::Bcast, root, None, bytes) {
+            return r;
+        }
         let input = if comm.rank() == root {
             self.msg.pool.copy_of(data.as_bytes())
         } else {
@@ -624,7 +733,12 @@ impl Coll {
         data: &mut [T],
         op: impl Into<Op>,
     ) -> Result<(), CollError> {
-        let call = self.reduction(Collective::Allreduce, data, op.into());
+        let red = (op.into(), T::DATATYPE);
+        let bytes = data.as_mut_bytes();
+        if let Some(r) = self.on_board_now(comm, Collective::Allreduce, 0, Some(&red), bytes) {
+            return r;
+        }
+        let call = self.reduction(Collective::Allreduce, data, red.0);
         self.in_place(comm, call, data, true)
     }
 
@@ -637,9 +751,12 @@ impl Coll {
         data: &mut [T],
         op: impl Into<Op>,
     ) -> Result<(), CollError> {
-        let call = self
-            .reduction(Collective::Reduce, data, op.into())
-            .root(root);
+        let red = (op.into(), T::DATATYPE);
+        let bytes = data.as_mut_bytes();
+        if let Some(r) = self.on_board_now(comm, Collective::Reduce, root, Some(&red), bytes) {
+            return r;
+        }
+        let call = self.reduction(Collective::Reduce, data, red.0).root(root);
         self.in_place(comm, call, data, comm.rank() == root)
     }
 

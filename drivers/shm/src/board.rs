@@ -94,7 +94,8 @@ impl Board {
             path: path.clone(),
             reason,
         };
-        if ranks == 0 || ranks > u32::MAX as usize || !slot_len.is_multiple_of(64) || slot_len == 0 {
+        if ranks == 0 || ranks > u32::MAX as usize || !slot_len.is_multiple_of(64) || slot_len == 0
+        {
             return Err(ShmError::BadConfig(format!(
                 "a board needs at least one rank and a slot length that is a positive \
                  multiple of 64 (got {ranks} ranks, {slot_len} bytes)"
@@ -295,18 +296,27 @@ impl Board {
     ///
     /// As for [`Board::write`].
     pub fn with_slots<R>(&self, buffer: usize, len: usize, f: impl FnOnce(&[&[u8]]) -> R) -> R {
-        let slots: Vec<&[u8]> = (0..self.ranks)
-            .map(|r| {
-                let p = self.slot_ptr(buffer, r, len);
-                // SAFETY: p is valid for len bytes of the mapping, which
-                // lives as long as &self; by the protocol (module doc) no
-                // member writes the slot while it is viewed. A member that
-                // breaks the protocol can change the bytes we compute
-                // with, the same trust an inbox slot's view takes.
-                unsafe { std::slice::from_raw_parts(p, len) }
-            })
-            .collect();
-        f(&slots)
+        let view = |r: usize| -> &[u8] {
+            let p = self.slot_ptr(buffer, r, len);
+            // SAFETY: p is valid for len bytes of the mapping, which lives
+            // as long as &self; by the protocol (module doc) no member
+            // writes the slot while it is viewed. A member that breaks the
+            // protocol can change the bytes we compute with, the same
+            // trust an inbox slot's view takes.
+            unsafe { std::slice::from_raw_parts(p, len) }
+        };
+        // No allocation for the usual node sizes.
+        const ON_STACK: usize = 16;
+        if self.ranks <= ON_STACK {
+            let mut slots: [&[u8]; ON_STACK] = [&[]; ON_STACK];
+            for (r, s) in slots.iter_mut().enumerate().take(self.ranks) {
+                *s = view(r);
+            }
+            f(&slots[..self.ranks])
+        } else {
+            let slots: Vec<&[u8]> = (0..self.ranks).map(view).collect();
+            f(&slots)
+        }
     }
 }
 
