@@ -48,10 +48,16 @@ use std::hash::{Hash, Hasher};
 pub const BOARD_VAR: &str = "BCL_COLL_BOARD";
 
 /// Bytes of data per member and phase. Large calls run in phases of this
-/// size, two in flight (the board's double buffering): 64 KiB chunks keep
-/// both copies of a pipelined bcast in the caches while a phase's
-/// hand-off (well under a microsecond) stays small against its copy.
+/// size: 64 KiB chunks keep both copies of a pipelined bcast in the
+/// caches while a phase's hand-off (well under a microsecond) stays small
+/// against its copy.
 pub const SLOT_LEN: usize = 64 * 1024;
+
+/// Slots per member: how many phases a member may run ahead of the
+/// slowest reader (a root issuing bcasts back to back, a fast rank in a
+/// large reduction). A board takes `BUFFERS × P × SLOT_LEN` bytes of
+/// address space; only the pages written are allocated.
+pub const BUFFERS: usize = 8;
 
 /// The algorithm name reported for calls on the board.
 pub const NAME: &str = "shared_board";
@@ -189,7 +195,7 @@ impl CommBoard {
         let mut moved = false;
         while ph.at < chunks {
             let phase = first + ph.at as u64;
-            let buffer = (phase % 2) as usize;
+            let buffer = (phase % BUFFERS as u64) as usize;
             let lo = (ph.at * chunk).min(data.len());
             let hi = (lo + chunk).min(data.len());
             if !ph.posted {
@@ -199,13 +205,14 @@ impl CommBoard {
                     _ => true,
                 };
                 if writes {
-                    // The buffer was last used at phase − 2: everyone must
-                    // be done reading it.
-                    if phase > 2 && self.all_done_seen < phase - 2 {
-                        if !board.all_done(phase - 2) {
+                    // The buffer was last used at phase − BUFFERS: everyone
+                    // must be done reading it.
+                    let reuse = phase.saturating_sub(BUFFERS as u64);
+                    if reuse > 0 && self.all_done_seen < reuse {
+                        if !board.all_done(reuse) {
                             return Ok((false, moved));
                         }
-                        self.all_done_seen = phase - 2;
+                        self.all_done_seen = reuse;
                     }
                     board.write(buffer, me, &data[lo..hi]);
                 }
@@ -367,7 +374,7 @@ impl BoardRun {
             (a.node.0, a.port.0).hash(&mut h);
         }
         let name = bcl_shm::board_name(job, self.comm.nodes()[0], h.finish());
-        match bcl_shm::Board::open(&dir, &name, self.comm.size(), SLOT_LEN) {
+        match bcl_shm::Board::open(&dir, &name, self.comm.size(), BUFFERS, SLOT_LEN) {
             Ok(b) => Some(b),
             Err(e) => {
                 eprintln!("bcl: collectives over messages on this node: board {name}: {e}");

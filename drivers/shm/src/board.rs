@@ -2,22 +2,22 @@
 //! node's members run collectives without messages.
 //!
 //! A board holds, for each of its `ranks` members, two counters on lines
-//! of their own and two data slots of `slot_len` bytes (double buffering):
+//! of their own and `buffers` data slots of `slot_len` bytes:
 //!
 //! ```text
-//! page 0            header: magic, version, ranks, slot_len, ready
+//! page 0            header: magic, version, ranks, buffers, slot_len, ready
 //! lines 1..         posted[r], done[r]: 128-byte lines, 2 per rank
-//! page-aligned      slot[buffer][rank]: 2 × ranks × slot_len bytes
+//! page-aligned      slot[buffer][rank]: buffers × ranks × slot_len bytes
 //! ```
 //!
 //! The collectives built on it (`bcl::coll`'s board tier) number their
 //! steps with *phases* 1, 2, 3, … that every member runs in the same order;
-//! phase p uses buffer `p % 2`. A member publishes its data for phase p by
+//! phase p uses buffer `p % buffers`. A member publishes its data for phase p by
 //! writing its slot, then storing `posted[r] = p` (release); it reads a
 //! peer's slot only after loading `posted[peer] ≥ p` (acquire), and stores
 //! `done[r] = p` (release) once it has finished reading everything of
-//! phase p. Before writing buffer `p % 2` again at phase p it waits until
-//! every `done ≥ p − 2` (acquire). So a slot is never written while anyone
+//! phase p. Before writing buffer `p % buffers` again at phase p it waits
+//! until every `done ≥ p − buffers` (acquire). So a slot is never written while anyone
 //! may read it, and never read before it is written. Counters only grow.
 //!
 //! The file is `DIR/bcl-board-JOB-NODE-KEY` (`KEY` names the communicator),
@@ -42,7 +42,7 @@ use std::path::{Path, PathBuf};
 
 /// "BCLBOARD" in ASCII.
 const MAGIC: u64 = 0x4452_414f_424c_4342;
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 const PAGE: usize = 4096;
 /// Counters sit on 128-byte lines: the adjacent-line prefetcher of x86
 /// CPUs pulls 64-byte lines in pairs.
@@ -54,6 +54,7 @@ struct Header {
     magic: AtomicU64,
     version: AtomicU32,
     ranks: AtomicU32,
+    buffers: AtomicU32,
     slot_len: AtomicU64,
     /// 1 once the creator has written the fields above.
     ready: AtomicU32,
@@ -65,6 +66,7 @@ pub struct Board {
     map: Mapping,
     path: PathBuf,
     ranks: usize,
+    buffers: usize,
     slot_len: usize,
     slots_off: usize,
 }
@@ -74,36 +76,47 @@ pub fn board_name(job: JobKey, node: u32, key: u64) -> String {
     format!("bcl-board-{:08x}-{node}-{key:016x}", job.0)
 }
 
-fn geometry(ranks: usize, slot_len: usize) -> Option<(usize, usize)> {
-    let counters_end = LINE.checked_mul(1 + 2 * ranks)?;
+fn geometry(ranks: usize, buffers: usize, slot_len: usize) -> Option<(usize, usize)> {
+    let counters_end = LINE.checked_mul(ranks.checked_mul(2)?.checked_add(1)?)?;
     let slots_off = counters_end.div_ceil(PAGE).checked_mul(PAGE)?;
     let total = slot_len
-        .checked_mul(2)?
+        .checked_mul(buffers)?
         .checked_mul(ranks)?
         .checked_add(slots_off)?;
     Some((slots_off, total))
 }
 
 impl Board {
-    /// Creates the board `dir/name` for `ranks` members with slots of
-    /// `slot_len` bytes, or maps it if another member created it first
-    /// (then its header must say the same `ranks` and `slot_len`).
-    pub fn open(dir: &Path, name: &str, ranks: usize, slot_len: usize) -> Result<Board, ShmError> {
+    /// Creates the board `dir/name` for `ranks` members with `buffers`
+    /// slots of `slot_len` bytes each, or maps it if another member created
+    /// it first (then its header must say the same geometry). Only the
+    /// pages written are ever allocated.
+    pub fn open(
+        dir: &Path,
+        name: &str,
+        ranks: usize,
+        buffers: usize,
+        slot_len: usize,
+    ) -> Result<Board, ShmError> {
         let path = dir.join(name);
         let bad = |reason: String| ShmError::BadSegment {
             path: path.clone(),
             reason,
         };
-        if ranks == 0 || ranks > u32::MAX as usize || !slot_len.is_multiple_of(64) || slot_len == 0
+        if ranks == 0
+            || ranks > u32::MAX as usize
+            || !(1..=u32::MAX as usize).contains(&buffers)
+            || !slot_len.is_multiple_of(64)
+            || slot_len == 0
         {
             return Err(ShmError::BadConfig(format!(
-                "a board needs at least one rank and a slot length that is a positive \
-                 multiple of 64 (got {ranks} ranks, {slot_len} bytes)"
+                "a board needs at least one rank, one buffer and a slot length that is a \
+                 positive multiple of 64 (got {ranks} ranks, {buffers} buffers, {slot_len} bytes)"
             )));
         }
-        let (slots_off, total) = geometry(ranks, slot_len).ok_or_else(|| {
+        let (slots_off, total) = geometry(ranks, buffers, slot_len).ok_or_else(|| {
             ShmError::BadConfig(format!(
-                "a board of {ranks} × {slot_len} bytes is too large"
+                "a board of {buffers} × {ranks} × {slot_len} bytes is too large"
             ))
         })?;
         let io = |context: String| move |source: io::Error| ShmError::Io { context, source };
@@ -129,7 +142,7 @@ impl Board {
             let len = file_len(&fd).map_err(io(format!("reading {}", path.display())))?;
             if len != total as u64 {
                 return Err(bad(format!(
-                    "{len} bytes, expected {total} for {ranks} ranks × {slot_len}-byte slots"
+                    "{len} bytes, expected {total} for {buffers} × {ranks} × {slot_len}-byte slots"
                 )));
             }
         }
@@ -143,6 +156,7 @@ impl Board {
             map,
             path: path.clone(),
             ranks,
+            buffers,
             slot_len,
             slots_off,
         };
@@ -151,6 +165,7 @@ impl Board {
             h.magic.store(MAGIC, Ordering::Relaxed);
             h.version.store(VERSION, Ordering::Relaxed);
             h.ranks.store(ranks as u32, Ordering::Relaxed);
+            h.buffers.store(buffers as u32, Ordering::Relaxed);
             h.slot_len.store(slot_len as u64, Ordering::Relaxed);
             h.ready.store(1, Ordering::Release);
         } else {
@@ -164,12 +179,13 @@ impl Board {
                 h.ranks.load(Ordering::Acquire),
                 h.slot_len.load(Ordering::Acquire),
             );
+            let b = h.buffers.load(Ordering::Acquire);
             if h.ready.load(Ordering::Acquire) != 1 || magic != MAGIC || version != VERSION {
                 return Err(bad("not an initialised board of this version".into()));
             }
-            if r as usize != ranks || s != slot_len as u64 {
+            if r as usize != ranks || b as usize != buffers || s != slot_len as u64 {
                 return Err(bad(format!(
-                    "made for {r} ranks × {s}-byte slots, expected {ranks} × {slot_len}"
+                    "made for {b} × {r} × {s}-byte slots, expected {buffers} × {ranks} × {slot_len}"
                 )));
             }
         }
@@ -193,6 +209,11 @@ impl Board {
     /// Number of members.
     pub fn ranks(&self) -> usize {
         self.ranks
+    }
+
+    /// Slots per member.
+    pub fn buffers(&self) -> usize {
+        self.buffers
     }
 
     /// Bytes per slot.
@@ -251,7 +272,7 @@ impl Board {
 
     fn slot_ptr(&self, buffer: usize, rank: usize, len: usize) -> *mut u8 {
         assert!(
-            buffer < 2 && rank < self.ranks && len <= self.slot_len,
+            buffer < self.buffers && rank < self.ranks && len <= self.slot_len,
             "slot {buffer}/{rank} of {len} bytes on a board of {} × {}",
             self.ranks,
             self.slot_len
@@ -265,7 +286,7 @@ impl Board {
     ///
     /// # Panics
     ///
-    /// If `buffer > 1`, `rank` is not a member or `data` is longer than a
+    /// If `buffer` is not below [`Board::buffers`], `rank` is not a member or `data` is longer than a
     /// slot (our own arguments, never a peer's).
     pub fn write(&self, buffer: usize, rank: usize, data: &[u8]) {
         let dst = self.slot_ptr(buffer, rank, data.len());
@@ -334,8 +355,8 @@ mod tests {
     fn second_opener_maps_the_same_memory() {
         let d = dir();
         let name = board_name(JobKey(7), 0, 42);
-        let a = Board::open(&d, &name, 3, 4096).unwrap();
-        let b = Board::open(&d, &name, 3, 4096).unwrap();
+        let a = Board::open(&d, &name, 3, 2, 4096).unwrap();
+        let b = Board::open(&d, &name, 3, 2, 4096).unwrap();
         a.write(1, 2, b"hello");
         a.set_posted(2, 5);
         assert_eq!(b.posted(2), 5);
@@ -361,10 +382,12 @@ mod tests {
         let d = dir().join("geometry");
         std::fs::create_dir_all(&d).unwrap();
         let name = board_name(JobKey(7), 0, 43);
-        let _a = Board::open(&d, &name, 2, 4096).unwrap();
-        let err = Board::open(&d, &name, 3, 4096).unwrap_err();
+        let _a = Board::open(&d, &name, 2, 2, 4096).unwrap();
+        let err = Board::open(&d, &name, 3, 2, 4096).unwrap_err();
         assert!(matches!(err, ShmError::BadSegment { .. }), "{err}");
-        let err = Board::open(&d, "x", 2, 100).unwrap_err();
+        let err = Board::open(&d, &name, 2, 4, 4096).unwrap_err();
+        assert!(matches!(err, ShmError::BadSegment { .. }), "{err}");
+        let err = Board::open(&d, "x", 2, 2, 100).unwrap_err();
         assert!(matches!(err, ShmError::BadConfig(_)), "{err}");
         std::fs::remove_dir_all(&d).unwrap();
     }
