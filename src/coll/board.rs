@@ -40,8 +40,10 @@ use super::messenger::Messenger;
 use super::op::{reduce_canonical, BuiltinOp, Datatype, Op};
 use super::request::{Advance, Running};
 use super::runtime::Call;
+use bcl_core::ProcessAddr;
 use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
+use std::time::{Duration, Instant};
 
 /// The environment variable that turns the board tier off (`0`, `off`,
 /// `false`).
@@ -96,6 +98,48 @@ pub(crate) struct CommBoard {
     /// member post phase q shows them all done with q − 1. Saves reading
     /// the other members' `done` lines, which they have just written.
     all_done_seen: u64,
+    liveness: Liveness,
+}
+
+/// Looks for dead members while a board call waits: every
+/// [`LIVENESS_LOOKS`] fruitless looks it reads the clock, and every
+/// [`LIVENESS_PERIOD`] it checks the members' pids.
+#[derive(Default)]
+struct Liveness {
+    members: Vec<ProcessAddr>,
+    idle_looks: u32,
+    last_check: Option<Instant>,
+}
+
+/// Fruitless looks at a board between two clock readings.
+const LIVENESS_LOOKS: u32 = 1024;
+
+/// How often a waiting member checks that the others are alive.
+pub const LIVENESS_PERIOD: Duration = Duration::from_millis(100);
+
+impl Liveness {
+    fn waiting(&mut self, board: &bcl_shm::Board) -> Result<(), CollError> {
+        self.idle_looks = self.idle_looks.wrapping_add(1);
+        if !self.idle_looks.is_multiple_of(LIVENESS_LOOKS) {
+            return Ok(());
+        }
+        let now = Instant::now();
+        let last = *self.last_check.get_or_insert(now);
+        if now.duration_since(last) < LIVENESS_PERIOD {
+            return Ok(());
+        }
+        self.last_check = Some(now);
+        match board.first_dead() {
+            Some((rank, pid)) => Err(CollError::PeerFailed {
+                peer: self.members.get(rank).copied().unwrap_or(ProcessAddr {
+                    node: bcl_core::NodeId(0),
+                    port: bcl_core::PortId(0),
+                }),
+                why: format!("rank {rank} (pid {pid}) died during a collective on the node's shared-memory board"),
+            }),
+            None => Ok(()),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -210,6 +254,9 @@ impl CommBoard {
                     let reuse = phase.saturating_sub(BUFFERS as u64);
                     if reuse > 0 && self.all_done_seen < reuse {
                         if !board.all_done(reuse) {
+                            if !moved {
+                                self.liveness.waiting(board)?;
+                            }
                             return Ok((false, moved));
                         }
                         self.all_done_seen = reuse;
@@ -235,6 +282,9 @@ impl CommBoard {
                 c != Collective::Bcast || me == root || board.posted(root) >= phase
             };
             if !ready {
+                if !moved {
+                    self.liveness.waiting(board)?;
+                }
                 return Ok((false, moved));
             }
             let reduces = c == Collective::Allreduce || (c == Collective::Reduce && me == root);
@@ -374,7 +424,14 @@ impl BoardRun {
             (a.node.0, a.port.0).hash(&mut h);
         }
         let name = bcl_shm::board_name(job, self.comm.nodes()[0], h.finish());
-        match bcl_shm::Board::open(&dir, &name, self.comm.size(), BUFFERS, SLOT_LEN) {
+        match bcl_shm::Board::open(&dir, &name, self.comm.size(), BUFFERS, SLOT_LEN).and_then(|b| {
+            b.join(self.comm.rank())
+                .map_err(|source| bcl_shm::ShmError::Io {
+                    context: "reading /proc/self/stat".into(),
+                    source,
+                })?;
+            Ok(b)
+        }) {
             Ok(b) => Some(b),
             Err(e) => {
                 eprintln!("bcl: collectives over messages on this node: board {name}: {e}");
@@ -441,6 +498,7 @@ impl BoardRun {
         match (all_mapped, board) {
             (true, Some(b)) => {
                 cb.state = State::Ready(b);
+                cb.liveness.members = self.comm.members().to_vec();
                 cb.next_phase = 1;
                 self.run_phases(cb)
             }

@@ -71,3 +71,60 @@ fn every_collective_is_right_on_the_board() {
         .collect();
     assert!(left.is_empty(), "board files left behind: {left:?}");
 }
+
+/// A rank killed while the others wait for it on the board: they fail
+/// with an error naming it (from the board's liveness check) instead of
+/// waiting forever. Each rank runs under `sh`, which exits 0 whatever
+/// happens to it, so `bcl-run` does not stop the survivors itself.
+#[test]
+fn a_member_killed_during_a_board_barrier_fails_the_others() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let script =
+        r#""$0" --ops barrier --iters 1000000000 --warmup 0 & echo "pid $!"; wait; exit 0"#;
+    let mut run = Command::new(env!("CARGO_BIN_EXE_bcl-run"))
+        .args(["-n", "3", "--timeout", "120", "--", "sh", "-c", script])
+        .arg(env!("CARGO_BIN_EXE_bcl-coll"))
+        .env_remove("BCL_COLL_BOARD")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run bcl-run");
+    let stdout = run.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let victim: i32 = loop {
+        let line = lines
+            .next()
+            .expect("bcl-run ended before rank 2 started")
+            .unwrap();
+        if let Some(pid) = line.strip_prefix("[2] pid ") {
+            break pid.trim().parse().unwrap();
+        }
+    };
+    // Let the job join and set its board up: then every rank spins in
+    // barriers.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(victim),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill rank 2");
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut run.stderr.take().unwrap(), &mut stderr).unwrap();
+    run.wait().unwrap();
+    let all = format!("{}\n{stderr}", rest.join("\n"));
+    for rank in 0..2 {
+        let expect = format!("[{rank}] bcl-coll: barrier of 0 bytes: peer");
+        let line = all
+            .lines()
+            .find(|l| l.starts_with(&expect))
+            .unwrap_or_else(|| panic!("rank {rank} did not fail:\n{all}"));
+        assert!(
+            line.contains(&format!(
+                "rank 2 (pid {victim}) died during a collective on the node's shared-memory board"
+            )),
+            "{line}"
+        );
+    }
+}

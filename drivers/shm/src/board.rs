@@ -27,6 +27,11 @@
 //! (the mappings stay valid), so it leaves nothing behind unless a member
 //! dies between creating and that agreement.
 //!
+//! Each member records its pid and start time beside its `posted` counter
+//! ([`Board::join`]), so a member waiting for a peer can tell a slow peer
+//! from a dead one ([`Board::first_dead`]) and fail instead of waiting
+//! forever.
+//!
 //! Like the rest of this crate, a board trusts its peers' protocol, not
 //! their data: lengths and indices come from our own side, so a buggy peer
 //! can make a collective's result wrong or make it wait, never make us
@@ -240,6 +245,51 @@ impl Board {
         unsafe { &*(self.map.ptr().add(off) as *const AtomicU64) }
     }
 
+    /// The pid and start-time words of `rank` (on its `posted` line, after
+    /// the counter: written once, read only by liveness checks).
+    fn identity(&self, rank: usize) -> (&AtomicU64, &AtomicU64) {
+        assert!(
+            rank < self.ranks,
+            "rank {rank} on a board of {}",
+            self.ranks
+        );
+        let off = LINE * (1 + 2 * rank);
+        // SAFETY: off + 24 <= off + LINE <= slots_off (geometry); both
+        // words are 8-aligned, and AtomicU64 is valid for any bit pattern.
+        unsafe {
+            (
+                &*(self.map.ptr().add(off + 8) as *const AtomicU64),
+                &*(self.map.ptr().add(off + 16) as *const AtomicU64),
+            )
+        }
+    }
+
+    /// Records the calling process as member `rank`.
+    pub fn join(&self, rank: usize) -> io::Result<()> {
+        let start = crate::proc::self_start_time()?;
+        self.join_as(rank, std::process::id(), start);
+        Ok(())
+    }
+
+    /// Records process (`pid`, `start`) as member `rank`.
+    pub fn join_as(&self, rank: usize, pid: u32, start: u64) {
+        let (p, t) = self.identity(rank);
+        t.store(start, Ordering::Relaxed);
+        p.store(u64::from(pid), Ordering::Release);
+    }
+
+    /// The first member that joined and is no longer alive (its pid gone,
+    /// a zombie, or reused), with its pid. Reads `/proc`: call it now and
+    /// then while waiting, not on every look.
+    pub fn first_dead(&self) -> Option<(usize, u32)> {
+        (0..self.ranks).find_map(|r| {
+            let (p, t) = self.identity(r);
+            let pid = p.load(Ordering::Acquire);
+            let pid = u32::try_from(pid).ok().filter(|&p| p != 0)?;
+            (!crate::proc::is_alive(pid, t.load(Ordering::Relaxed))).then_some((r, pid))
+        })
+    }
+
     /// The last phase `rank` published data for (acquire).
     pub fn posted(&self, rank: usize) -> u64 {
         self.counter(rank, 0).load(Ordering::Acquire)
@@ -374,6 +424,31 @@ mod tests {
         // Still shared after the unlink.
         b.set_done(0, 9);
         assert_eq!(a.done(0), 9);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_dead_member_is_found() {
+        let d = dir().join("dead");
+        std::fs::create_dir_all(&d).unwrap();
+        let b = Board::open(&d, &board_name(JobKey(7), 0, 44), 3, 2, 4096).unwrap();
+        b.join(0).unwrap();
+        assert_eq!(
+            b.first_dead(),
+            None,
+            "members that never joined are not dead"
+        );
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let start = crate::proc::stat(pid).unwrap().unwrap().1;
+        b.join_as(2, pid, start);
+        assert_eq!(b.first_dead(), None);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(b.first_dead(), Some((2, pid)));
         std::fs::remove_dir_all(&d).unwrap();
     }
 
