@@ -93,12 +93,48 @@ pub(crate) struct CommBoard {
     /// Board calls not finished, in start order (request ids).
     queue: VecDeque<usize>,
     scratch: Vec<u8>,
-    /// A phase every member is known to have finished reading: a member
-    /// sets `done` for a phase before it posts the next, so seeing every
-    /// member post phase q shows them all done with q − 1. Saves reading
-    /// the other members' `done` lines, which they have just written.
-    all_done_seen: u64,
+    /// What this member last read of the others' counters.
+    seen: Seen,
     liveness: Liveness,
+}
+
+/// The last values read of every member's stamps and `done` counter:
+/// lower bounds, since both only grow. A member whose wait is already
+/// covered by what it saw does not read the line again: while a root runs
+/// phases ahead of a reader, the root reads the reader's `done` line once
+/// for several phases instead of pulling it across every phase.
+#[derive(Default)]
+struct Seen {
+    /// The highest phase each member was seen to publish.
+    posted: Vec<u64>,
+    done: Vec<u64>,
+}
+
+impl Seen {
+    /// Whether member `r`, which must publish at `phase`, has. Having seen
+    /// it publish any later phase is enough: it runs phases in order.
+    fn posted(&mut self, board: &bcl_shm::Board, r: usize, phase: u64) -> bool {
+        if self.posted[r] < phase {
+            let stamp = board.stamp(buffer_of(phase), r);
+            self.posted[r] = self.posted[r].max(stamp);
+        }
+        self.posted[r] >= phase
+    }
+
+    fn all_posted(&mut self, board: &bcl_shm::Board, phase: u64) -> bool {
+        (0..self.posted.len()).all(|r| self.posted(board, r, phase))
+    }
+
+    /// A member sets `done` for a phase before it publishes the next, so
+    /// having seen it publish q shows it done with q − 1.
+    fn all_done(&mut self, board: &bcl_shm::Board, phase: u64) -> bool {
+        (0..self.done.len()).all(|r| {
+            if self.done[r] < phase && self.posted[r] <= phase {
+                self.done[r] = board.done(r);
+            }
+            self.done[r] >= phase || self.posted[r] > phase
+        })
+    }
 }
 
 /// Looks for dead members while a board call waits: every
@@ -187,6 +223,11 @@ impl CommBoard {
     }
 }
 
+/// The slot buffer of `phase`.
+fn buffer_of(phase: u64) -> usize {
+    (phase % BUFFERS as u64) as usize
+}
+
 /// What one member does in a board call.
 pub(crate) struct Task<'a> {
     pub collective: Collective,
@@ -239,7 +280,7 @@ impl CommBoard {
         let mut moved = false;
         while ph.at < chunks {
             let phase = first + ph.at as u64;
-            let buffer = (phase % BUFFERS as u64) as usize;
+            let buffer = buffer_of(phase);
             let lo = (ph.at * chunk).min(data.len());
             let hi = (lo + chunk).min(data.len());
             if !ph.posted {
@@ -252,18 +293,17 @@ impl CommBoard {
                     // The buffer was last used at phase − BUFFERS: everyone
                     // must be done reading it.
                     let reuse = phase.saturating_sub(BUFFERS as u64);
-                    if reuse > 0 && self.all_done_seen < reuse {
-                        if !board.all_done(reuse) {
-                            if !moved {
-                                self.liveness.waiting(board)?;
-                            }
-                            return Ok((false, moved));
+                    if reuse > 0 && !self.seen.all_done(board, reuse) {
+                        if !moved {
+                            self.liveness.waiting(board)?;
                         }
-                        self.all_done_seen = reuse;
+                        return Ok((false, moved));
                     }
                     board.write(buffer, me, &data[lo..hi]);
                 }
-                board.set_posted(me, phase);
+                if writes || c == Collective::Barrier {
+                    board.publish(buffer, me, phase);
+                }
                 ph.posted = true;
                 moved = true;
             }
@@ -273,13 +313,9 @@ impl CommBoard {
                 _ => false,
             };
             let ready = if needs_all {
-                let all = board.all_posted(phase);
-                if all {
-                    self.all_done_seen = self.all_done_seen.max(phase - 1);
-                }
-                all
+                self.seen.all_posted(board, phase)
             } else {
-                c != Collective::Bcast || me == root || board.posted(root) >= phase
+                c != Collective::Bcast || me == root || self.seen.posted(board, root, phase)
             };
             if !ready {
                 if !moved {
@@ -499,6 +535,10 @@ impl BoardRun {
             (true, Some(b)) => {
                 cb.state = State::Ready(b);
                 cb.liveness.members = self.comm.members().to_vec();
+                cb.seen = Seen {
+                    posted: vec![0; self.comm.size()],
+                    done: vec![0; self.comm.size()],
+                };
                 cb.next_phase = 1;
                 self.run_phases(cb)
             }

@@ -1,24 +1,32 @@
 //! Boards: one shared-memory file per communicator and node, on which the
 //! node's members run collectives without messages.
 //!
-//! A board holds, for each of its `ranks` members, two counters on lines
-//! of their own and `buffers` data slots of `slot_len` bytes:
+//! A board holds, for each of its `ranks` members, a line with its `done`
+//! counter and identity, and `buffers` slots; a slot is a stamp word and up
+//! to `slot_len` bytes of data:
 //!
 //! ```text
 //! page 0            header: magic, version, ranks, buffers, slot_len, ready
-//! lines 1..         posted[r], done[r]: 128-byte lines, 2 per rank
-//! page-aligned      slot[buffer][rank]: buffers × ranks × slot_len bytes
+//! lines 1..         per rank: identity (pid, start) and done[r]; 128-byte
+//!                   lines, 2 per rank
+//! page-aligned      slot[buffer][rank], each 64 + slot_len bytes:
+//!                   data ≤ 56 B: data at 0, stamp at 56 (one line)
+//!                   larger:      stamp at 56, data from 64
 //! ```
 //!
 //! The collectives built on it (`bcl::coll`'s board tier) number their
-//! steps with *phases* 1, 2, 3, … that every member runs in the same order;
-//! phase p uses buffer `p % buffers`. A member publishes its data for phase p by
-//! writing its slot, then storing `posted[r] = p` (release); it reads a
-//! peer's slot only after loading `posted[peer] ≥ p` (acquire), and stores
-//! `done[r] = p` (release) once it has finished reading everything of
-//! phase p. Before writing buffer `p % buffers` again at phase p it waits
-//! until every `done ≥ p − buffers` (acquire). So a slot is never written while anyone
-//! may read it, and never read before it is written. Counters only grow.
+//! steps with *phases* 1, 2, 3, … that every member runs in the same
+//! order; phase p uses buffer `p % buffers`. A member publishes its data
+//! for phase p by writing its slot, then storing the slot's stamp = p
+//! (release); another member reads the slot only after loading its stamp
+//! ≥ p (acquire), and stores `done[r] = p` (release) once it has finished
+//! reading everything of phase p. Before writing buffer `p % buffers` again
+//! at phase p a member waits until every `done ≥ p − buffers` (acquire). So
+//! a slot is never written while anyone may read it, and never read before
+//! it is written. Stamps and counters only grow.
+//!
+//! A small payload and its stamp share one cache line, so handing 8 bytes
+//! to another core moves one line, as the inbox's slots do.
 //!
 //! The file is `DIR/bcl-board-JOB-NODE-KEY` (`KEY` names the communicator),
 //! mode 0600, created and initialised under the directory lock of
@@ -27,7 +35,7 @@
 //! (the mappings stay valid), so it leaves nothing behind unless a member
 //! dies between creating and that agreement.
 //!
-//! Each member records its pid and start time beside its `posted` counter
+//! Each member records its pid and start time on its line
 //! ([`Board::join`]), so a member waiting for a peer can tell a slow peer
 //! from a dead one ([`Board::first_dead`]) and fail instead of waiting
 //! forever.
@@ -47,7 +55,11 @@ use std::path::{Path, PathBuf};
 
 /// "BCLBOARD" in ASCII.
 const MAGIC: u64 = 0x4452_414f_424c_4342;
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
+/// Payloads up to this long share the slot's first line with its stamp.
+pub const INLINE: usize = 56;
+/// Bytes of a slot before its data when the data is not inline.
+const SLOT_HEAD: usize = 64;
 const PAGE: usize = 4096;
 /// Counters sit on 128-byte lines: the adjacent-line prefetcher of x86
 /// CPUs pulls 64-byte lines in pairs.
@@ -85,6 +97,7 @@ fn geometry(ranks: usize, buffers: usize, slot_len: usize) -> Option<(usize, usi
     let counters_end = LINE.checked_mul(ranks.checked_mul(2)?.checked_add(1)?)?;
     let slots_off = counters_end.div_ceil(PAGE).checked_mul(PAGE)?;
     let total = slot_len
+        .checked_add(SLOT_HEAD)?
         .checked_mul(buffers)?
         .checked_mul(ranks)?
         .checked_add(slots_off)?;
@@ -232,21 +245,21 @@ impl Board {
         unsafe { &*(self.map.ptr() as *const Header) }
     }
 
-    fn counter(&self, rank: usize, which: usize) -> &AtomicU64 {
+    fn done_counter(&self, rank: usize) -> &AtomicU64 {
         assert!(
             rank < self.ranks,
             "rank {rank} on a board of {}",
             self.ranks
         );
-        let off = LINE * (1 + 2 * rank + which);
+        let off = LINE * (2 + 2 * rank);
         // SAFETY: off + 8 <= slots_off <= the mapping's length (geometry),
         // off is 128-aligned in a page-aligned mapping, and an AtomicU64 is
         // valid for any bit pattern.
         unsafe { &*(self.map.ptr().add(off) as *const AtomicU64) }
     }
 
-    /// The pid and start-time words of `rank` (on its `posted` line, after
-    /// the counter: written once, read only by liveness checks).
+    /// The pid and start-time words of `rank` (on a line of their own:
+    /// written once, read only by liveness checks).
     fn identity(&self, rank: usize) -> (&AtomicU64, &AtomicU64) {
         assert!(
             rank < self.ranks,
@@ -290,29 +303,27 @@ impl Board {
         })
     }
 
-    /// The last phase `rank` published data for (acquire).
-    pub fn posted(&self, rank: usize) -> u64 {
-        self.counter(rank, 0).load(Ordering::Acquire)
+    /// The stamp of `rank`'s slot in `buffer`: the last phase published
+    /// there (acquire).
+    pub fn stamp(&self, buffer: usize, rank: usize) -> u64 {
+        self.stamp_word(buffer, rank).load(Ordering::Acquire)
     }
 
-    /// Publishes `rank`'s slot for `phase` (release: after writing it).
-    pub fn set_posted(&self, rank: usize, phase: u64) {
-        self.counter(rank, 0).store(phase, Ordering::Release);
+    /// Publishes `rank`'s slot in `buffer` for `phase` (release: after
+    /// writing its data).
+    pub fn publish(&self, buffer: usize, rank: usize, phase: u64) {
+        self.stamp_word(buffer, rank)
+            .store(phase, Ordering::Release);
     }
 
     /// The last phase `rank` finished reading (acquire).
     pub fn done(&self, rank: usize) -> u64 {
-        self.counter(rank, 1).load(Ordering::Acquire)
+        self.done_counter(rank).load(Ordering::Acquire)
     }
 
     /// Says `rank` has finished reading everything of `phase` (release).
     pub fn set_done(&self, rank: usize, phase: u64) {
-        self.counter(rank, 1).store(phase, Ordering::Release);
-    }
-
-    /// Whether every member has posted `phase` or later.
-    pub fn all_posted(&self, phase: u64) -> bool {
-        (0..self.ranks).all(|r| self.posted(r) >= phase)
+        self.done_counter(rank).store(phase, Ordering::Release);
     }
 
     /// Whether every member has finished reading `phase` or later.
@@ -320,19 +331,40 @@ impl Board {
         (0..self.ranks).all(|r| self.done(r) >= phase)
     }
 
-    fn slot_ptr(&self, buffer: usize, rank: usize, len: usize) -> *mut u8 {
+    fn slot_base(&self, buffer: usize, rank: usize) -> *mut u8 {
         assert!(
-            buffer < self.buffers && rank < self.ranks && len <= self.slot_len,
-            "slot {buffer}/{rank} of {len} bytes on a board of {} × {}",
-            self.ranks,
-            self.slot_len
+            buffer < self.buffers && rank < self.ranks,
+            "slot {buffer}/{rank} on a board of {} × {}",
+            self.buffers,
+            self.ranks
         );
-        let off = self.slots_off + (buffer * self.ranks + rank) * self.slot_len;
-        // SAFETY: off + slot_len <= the mapping's length (geometry).
+        let off = self.slots_off + (buffer * self.ranks + rank) * (SLOT_HEAD + self.slot_len);
+        // SAFETY: off + SLOT_HEAD + slot_len <= the mapping's length
+        // (geometry).
         unsafe { self.map.ptr().add(off) }
     }
 
-    /// Copies `data` into the start of `rank`'s slot in `buffer`.
+    fn stamp_word(&self, buffer: usize, rank: usize) -> &AtomicU64 {
+        // SAFETY: slot_base is 64-aligned (slots_off is page-aligned and
+        // the stride a multiple of 64), so +56 is 8-aligned and inside
+        // the slot's head; AtomicU64 is valid for any bit pattern.
+        unsafe { &*(self.slot_base(buffer, rank).add(INLINE) as *const AtomicU64) }
+    }
+
+    /// Where `len` bytes of data sit in the slot (see the module doc).
+    fn slot_ptr(&self, buffer: usize, rank: usize, len: usize) -> *mut u8 {
+        assert!(
+            len <= self.slot_len,
+            "{len} bytes in a slot of {}",
+            self.slot_len
+        );
+        let base = self.slot_base(buffer, rank);
+        let at = if len <= INLINE { 0 } else { SLOT_HEAD };
+        // SAFETY: at + len <= SLOT_HEAD + slot_len, inside the slot.
+        unsafe { base.add(at) }
+    }
+
+    /// Copies `data` into `rank`'s slot in `buffer` (publish it after).
     ///
     /// # Panics
     ///
@@ -346,7 +378,8 @@ impl Board {
         unsafe { crate::copy::copy_bytes(dst, data.as_ptr(), data.len()) };
     }
 
-    /// Copies the first `out.len()` bytes of `rank`'s slot in `buffer`.
+    /// Copies `out.len()` bytes of data from `rank`'s slot in `buffer`
+    /// (the length it was written with).
     ///
     /// # Panics
     ///
@@ -358,10 +391,10 @@ impl Board {
         unsafe { crate::copy::copy_bytes(out.as_mut_ptr(), src, out.len()) };
     }
 
-    /// Runs `f` on the first `len` bytes of every member's slot in
-    /// `buffer` (index = rank), read in place. Call it only for a phase
-    /// every member has posted and before saying done, when by the
-    /// protocol nobody writes these slots.
+    /// Runs `f` on `len` bytes of data of every member's slot in `buffer`
+    /// (index = rank; the length they were written with), read in place.
+    /// Call it only for a phase every member has published and before
+    /// saying done, when by the protocol nobody writes these slots.
     ///
     /// # Panics
     ///
@@ -408,17 +441,29 @@ mod tests {
         let a = Board::open(&d, &name, 3, 2, 4096).unwrap();
         let b = Board::open(&d, &name, 3, 2, 4096).unwrap();
         a.write(1, 2, b"hello");
-        a.set_posted(2, 5);
-        assert_eq!(b.posted(2), 5);
+        a.publish(1, 2, 5);
+        assert_eq!(b.stamp(1, 2), 5);
+        assert_eq!(b.stamp(0, 2), 0);
         let mut out = [0u8; 5];
         b.read(1, 2, &mut out);
         assert_eq!(&out, b"hello");
-        assert!(!b.all_posted(5));
         b.with_slots(1, 5, |s| {
             assert_eq!(s.len(), 3);
             assert_eq!(s[2], b"hello");
             assert_eq!(s[0], [0u8; 5]);
         });
+        // A payload too long for the stamp's line goes after it; both
+        // sizes round-trip, and a full slot fits.
+        let long: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
+        a.write(0, 1, &long);
+        a.publish(0, 1, 6);
+        let mut back = vec![0u8; 4096];
+        b.read(0, 1, &mut back);
+        assert_eq!(back, long);
+        assert_eq!(b.stamp(0, 1), 6);
+        a.write(0, 0, &long[..57]);
+        b.with_slots(0, 57, |s| assert_eq!(s[0], &long[..57]));
+        assert!(!b.all_done(1));
         a.unlink().unwrap();
         assert!(!a.path().exists());
         // Still shared after the unlink.
