@@ -504,6 +504,13 @@ impl Messenger {
         Ok(moved)
     }
 
+    /// One full progress round of the endpoint (every method and timer),
+    /// then every message and event it produced.
+    pub fn progress_full(&mut self) -> Result<usize, CollError> {
+        let moved = self.ep.progress()?;
+        Ok(moved + self.drain()?)
+    }
+
     /// Acts on one received message.
     fn handle(&mut self, from: ProcessAddr, m: Owned) -> Result<(), CollError> {
         match m {

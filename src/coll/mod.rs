@@ -23,6 +23,7 @@ pub mod board;
 pub mod comm;
 pub mod cost;
 pub mod error;
+mod hierarchy;
 pub mod messenger;
 pub mod op;
 mod pool;

@@ -5,6 +5,7 @@ use super::alg::{Algorithm, Collective, Shape};
 use super::board::{self, BoardAdvance, BoardRun, CommBoard};
 use super::comm::Comm;
 use super::error::CollError;
+use super::hierarchy::Hierarchy;
 use super::messenger::{Messenger, RecvId, SendId};
 use super::op::{Datatype, Element, Op};
 use super::request::{Advance, Running};
@@ -16,6 +17,10 @@ use std::time::Duration;
 
 /// Progress rounds between two looks at the clock in a waiting call.
 const CLOCK_CHECK_ROUNDS: u32 = 64;
+
+/// The algorithm name reported for blocking calls through the node
+/// hierarchy (boards inside nodes, the leaders between them).
+pub const HIERARCHICAL: &str = "two_level_board";
 
 /// Looks at a board between two progress rounds of a blocking board call.
 const BOARD_LOOKS_PER_ROUND: usize = 16;
@@ -117,6 +122,11 @@ pub struct Coll {
     /// The board of each communicator that used one (see [`board`]).
     boards: HashMap<u32, CommBoard>,
     board_enabled: bool,
+    /// Whether the endpoint has shared memory (boards are possible).
+    has_shm: bool,
+    /// The node hierarchy of each communicator asked about (see
+    /// [`Hierarchy`]).
+    hierarchies: HashMap<u32, Option<Arc<Hierarchy>>>,
     finished: HashMap<usize, Result<Vec<u8>, CollError>>,
     /// Operations `advance_all` found complete (kept to reuse its memory).
     done: Vec<(usize, Result<Vec<u8>, CollError>)>,
@@ -144,8 +154,12 @@ impl Coll {
                 ))
             })?;
         let world = Comm::new(0, rank, Arc::from(members));
+        let mut ep = ep;
+        let has_shm = ep.method_mut::<bcl_shm::ShmMethod>().is_some();
         Ok(Coll {
             msg: Messenger::new(ep),
+            has_shm,
+            hierarchies: HashMap::default(),
             world,
             next_id: 1,
             seqs: HashMap::default(),
@@ -386,9 +400,20 @@ impl Coll {
                 }
             }
             if !moved && (self.yield_when_idle || self.sleeps()) {
-                std::thread::yield_now();
+                self.idle()?;
             }
         }
+    }
+
+    /// A waiting round found nothing and the CPU is to be given away: first
+    /// one full progress round (every method, not only the shortest path
+    /// that busy-polling rounds take), so a message on another method is
+    /// not left behind many yields; then `sched_yield` if it found nothing.
+    fn idle(&mut self) -> Result<(), CollError> {
+        if self.msg.progress_full()? == 0 && !self.advance_all() {
+            std::thread::yield_now();
+        }
+        Ok(())
     }
 
     /// Whether a board call is in progress: board phases raise no event
@@ -449,7 +474,7 @@ impl Coll {
             };
             moved += usize::from(self.advance_all());
             if moved == 0 && (self.yield_when_idle || self.sleeps() && self.board_pending()) {
-                std::thread::yield_now();
+                self.idle()?;
             }
         }
     }
@@ -491,15 +516,26 @@ impl Coll {
             && !self.boards.get(&comm.id()).is_some_and(|b| b.unavailable())
     }
 
+    /// Whether `comm`'s blocking barrier, bcast, reduce and allreduce have
+    /// gone through its node hierarchy (boards inside nodes, leaders
+    /// between them; see [`Hierarchy`]).
+    pub fn hierarchical(&self, comm: &Comm) -> bool {
+        self.hierarchies
+            .get(&comm.id())
+            .is_some_and(|h| h.is_some())
+    }
+
     /// Whether `comm`'s barrier, bcast, reduce and allreduce run on its
     /// shared-memory board (set up by the first of them; see [`board`]).
     pub fn on_board(&self, comm: &Comm) -> bool {
         self.boards.get(&comm.id()).is_some_and(|b| b.ready())
     }
 
-    /// The name of the algorithm a call with this shape would run on
-    /// `comm`: [`board::NAME`] for board calls (while the board is not
-    /// known to fail), else the selector's choice.
+    /// The name of the algorithm a blocking call with this shape would run
+    /// on `comm` (reductions: with a commutative operation):
+    /// [`board::NAME`] for board calls (while the board is not known to
+    /// fail), [`HIERARCHICAL`] through the node hierarchy, else the
+    /// selector's choice.
     pub fn algorithm_name(
         &self,
         comm: &Comm,
@@ -509,6 +545,21 @@ impl Coll {
         let probe = Call::new(shape.collective, Vec::new());
         if self.uses_board(comm, &probe) {
             return Ok(board::NAME);
+        }
+        let hierarchical = self.board_enabled
+            && self.has_shm
+            && matches!(
+                shape.collective,
+                Collective::Barrier
+                    | Collective::Bcast
+                    | Collective::Reduce
+                    | Collective::Allreduce
+            )
+            && self.selector.overrides().get(shape.collective).is_none()
+            && Hierarchy::of(comm)
+                .is_some_and(|h| h.aligned || !shape.collective.reduces() || !self.deterministic);
+        if hierarchical {
+            return Ok(HIERARCHICAL);
         }
         self.choose(shape, uniform).map(Algorithm::name)
     }
@@ -534,9 +585,184 @@ impl Coll {
     }
 
     /// Starts `call` and waits for it.
-    pub fn run(&mut self, comm: &Comm, call: Call) -> Result<Vec<u8>, CollError> {
+    pub fn run(&mut self, comm: &Comm, mut call: Call) -> Result<Vec<u8>, CollError> {
+        if call.algorithm.is_none() {
+            if let Some(h) = self.hierarchy_for(comm, call.collective, call.reduction.as_ref()) {
+                let mut data = std::mem::take(&mut call.input);
+                if call.collective == Collective::Bcast && comm.rank() != call.root {
+                    data = self.msg.pool.take(call.len);
+                }
+                let red = call.reduction.take();
+                self.run_hierarchical(
+                    comm,
+                    &h,
+                    call.collective,
+                    call.root,
+                    red.as_ref(),
+                    &mut data,
+                )?;
+                return Ok(data);
+            }
+        }
         let r = self.start(comm, call)?;
         self.wait(r)
+    }
+
+    /// The hierarchy `collective` goes through on `comm`: barrier, bcast,
+    /// reduce and allreduce of a communicator spanning several nodes, some
+    /// with two or more members, when boards are possible and allowed and
+    /// the collective's algorithm is not forced; reductions only on
+    /// aligned placements while deterministic (or with a non-commutative
+    /// operation), where the hierarchy keeps the canonical order. Like
+    /// `BCL_COLL_ALG`, `BCL_COLL_BOARD` must be the same on every rank.
+    fn hierarchy_for(
+        &mut self,
+        comm: &Comm,
+        collective: Collective,
+        reduction: Option<&(Op, Datatype)>,
+    ) -> Option<Arc<Hierarchy>> {
+        if !self.board_enabled
+            || !self.has_shm
+            || !matches!(
+                collective,
+                Collective::Barrier
+                    | Collective::Bcast
+                    | Collective::Reduce
+                    | Collective::Allreduce
+            )
+            || self.selector.overrides().get(collective).is_some()
+        {
+            return None;
+        }
+        let h = self
+            .hierarchies
+            .entry(comm.id())
+            .or_insert_with(|| Hierarchy::of(comm).map(Arc::new))
+            .clone()?;
+        let keeps_order = |op: &Op| !self.deterministic && op.is_commutative();
+        match reduction {
+            Some((op, _)) if !h.aligned && !keeps_order(op) => None,
+            _ => Some(h),
+        }
+    }
+
+    /// Runs a barrier, bcast, reduce or allreduce of `comm` through its
+    /// node hierarchy, in place on `data`: inside each node on its board,
+    /// between nodes among the leaders.
+    fn run_hierarchical(
+        &mut self,
+        comm: &Comm,
+        h: &Hierarchy,
+        collective: Collective,
+        root: usize,
+        reduction: Option<&(Op, Datatype)>,
+        data: &mut [u8],
+    ) -> Result<(), CollError> {
+        let Some(&(root_node, root_index)) = h.place.get(root) else {
+            return Err(CollError::Invalid(format!(
+                "root {root} in a communicator of {}",
+                comm.size()
+            )));
+        };
+        let my_node = h.place[comm.rank()].0;
+        let node = &h.node;
+        match collective {
+            Collective::Barrier => {
+                // Arrive at the leader, leaders' barrier, release.
+                let arrive = (Op::Builtin(super::op::BuiltinOp::BitOr), Datatype::U8);
+                self.run_bytes(node, Collective::Reduce, 0, Some(&arrive), &mut [])?;
+                if let Some(l) = &h.leaders {
+                    self.run_bytes(l, Collective::Barrier, 0, None, &mut [])?;
+                }
+                self.run_bytes(node, Collective::Bcast, 0, None, &mut [])
+            }
+            Collective::Bcast => {
+                let root_leads = root_index == 0;
+                if my_node == root_node && !root_leads {
+                    self.run_bytes(node, Collective::Bcast, root_index, None, data)?;
+                }
+                if let Some(l) = &h.leaders {
+                    self.run_bytes(l, Collective::Bcast, root_node, None, data)?;
+                }
+                if my_node != root_node || root_leads {
+                    self.run_bytes(node, Collective::Bcast, 0, None, data)?;
+                }
+                Ok(())
+            }
+            Collective::Allreduce => {
+                self.run_bytes(node, Collective::Reduce, 0, reduction, data)?;
+                if let Some(l) = &h.leaders {
+                    self.run_bytes(l, Collective::Allreduce, 0, reduction, data)?;
+                }
+                self.run_bytes(node, Collective::Bcast, 0, None, data)
+            }
+            Collective::Reduce => {
+                // Partial results in a copy: only the root's data changes.
+                let mut partial = self.msg.pool.copy_of(data);
+                self.run_bytes(node, Collective::Reduce, 0, reduction, &mut partial)?;
+                if let Some(l) = &h.leaders {
+                    self.run_bytes(l, Collective::Reduce, root_node, reduction, &mut partial)?;
+                }
+                if my_node == root_node && root_index != 0 {
+                    self.run_bytes(node, Collective::Bcast, 0, None, &mut partial)?;
+                }
+                if comm.rank() == root {
+                    data.copy_from_slice(&partial);
+                }
+                self.msg.pool.give(partial);
+                Ok(())
+            }
+            other => Err(CollError::Invalid(format!(
+                "{} has no hierarchical form",
+                other.name()
+            ))),
+        }
+    }
+
+    /// One blocking call on bytes, in place (bcast and allreduce: every
+    /// rank's `data` gets the result; reduce: the root's): on the board
+    /// when it can, else over messages.
+    fn run_bytes(
+        &mut self,
+        comm: &Comm,
+        collective: Collective,
+        root: usize,
+        reduction: Option<&(Op, Datatype)>,
+        data: &mut [u8],
+    ) -> Result<(), CollError> {
+        if comm.size() == 1 {
+            return Ok(());
+        }
+        if let Some(r) = self.on_board_now(comm, collective, root, reduction, data) {
+            return r;
+        }
+        let input = match collective {
+            Collective::Barrier => Vec::new(),
+            Collective::Bcast if comm.rank() != root => Vec::new(),
+            _ => self.msg.pool.copy_of(data),
+        };
+        let mut call = Call::new(collective, input).root(root);
+        call.len = data.len();
+        call.reduction = reduction.cloned();
+        let r = self.start(comm, call)?;
+        let out = self.wait(r)?;
+        let writes = match collective {
+            Collective::Barrier => false,
+            Collective::Reduce => comm.rank() == root,
+            _ => true,
+        };
+        if writes {
+            if out.len() != data.len() {
+                return Err(CollError::Invalid(format!(
+                    "result of {} bytes for a buffer of {}",
+                    out.len(),
+                    data.len()
+                )));
+            }
+            data.copy_from_slice(&out);
+        }
+        self.msg.pool.give(out);
+        Ok(())
     }
 
     // ---- Non-blocking calls on bytes --------------------------------
@@ -696,6 +922,9 @@ impl Coll {
 
     /// Waits until every member has called it.
     pub fn barrier(&mut self, comm: &Comm) -> Result<(), CollError> {
+        if let Some(h) = self.hierarchy_for(comm, Collective::Barrier, None) {
+            return self.run_hierarchical(comm, &h, Collective::Barrier, 0, None, &mut []);
+        }
         if let Some(r) = self.on_board_now(comm, Collective::Barrier, 0, None, &mut []) {
             return r;
         }
@@ -712,6 +941,9 @@ impl Coll {
         data: &mut [T],
     ) -> Result<(), CollError> {
         let bytes = data.as_mut_bytes();
+        if let Some(h) = self.hierarchy_for(comm, Collective::Bcast, None) {
+            return self.run_hierarchical(comm, &h, Collective::Bcast, root, None, bytes);
+        }
         if let Some(r) = self.on_board_now(comm, Collective::Bcast, root, None, bytes) {
             return r;
         }
@@ -735,6 +967,9 @@ impl Coll {
     ) -> Result<(), CollError> {
         let red = (op.into(), T::DATATYPE);
         let bytes = data.as_mut_bytes();
+        if let Some(h) = self.hierarchy_for(comm, Collective::Allreduce, Some(&red)) {
+            return self.run_hierarchical(comm, &h, Collective::Allreduce, 0, Some(&red), bytes);
+        }
         if let Some(r) = self.on_board_now(comm, Collective::Allreduce, 0, Some(&red), bytes) {
             return r;
         }
@@ -753,6 +988,9 @@ impl Coll {
     ) -> Result<(), CollError> {
         let red = (op.into(), T::DATATYPE);
         let bytes = data.as_mut_bytes();
+        if let Some(h) = self.hierarchy_for(comm, Collective::Reduce, Some(&red)) {
+            return self.run_hierarchical(comm, &h, Collective::Reduce, root, Some(&red), bytes);
+        }
         if let Some(r) = self.on_board_now(comm, Collective::Reduce, root, Some(&red), bytes) {
             return r;
         }

@@ -38,6 +38,7 @@ fn check(mode: Option<&str>, board_env: Option<&str>) -> Vec<(u64, u64)> {
         let v: serde_json::Value = serde_json::from_str(rest).unwrap();
         let rank: usize = tag.trim_start_matches('[').parse().unwrap();
         assert_eq!(v["methods"], serde_json::json!(["shm"]), "{line}");
+        assert_eq!(v["hierarchies"].as_u64(), Some(0), "one node: {line}");
         ranks[rank] = Some((v["calls"].as_u64().unwrap(), v["boards"].as_u64().unwrap()));
     }
     ranks

@@ -64,6 +64,10 @@ fn every_collective_is_right_over_shared_memory_and_packet() {
             .map(|m| m.as_str().unwrap())
             .collect();
         assert_eq!(methods, ["packet", "shm"], "rank {rank}'s links: {line}");
+        // The world and its duplicate go through boards inside the nodes
+        // and leaders between them; the even/odd halves have one rank per
+        // node, so no hierarchy.
+        assert_eq!(v["hierarchies"].as_u64(), Some(2), "{line}");
         ranks.push(rank);
     }
     ranks.sort();

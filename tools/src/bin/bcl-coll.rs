@@ -97,9 +97,10 @@ struct Args {
     /// Instead of timing: run every collective (sizes 0 B to 320 KB, first
     /// and last rank as root) on the world, a duplicate of it and its split
     /// into even and odd ranks, check every rank's result (reductions bit
-    /// for bit), and print `check {"rank":R,"calls":N,"methods":[..],"boards":B}` per
+    /// for bit), and print `check {"rank":R,"calls":N,"methods":[..],"boards":B,"hierarchies":H}` per
     /// rank (the methods of its links; `boards`: how many of the three
-    /// communicators ran on a shared-memory board).
+    /// communicators ran on a shared-memory board; `hierarchies`: how many
+    /// went through their node hierarchy).
     #[arg(long)]
     check: bool,
     /// Seconds the ranks may take to join, and any one collective call.
@@ -433,14 +434,15 @@ fn run(args: &Args) -> Result<(), String> {
             .split(&b.world, Some((rank % 2) as u32), 0)
             .map_err(|e| format!("split: {e}"))?
             .ok_or("split gave no communicator")?;
-        let (mut calls, mut boards) = (0, 0);
+        let (mut calls, mut boards, mut hierarchies) = (0, 0, 0);
         for comm in [&b.world.clone(), &dup, &half] {
             calls += bcl_tools::coll_check::check_all(&mut b.coll, comm)?;
             boards += usize::from(b.coll.on_board(comm));
+            hierarchies += usize::from(b.coll.hierarchical(comm));
         }
         let methods = serde_json::to_string(&b.methods()).map_err(|e| e.to_string())?;
         println!(
-            "check {{\"rank\":{rank},\"calls\":{calls},\"methods\":{methods},\"boards\":{boards}}}"
+            "check {{\"rank\":{rank},\"calls\":{calls},\"methods\":{methods},\"boards\":{boards},\"hierarchies\":{hierarchies}}}"
         );
         return finish(&mut b, session.as_mut(), args.timeout);
     }
