@@ -95,6 +95,10 @@ pub(crate) struct CommBoard {
     scratch: Vec<u8>,
     /// What this member last read of the others' counters.
     seen: Seen,
+    /// This member's own `done`, published lazily.
+    done: LazyDone,
+    /// This member's rank on the board.
+    me: usize,
     liveness: Liveness,
 }
 
@@ -134,6 +138,50 @@ impl Seen {
             }
             self.done[r] >= phase || self.posted[r] > phase
         })
+    }
+}
+
+/// This member's `done` counter, published every [`DONE_EVERY`] phases and
+/// whenever it is about to wait (on the board, or idle in any waiting loop
+/// of [`super::Coll`]), rather than after every phase. A writer that needs
+/// the buffer back then pulls the line across once for several phases, as
+/// a fast box's reader returns its slots in batches. A member that runs
+/// phases without ever waiting holds back at most `DONE_EVERY − 1` of
+/// them, so a writer still runs `BUFFERS − DONE_EVERY + 1` phases ahead;
+/// one that stops calling in may hold a writer up until it calls in again,
+/// which a collective's semantics allow (it may synchronise).
+#[derive(Default)]
+struct LazyDone {
+    finished: u64,
+    published: u64,
+}
+
+/// Phases between two publications of `done` by a member that never waits.
+const DONE_EVERY: u64 = BUFFERS as u64 / 2;
+
+impl LazyDone {
+    fn finished(&mut self, board: &bcl_shm::Board, me: usize, phase: u64) {
+        self.finished = phase;
+        if phase.is_multiple_of(DONE_EVERY) {
+            self.flush(board, me);
+        }
+    }
+
+    fn flush(&mut self, board: &bcl_shm::Board, me: usize) {
+        if self.published < self.finished {
+            board.set_done(me, self.finished);
+            self.published = self.finished;
+        }
+    }
+}
+
+impl CommBoard {
+    /// Publishes this member's `done` if it has finished phases it has not
+    /// said (call before waiting on anything else).
+    pub fn flush_done(&mut self) {
+        if let State::Ready(board) = &self.state {
+            self.done.flush(board, self.me);
+        }
     }
 }
 
@@ -294,6 +342,7 @@ impl CommBoard {
                     // must be done reading it.
                     let reuse = phase.saturating_sub(BUFFERS as u64);
                     if reuse > 0 && !self.seen.all_done(board, reuse) {
+                        self.done.flush(board, me);
                         if !moved {
                             self.liveness.waiting(board)?;
                         }
@@ -318,6 +367,7 @@ impl CommBoard {
                 c != Collective::Bcast || me == root || self.seen.posted(board, root, phase)
             };
             if !ready {
+                self.done.flush(board, me);
                 if !moved {
                     self.liveness.waiting(board)?;
                 }
@@ -336,7 +386,7 @@ impl CommBoard {
                     reduce_canonical(op, *dt, slots, out, scratch)
                 })?;
             }
-            board.set_done(me, phase);
+            self.done.finished(board, me, phase);
             ph.at += 1;
             ph.posted = false;
             moved = true;
@@ -535,6 +585,7 @@ impl BoardRun {
             (true, Some(b)) => {
                 cb.state = State::Ready(b);
                 cb.liveness.members = self.comm.members().to_vec();
+                cb.me = self.comm.rank();
                 cb.seen = Seen {
                     posted: vec![0; self.comm.size()],
                     done: vec![0; self.comm.size()],

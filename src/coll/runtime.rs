@@ -399,8 +399,12 @@ impl Coll {
                     return Err(CollError::Timeout(t));
                 }
             }
-            if !moved && (self.yield_when_idle || self.sleeps()) {
-                self.idle()?;
+            if !moved {
+                if self.yield_when_idle || self.sleeps() {
+                    self.idle()?;
+                } else {
+                    self.flush_boards();
+                }
             }
         }
     }
@@ -410,10 +414,20 @@ impl Coll {
     /// that busy-polling rounds take), so a message on another method is
     /// not left behind many yields; then `sched_yield` if it found nothing.
     fn idle(&mut self) -> Result<(), CollError> {
+        self.flush_boards();
         if self.msg.progress_full()? == 0 && !self.advance_all() {
             std::thread::yield_now();
         }
         Ok(())
+    }
+
+    /// Publishes every board's lazily kept `done` (see [`board`]): called
+    /// by every waiting loop when a round found nothing, so no member is
+    /// held up by what this one has read but not yet said.
+    fn flush_boards(&mut self) {
+        for b in self.boards.values_mut() {
+            b.flush_done();
+        }
     }
 
     /// Whether a board call is in progress: board phases raise no event
@@ -473,8 +487,12 @@ impl Coll {
                 self.msg.progress_or_wait(deadline.map(|(_, d)| d))?
             };
             moved += usize::from(self.advance_all());
-            if moved == 0 && (self.yield_when_idle || self.sleeps() && self.board_pending()) {
-                self.idle()?;
+            if moved == 0 {
+                if self.yield_when_idle || self.sleeps() && self.board_pending() {
+                    self.idle()?;
+                } else {
+                    self.flush_boards();
+                }
             }
         }
     }
