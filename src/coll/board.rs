@@ -117,16 +117,16 @@ struct Seen {
 impl Seen {
     /// Whether member `r`, which must publish at `phase`, has. Having seen
     /// it publish any later phase is enough: it runs phases in order.
-    fn posted(&mut self, board: &bcl_shm::Board, r: usize, phase: u64) -> bool {
+    fn posted(&mut self, board: &bcl_shm::Board, r: usize, phase: u64, len: usize) -> bool {
         if self.posted[r] < phase {
-            let stamp = board.stamp(buffer_of(phase), r);
+            let stamp = board.stamp(phase, r, len);
             self.posted[r] = self.posted[r].max(stamp);
         }
         self.posted[r] >= phase
     }
 
-    fn all_posted(&mut self, board: &bcl_shm::Board, phase: u64) -> bool {
-        (0..self.posted.len()).all(|r| self.posted(board, r, phase))
+    fn all_posted(&mut self, board: &bcl_shm::Board, phase: u64, len: usize) -> bool {
+        (0..self.posted.len()).all(|r| self.posted(board, r, phase, len))
     }
 
     /// A member sets `done` for a phase before it publishes the next, so
@@ -271,11 +271,6 @@ impl CommBoard {
     }
 }
 
-/// The slot buffer of `phase`.
-fn buffer_of(phase: u64) -> usize {
-    (phase % BUFFERS as u64) as usize
-}
-
 /// What one member does in a board call.
 pub(crate) struct Task<'a> {
     pub collective: Collective,
@@ -328,7 +323,6 @@ impl CommBoard {
         let mut moved = false;
         while ph.at < chunks {
             let phase = first + ph.at as u64;
-            let buffer = buffer_of(phase);
             let lo = (ph.at * chunk).min(data.len());
             let hi = (lo + chunk).min(data.len());
             if !ph.posted {
@@ -348,10 +342,10 @@ impl CommBoard {
                         }
                         return Ok((false, moved));
                     }
-                    board.write(buffer, me, &data[lo..hi]);
+                    board.write(phase, me, &data[lo..hi]);
                 }
                 if writes || c == Collective::Barrier {
-                    board.publish(buffer, me, phase);
+                    board.publish(phase, me, hi - lo);
                 }
                 ph.posted = true;
                 moved = true;
@@ -362,9 +356,11 @@ impl CommBoard {
                 _ => false,
             };
             let ready = if needs_all {
-                self.seen.all_posted(board, phase)
+                self.seen.all_posted(board, phase, hi - lo)
             } else {
-                c != Collective::Bcast || me == root || self.seen.posted(board, root, phase)
+                c != Collective::Bcast
+                    || me == root
+                    || self.seen.posted(board, root, phase, hi - lo)
             };
             if !ready {
                 self.done.flush(board, me);
@@ -375,14 +371,14 @@ impl CommBoard {
             }
             let reduces = c == Collective::Allreduce || (c == Collective::Reduce && me == root);
             if c == Collective::Bcast && me != root {
-                board.read(buffer, root, &mut data[lo..hi]);
+                board.read(phase, root, &mut data[lo..hi]);
             } else if reduces {
                 let (op, dt) = task
                     .reduction
                     .ok_or_else(|| CollError::Invalid("a reduction without an operation".into()))?;
                 let out = &mut data[lo..hi];
                 let scratch = &mut self.scratch;
-                board.with_slots(buffer, hi - lo, |slots| {
+                board.with_slots(phase, hi - lo, |slots| {
                     reduce_canonical(op, *dt, slots, out, scratch)
                 })?;
             }

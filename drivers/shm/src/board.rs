@@ -2,31 +2,36 @@
 //! node's members run collectives without messages.
 //!
 //! A board holds, for each of its `ranks` members, a line with its `done`
-//! counter and identity, and `buffers` slots; a slot is a stamp word and up
-//! to `slot_len` bytes of data:
+//! counter and identity, a *lane* of [`LANE`] 64-byte lines for small
+//! payloads, and `buffers` slots for large ones. A lane line or a slot
+//! carries a stamp word beside its data:
 //!
 //! ```text
 //! page 0            header: magic, version, ranks, buffers, slot_len, ready
 //! lines 1..         per rank: identity (pid, start) and done[r]; 128-byte
 //!                   lines, 2 per rank
-//! page-aligned      slot[buffer][rank], each 64 + slot_len bytes:
-//!                   data ≤ 56 B: data at 0, stamp at 56 (one line)
-//!                   larger:      stamp at 56, data from 64
+//! then              lane[rank][LANE]: 64-byte lines, data ≤ 56 B at 0,
+//!                   stamp at 56
+//! page-aligned      slot[buffer][rank], each 64 + slot_len bytes: stamp
+//!                   at 56, data from 64
 //! ```
 //!
 //! The collectives built on it (`bcl::coll`'s board tier) number their
 //! steps with *phases* 1, 2, 3, … that every member runs in the same
-//! order; phase p uses buffer `p % buffers`. A member publishes its data
-//! for phase p by writing its slot, then storing the slot's stamp = p
-//! (release); another member reads the slot only after loading its stamp
-//! ≥ p (acquire), and stores `done[r] = p` (release) once it has finished
-//! reading everything of phase p. Before writing buffer `p % buffers` again
-//! at phase p a member waits until every `done ≥ p − buffers` (acquire). So
-//! a slot is never written while anyone may read it, and never read before
-//! it is written. Stamps and counters only grow.
+//! order. Phase p with at most 56 bytes per member uses lane line
+//! `p % LANE`, a larger one slot `p % buffers`. A member publishes its data
+//! for phase p by writing it, then storing the stamp = p (release); another
+//! member reads it only after loading the stamp ≥ p (acquire), and stores
+//! `done[r] = p` (release) once it has finished reading everything of
+//! phase p. Before writing for phase p a member waits until every
+//! `done ≥ p − buffers` (acquire); as `buffers ≤ LANE`, that covers the
+//! lane line too. So no place is written while anyone may read it, and
+//! none is read before it is written. Stamps and counters only grow.
 //!
 //! A small payload and its stamp share one cache line, so handing 8 bytes
-//! to another core moves one line, as the inbox's slots do.
+//! to another core moves one line, as the inbox's slots do; and
+//! consecutive small phases use consecutive lines, so a reader behind a
+//! writer streams through them as through a ring.
 //!
 //! The file is `DIR/bcl-board-JOB-NODE-KEY` (`KEY` names the communicator),
 //! mode 0600, created and initialised under the directory lock of
@@ -55,9 +60,11 @@ use std::path::{Path, PathBuf};
 
 /// "BCLBOARD" in ASCII.
 const MAGIC: u64 = 0x4452_414f_424c_4342;
-const VERSION: u32 = 3;
-/// Payloads up to this long share the slot's first line with its stamp.
+const VERSION: u32 = 4;
+/// Payloads up to this long go in a lane line, beside its stamp.
 pub const INLINE: usize = 56;
+/// Lines in each member's lane (at least `buffers`).
+pub const LANE: usize = 64;
 /// Bytes of a slot before its data when the data is not inline.
 const SLOT_HEAD: usize = 64;
 const PAGE: usize = 4096;
@@ -85,6 +92,7 @@ pub struct Board {
     ranks: usize,
     buffers: usize,
     slot_len: usize,
+    lane_off: usize,
     slots_off: usize,
 }
 
@@ -93,15 +101,17 @@ pub fn board_name(job: JobKey, node: u32, key: u64) -> String {
     format!("bcl-board-{:08x}-{node}-{key:016x}", job.0)
 }
 
-fn geometry(ranks: usize, buffers: usize, slot_len: usize) -> Option<(usize, usize)> {
-    let counters_end = LINE.checked_mul(ranks.checked_mul(2)?.checked_add(1)?)?;
-    let slots_off = counters_end.div_ceil(PAGE).checked_mul(PAGE)?;
+/// Offsets of the lanes and the slots, and the total length.
+fn geometry(ranks: usize, buffers: usize, slot_len: usize) -> Option<(usize, usize, usize)> {
+    let lane_off = LINE.checked_mul(ranks.checked_mul(2)?.checked_add(1)?)?;
+    let lanes_end = ranks.checked_mul(LANE * 64)?.checked_add(lane_off)?;
+    let slots_off = lanes_end.div_ceil(PAGE).checked_mul(PAGE)?;
     let total = slot_len
         .checked_add(SLOT_HEAD)?
         .checked_mul(buffers)?
         .checked_mul(ranks)?
         .checked_add(slots_off)?;
-    Some((slots_off, total))
+    Some((lane_off, slots_off, total))
 }
 
 impl Board {
@@ -123,16 +133,17 @@ impl Board {
         };
         if ranks == 0
             || ranks > u32::MAX as usize
-            || !(1..=u32::MAX as usize).contains(&buffers)
+            || !(1..=LANE).contains(&buffers)
             || !slot_len.is_multiple_of(64)
             || slot_len == 0
         {
             return Err(ShmError::BadConfig(format!(
-                "a board needs at least one rank, one buffer and a slot length that is a \
-                 positive multiple of 64 (got {ranks} ranks, {buffers} buffers, {slot_len} bytes)"
+                "a board needs at least one rank, 1 to {LANE} buffers and a slot length that \
+                 is a positive multiple of 64 (got {ranks} ranks, {buffers} buffers, \
+                 {slot_len} bytes)"
             )));
         }
-        let (slots_off, total) = geometry(ranks, buffers, slot_len).ok_or_else(|| {
+        let (lane_off, slots_off, total) = geometry(ranks, buffers, slot_len).ok_or_else(|| {
             ShmError::BadConfig(format!(
                 "a board of {buffers} × {ranks} × {slot_len} bytes is too large"
             ))
@@ -176,6 +187,7 @@ impl Board {
             ranks,
             buffers,
             slot_len,
+            lane_off,
             slots_off,
         };
         let h = board.header();
@@ -303,16 +315,17 @@ impl Board {
         })
     }
 
-    /// The stamp of `rank`'s slot in `buffer`: the last phase published
-    /// there (acquire).
-    pub fn stamp(&self, buffer: usize, rank: usize) -> u64 {
-        self.stamp_word(buffer, rank).load(Ordering::Acquire)
+    /// The stamp of the place `rank` publishes `len` bytes at for `phase`:
+    /// the last phase published there (acquire).
+    pub fn stamp(&self, phase: u64, rank: usize, len: usize) -> u64 {
+        self.place(phase, rank, len).1.load(Ordering::Acquire)
     }
 
-    /// Publishes `rank`'s slot in `buffer` for `phase` (release: after
-    /// writing its data).
-    pub fn publish(&self, buffer: usize, rank: usize, phase: u64) {
-        self.stamp_word(buffer, rank)
+    /// Publishes `rank`'s `len` bytes for `phase` (release: after writing
+    /// them).
+    pub fn publish(&self, phase: u64, rank: usize, len: usize) {
+        self.place(phase, rank, len)
+            .1
             .store(phase, Ordering::Release);
     }
 
@@ -331,77 +344,75 @@ impl Board {
         (0..self.ranks).all(|r| self.done(r) >= phase)
     }
 
-    fn slot_base(&self, buffer: usize, rank: usize) -> *mut u8 {
+    /// Where `rank` puts `len` bytes for `phase`: the data and the stamp
+    /// (see the module documentation).
+    fn place(&self, phase: u64, rank: usize, len: usize) -> (*mut u8, &AtomicU64) {
         assert!(
-            buffer < self.buffers && rank < self.ranks,
-            "slot {buffer}/{rank} on a board of {} × {}",
-            self.buffers,
-            self.ranks
-        );
-        let off = self.slots_off + (buffer * self.ranks + rank) * (SLOT_HEAD + self.slot_len);
-        // SAFETY: off + SLOT_HEAD + slot_len <= the mapping's length
-        // (geometry).
-        unsafe { self.map.ptr().add(off) }
-    }
-
-    fn stamp_word(&self, buffer: usize, rank: usize) -> &AtomicU64 {
-        // SAFETY: slot_base is 64-aligned (slots_off is page-aligned and
-        // the stride a multiple of 64), so +56 is 8-aligned and inside
-        // the slot's head; AtomicU64 is valid for any bit pattern.
-        unsafe { &*(self.slot_base(buffer, rank).add(INLINE) as *const AtomicU64) }
-    }
-
-    /// Where `len` bytes of data sit in the slot (see the module doc).
-    fn slot_ptr(&self, buffer: usize, rank: usize, len: usize) -> *mut u8 {
-        assert!(
-            len <= self.slot_len,
-            "{len} bytes in a slot of {}",
+            rank < self.ranks && len <= self.slot_len,
+            "{len} bytes of rank {rank} on a board of {} × {}",
+            self.ranks,
             self.slot_len
         );
-        let base = self.slot_base(buffer, rank);
-        let at = if len <= INLINE { 0 } else { SLOT_HEAD };
-        // SAFETY: at + len <= SLOT_HEAD + slot_len, inside the slot.
-        unsafe { base.add(at) }
+        let (data, stamp) = if len <= INLINE {
+            let line = rank * LANE + (phase % LANE as u64) as usize;
+            let at = self.lane_off + line * 64;
+            (at, at + INLINE)
+        } else {
+            let buffer = (phase % self.buffers as u64) as usize;
+            let at = self.slots_off + (buffer * self.ranks + rank) * (SLOT_HEAD + self.slot_len);
+            (at + SLOT_HEAD, at + INLINE)
+        };
+        // SAFETY: both offsets lie inside the mapping (geometry: a lane
+        // line is 64 bytes, a slot SLOT_HEAD + slot_len); lane_off and
+        // slots_off are multiples of 64 and so is every stride, so the
+        // stamp is 8-aligned; AtomicU64 is valid for any bit pattern.
+        unsafe {
+            (
+                self.map.ptr().add(data),
+                &*(self.map.ptr().add(stamp) as *const AtomicU64),
+            )
+        }
     }
 
-    /// Copies `data` into `rank`'s slot in `buffer` (publish it after).
+    /// Copies `data` to where `rank` puts it for `phase` (publish it
+    /// after).
     ///
     /// # Panics
     ///
-    /// If `buffer` is not below [`Board::buffers`], `rank` is not a member or `data` is longer than a
-    /// slot (our own arguments, never a peer's).
-    pub fn write(&self, buffer: usize, rank: usize, data: &[u8]) {
-        let dst = self.slot_ptr(buffer, rank, data.len());
+    /// If `rank` is not a member or `data` is longer than a slot (our own
+    /// arguments, never a peer's).
+    pub fn write(&self, phase: u64, rank: usize, data: &[u8]) {
+        let dst = self.place(phase, rank, data.len()).0;
         // SAFETY: dst is valid for data.len() bytes of the mapping
-        // (slot_ptr checked the length); the mapping never overlaps a
+        // (place checked the length); the mapping never overlaps a
         // Rust allocation. By the protocol nobody reads this slot now.
         unsafe { crate::copy::copy_bytes(dst, data.as_ptr(), data.len()) };
     }
 
-    /// Copies `out.len()` bytes of data from `rank`'s slot in `buffer`
-    /// (the length it was written with).
+    /// Copies the `out.len()` bytes `rank` wrote for `phase` (the length
+    /// it wrote).
     ///
     /// # Panics
     ///
     /// As for [`Board::write`].
-    pub fn read(&self, buffer: usize, rank: usize, out: &mut [u8]) {
-        let src = self.slot_ptr(buffer, rank, out.len());
+    pub fn read(&self, phase: u64, rank: usize, out: &mut [u8]) {
+        let src = self.place(phase, rank, out.len()).0;
         // SAFETY: as in `write`, reading; by the protocol nobody writes
         // this slot now.
         unsafe { crate::copy::copy_bytes(out.as_mut_ptr(), src, out.len()) };
     }
 
-    /// Runs `f` on `len` bytes of data of every member's slot in `buffer`
-    /// (index = rank; the length they were written with), read in place.
-    /// Call it only for a phase every member has published and before
-    /// saying done, when by the protocol nobody writes these slots.
+    /// Runs `f` on the `len` bytes every member wrote for `phase` (index =
+    /// rank), read in place. Call it only for a phase every member has
+    /// published and before saying done, when by the protocol nobody
+    /// writes them.
     ///
     /// # Panics
     ///
     /// As for [`Board::write`].
-    pub fn with_slots<R>(&self, buffer: usize, len: usize, f: impl FnOnce(&[&[u8]]) -> R) -> R {
+    pub fn with_slots<R>(&self, phase: u64, len: usize, f: impl FnOnce(&[&[u8]]) -> R) -> R {
         let view = |r: usize| -> &[u8] {
-            let p = self.slot_ptr(buffer, r, len);
+            let p = self.place(phase, r, len).0;
             // SAFETY: p is valid for len bytes of the mapping, which lives
             // as long as &self; by the protocol (module doc) no member
             // writes the slot while it is viewed. A member that breaks the
@@ -428,41 +439,48 @@ impl Board {
 mod tests {
     use super::*;
 
-    fn dir() -> PathBuf {
-        let d = std::env::temp_dir().join(format!("bcl-board-test-{}", std::process::id()));
+    /// A directory of the test's own (tests run in parallel).
+    fn dir(test: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("bcl-board-{test}-{}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();
         d
     }
 
     #[test]
     fn second_opener_maps_the_same_memory() {
-        let d = dir();
+        let d = dir("second");
         let name = board_name(JobKey(7), 0, 42);
         let a = Board::open(&d, &name, 3, 2, 4096).unwrap();
         let b = Board::open(&d, &name, 3, 2, 4096).unwrap();
-        a.write(1, 2, b"hello");
-        a.publish(1, 2, 5);
-        assert_eq!(b.stamp(1, 2), 5);
-        assert_eq!(b.stamp(0, 2), 0);
+        a.write(5, 2, b"hello");
+        a.publish(5, 2, 5);
+        assert_eq!(b.stamp(5, 2, 5), 5);
+        assert_eq!(b.stamp(6, 2, 5), 0, "another lane line");
+        assert_eq!(b.stamp(5, 2, 100), 0, "the slot, not the lane");
         let mut out = [0u8; 5];
-        b.read(1, 2, &mut out);
+        b.read(5, 2, &mut out);
         assert_eq!(&out, b"hello");
-        b.with_slots(1, 5, |s| {
+        b.with_slots(5, 5, |s| {
             assert_eq!(s.len(), 3);
             assert_eq!(s[2], b"hello");
             assert_eq!(s[0], [0u8; 5]);
         });
-        // A payload too long for the stamp's line goes after it; both
-        // sizes round-trip, and a full slot fits.
+        // Large payloads go to the slots; a full slot fits, and phases
+        // `buffers` apart share a slot.
         let long: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
-        a.write(0, 1, &long);
-        a.publish(0, 1, 6);
+        a.write(6, 1, &long);
+        a.publish(6, 1, 4096);
         let mut back = vec![0u8; 4096];
-        b.read(0, 1, &mut back);
+        b.read(8, 1, &mut back);
         assert_eq!(back, long);
-        assert_eq!(b.stamp(0, 1), 6);
-        a.write(0, 0, &long[..57]);
-        b.with_slots(0, 57, |s| assert_eq!(s[0], &long[..57]));
+        assert_eq!(b.stamp(8, 1, 4096), 6);
+        a.write(7, 0, &long[..57]);
+        b.with_slots(7, 57, |s| assert_eq!(s[0], &long[..57]));
+        // The lane wraps after LANE phases.
+        a.write(3, 0, b"x");
+        let mut one = [0u8; 1];
+        b.read(3 + LANE as u64, 0, &mut one);
+        assert_eq!(&one, b"x");
         assert!(!b.all_done(1));
         a.unlink().unwrap();
         assert!(!a.path().exists());
@@ -474,8 +492,7 @@ mod tests {
 
     #[test]
     fn a_dead_member_is_found() {
-        let d = dir().join("dead");
-        std::fs::create_dir_all(&d).unwrap();
+        let d = dir("dead");
         let b = Board::open(&d, &board_name(JobKey(7), 0, 44), 3, 2, 4096).unwrap();
         b.join(0).unwrap();
         assert_eq!(
@@ -499,8 +516,7 @@ mod tests {
 
     #[test]
     fn a_board_of_another_geometry_is_refused() {
-        let d = dir().join("geometry");
-        std::fs::create_dir_all(&d).unwrap();
+        let d = dir("geometry");
         let name = board_name(JobKey(7), 0, 43);
         let _a = Board::open(&d, &name, 2, 2, 4096).unwrap();
         let err = Board::open(&d, &name, 3, 2, 4096).unwrap_err();
@@ -508,6 +524,8 @@ mod tests {
         let err = Board::open(&d, &name, 2, 4, 4096).unwrap_err();
         assert!(matches!(err, ShmError::BadSegment { .. }), "{err}");
         let err = Board::open(&d, "x", 2, 2, 100).unwrap_err();
+        assert!(matches!(err, ShmError::BadConfig(_)), "{err}");
+        let err = Board::open(&d, "y", 2, LANE + 1, 4096).unwrap_err();
         assert!(matches!(err, ShmError::BadConfig(_)), "{err}");
         std::fs::remove_dir_all(&d).unwrap();
     }
