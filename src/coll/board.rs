@@ -55,6 +55,10 @@ pub const BOARD_VAR: &str = "BCL_COLL_BOARD";
 /// against its copy.
 pub const SLOT_LEN: usize = 64 * 1024;
 
+/// Allreduces of at least this many bytes take two phases per chunk,
+/// each member reducing only its share (see [`CommBoard::step`]).
+pub const SPLIT_MIN: usize = 16 * 1024;
+
 /// Slots per member: how many phases a member may run ahead of the
 /// slowest reader (a root issuing bcasts back to back, a fast rank in a
 /// large reduction). A board takes `BUFFERS × P × SLOT_LEN` bytes of
@@ -314,12 +318,15 @@ impl CommBoard {
         let elem = task.reduction.map_or(1, |(_, dt)| dt.size());
         let chunk = SLOT_LEN - SLOT_LEN % elem;
         let chunks = data.len().div_ceil(chunk).max(1);
+        let (me, root, c) = (task.me, task.root, task.collective);
+        if c == Collective::Allreduce && data.len() >= SPLIT_MIN {
+            return self.step_split(ph, task, data, chunk);
+        }
         let first = *ph.first.get_or_insert_with(|| {
             let f = self.next_phase;
             self.next_phase += chunks as u64;
             f
         });
-        let (me, root, c) = (task.me, task.root, task.collective);
         let mut moved = false;
         while ph.at < chunks {
             let phase = first + ph.at as u64;
@@ -381,6 +388,99 @@ impl CommBoard {
                 board.with_slots(phase, hi - lo, |slots| {
                     reduce_canonical(op, *dt, slots, out, scratch)
                 })?;
+            }
+            self.done.finished(board, me, phase);
+            ph.at += 1;
+            ph.posted = false;
+            moved = true;
+        }
+        Ok((true, moved))
+    }
+
+    /// A large allreduce in two phases per chunk, so that no member reads
+    /// every member's whole chunk: in the first each member publishes its
+    /// chunk and reduces its share (1/P of the elements) from all of them;
+    /// in the second it publishes that share of the result and copies the
+    /// others' shares. Every element is still reduced by
+    /// [`reduce_canonical`] over all members in rank order, so the bits
+    /// are those of the one-phase form.
+    fn step_split(
+        &mut self,
+        ph: &mut Phases,
+        task: &Task,
+        data: &mut [u8],
+        chunk: usize,
+    ) -> Result<(bool, bool), CollError> {
+        let State::Ready(board) = &self.state else {
+            return Err(CollError::Invalid(
+                "a board call before its board is set up".into(),
+            ));
+        };
+        let (op, dt) = task
+            .reduction
+            .ok_or_else(|| CollError::Invalid("a reduction without an operation".into()))?;
+        let elem = dt.size();
+        let p = board.ranks();
+        let me = task.me;
+        let phases = 2 * data.len().div_ceil(chunk).max(1);
+        let first = *ph.first.get_or_insert_with(|| {
+            let f = self.next_phase;
+            self.next_phase += phases as u64;
+            f
+        });
+        let mut moved = false;
+        macro_rules! wait {
+            () => {{
+                self.done.flush(board, me);
+                if !moved {
+                    self.liveness.waiting(board)?;
+                }
+                return Ok((false, moved));
+            }};
+        }
+        while ph.at < phases {
+            let phase = first + ph.at as u64;
+            let lo = (ph.at / 2 * chunk).min(data.len());
+            let hi = (lo + chunk).min(data.len());
+            let elems = (hi - lo) / elem;
+            // Member r's share of the chunk, in bytes from its start.
+            let share = |r: usize| (r * elems / p * elem)..((r + 1) * elems / p * elem);
+            let reuse = phase.saturating_sub(BUFFERS as u64);
+            if !ph.posted {
+                if reuse > 0 && !self.seen.all_done(board, reuse) {
+                    wait!();
+                }
+                if ph.at % 2 == 0 {
+                    board.write(phase, me, &data[lo..hi]);
+                    board.publish(phase, me, hi - lo);
+                } else {
+                    let mine = share(me);
+                    let bytes = &data[lo + mine.start..lo + mine.end];
+                    board.write(phase, me, bytes);
+                    board.publish(phase, me, mine.len());
+                }
+                ph.posted = true;
+                moved = true;
+            }
+            if ph.at % 2 == 0 {
+                if !self.seen.all_posted(board, phase, hi - lo) {
+                    wait!();
+                }
+                let mine = share(me);
+                let out = &mut data[lo + mine.start..lo + mine.end];
+                let scratch = &mut self.scratch;
+                board.with_slots(phase, hi - lo, |slots| {
+                    let parts: Vec<&[u8]> = slots.iter().map(|s| &s[mine.clone()]).collect();
+                    reduce_canonical(op, *dt, &parts, out, scratch)
+                })?;
+            } else {
+                if !(0..p).all(|r| self.seen.posted(board, r, phase, share(r).len())) {
+                    wait!();
+                }
+                for r in (0..p).filter(|&r| r != me) {
+                    let theirs = share(r);
+                    board.read(phase, r, &mut data[lo + theirs.start..lo + theirs.end]);
+                }
             }
             self.done.finished(board, me, phase);
             ph.at += 1;
