@@ -450,7 +450,7 @@ impl CommBoard {
                 if reuse > 0 && !self.seen.all_done(board, reuse) {
                     wait!();
                 }
-                if ph.at % 2 == 0 {
+                if ph.at.is_multiple_of(2) {
                     board.write(phase, me, &data[lo..hi]);
                     board.publish(phase, me, hi - lo);
                 } else {
@@ -462,7 +462,7 @@ impl CommBoard {
                 ph.posted = true;
                 moved = true;
             }
-            if ph.at % 2 == 0 {
+            if ph.at.is_multiple_of(2) {
                 if !self.seen.all_posted(board, phase, hi - lo) {
                     wait!();
                 }
