@@ -12,12 +12,12 @@
 //! log2 P of them for recursive doubling and binomial trees — not P. The
 //! printed table is in docs/PERFORMANCE.md.
 
-use bcl::coll::op::BuiltinOp;
-use bcl::coll::Coll;
+use bcl::coll::op::{BuiltinOp, Datatype};
 use bcl::sim::FaultProfile;
-use bcl::SimCluster;
 use std::alloc::System;
 use std::time::Duration;
+
+mod coll_common;
 
 #[global_allocator]
 static HEAP: cap::Cap<System> = cap::Cap::new(System, usize::MAX);
@@ -30,58 +30,21 @@ fn per_process(p: usize) -> (usize, usize) {
         delay: Duration::from_micros(10),
         ..FaultProfile::default()
     };
-    let mut cluster = SimCluster::new(p, faults, 1, 9000, |_, cfg| {
-        cfg.ring_blocks = 256;
-    })
-    .unwrap();
-    let members: Vec<_> = (0..p).map(SimCluster::addr).collect();
-    let mut colls: Vec<Coll> = std::mem::take(&mut cluster.endpoints)
-        .into_iter()
-        .map(|ep| Coll::new(ep, members.clone()).unwrap())
-        .collect();
-    drop(members);
+    let (mut cluster, mut colls) = coll_common::sim_job(p, faults);
     let set_up = HEAP.allocated() - base;
-    let start = cluster.now();
     let mut reqs = Vec::new();
     for coll in colls.iter_mut() {
         let world = coll.world().clone();
-        let b = coll.ibarrier(&world).unwrap();
         let data: Vec<u8> = vec![1; 1024];
-        let a = coll
-            .iallreduce(
-                &world,
-                data.clone(),
-                bcl::coll::op::Datatype::U8,
-                BuiltinOp::BitOr.into(),
-            )
-            .unwrap();
-        let c = coll.ibcast(&world, 0, data, 1024).unwrap();
-        reqs.push(vec![Some(b), Some(a), Some(c)]);
+        let or = BuiltinOp::BitOr.into();
+        reqs.push(vec![
+            coll.ibarrier(&world).unwrap(),
+            coll.iallreduce(&world, data.clone(), Datatype::U8, or)
+                .unwrap(),
+            coll.ibcast(&world, 0, data, 1024).unwrap(),
+        ]);
     }
-    while reqs.iter().flatten().any(Option::is_some) {
-        let mut moved = 0;
-        for (coll, rs) in colls.iter_mut().zip(reqs.iter_mut()) {
-            moved += coll.progress().unwrap();
-            for r in rs.iter_mut() {
-                if let Some(q) = r {
-                    if coll.test(q).unwrap().is_some() {
-                        *r = None;
-                        moved += 1;
-                    }
-                }
-            }
-        }
-        if moved == 0 {
-            let next = colls
-                .iter_mut()
-                .filter_map(|c| c.messenger().endpoint().next_timeout())
-                .chain(cluster.fabric.next_delivery())
-                .min()
-                .expect("something is pending");
-            assert!(next - start < Duration::from_secs(10), "stuck");
-            cluster.clock.set(next.max(cluster.now()));
-        }
-    }
+    coll_common::drive(&mut cluster, &mut colls, reqs, Duration::from_secs(10));
     let after = HEAP.allocated() - base;
     drop(colls);
     drop(cluster);

@@ -11,10 +11,11 @@
 use bcl::coll::alg::{Algorithm, Collective, Shape};
 use bcl::coll::cost::{predict, CostModel, LogGp};
 use bcl::coll::op::{BuiltinOp, Datatype, Op};
-use bcl::coll::{Call, Coll};
+use bcl::coll::Call;
 use bcl::sim::FaultProfile;
-use bcl::SimCluster;
 use std::time::Duration;
+
+mod coll_common;
 
 const L: Duration = Duration::from_micros(10);
 const RATE: u64 = 1_000_000_000; // bytes/s: G = 1 ns/B
@@ -43,17 +44,7 @@ fn run(p: usize, c: Collective, alg: Algorithm, n: usize) -> Duration {
         rate_bytes_per_sec: Some(RATE),
         ..FaultProfile::default()
     };
-    let mut cluster = SimCluster::new(p, faults, 1, 9000, |_, cfg| {
-        // Small rings: 256 ranks in one test process.
-        cfg.ring_blocks = 256;
-    })
-    .unwrap();
-    let members: Vec<_> = (0..p).map(SimCluster::addr).collect();
-    let mut colls: Vec<Coll> = std::mem::take(&mut cluster.endpoints)
-        .into_iter()
-        .map(|ep| Coll::new(ep, members.clone()).unwrap())
-        .collect();
-    let start = cluster.now();
+    let (mut cluster, mut colls) = coll_common::sim_job(p, faults);
     let mut reqs = Vec::new();
     for coll in colls.iter_mut() {
         let world = coll.world().clone();
@@ -70,33 +61,9 @@ fn run(p: usize, c: Collective, alg: Algorithm, n: usize) -> Duration {
             call.input = Vec::new();
             call.len = 0;
         }
-        reqs.push(Some(coll.start(&world, call).unwrap()));
+        reqs.push(vec![coll.start(&world, call).unwrap()]);
     }
-    let mut end = start;
-    while reqs.iter().any(Option::is_some) {
-        let mut moved = 0;
-        for (coll, req) in colls.iter_mut().zip(reqs.iter_mut()) {
-            moved += coll.progress().unwrap();
-            if let Some(r) = req {
-                if coll.test(r).unwrap().is_some() {
-                    *req = None;
-                    end = cluster.now();
-                    moved += 1;
-                }
-            }
-        }
-        if moved == 0 {
-            let next = colls
-                .iter_mut()
-                .filter_map(|c| c.messenger().endpoint().next_timeout())
-                .chain(cluster.fabric.next_delivery())
-                .min()
-                .expect("something is pending");
-            assert!(next - start < Duration::from_secs(1), "stuck");
-            cluster.clock.set(next.max(cluster.now()));
-        }
-    }
-    end - start
+    coll_common::drive(&mut cluster, &mut colls, reqs, Duration::from_secs(1))
 }
 
 #[test]

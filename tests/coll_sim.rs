@@ -13,6 +13,9 @@ use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use std::time::Duration;
 
+#[allow(dead_code)]
+mod coll_common;
+
 /// Colls on one simulated fabric, driven together in virtual time.
 struct World {
     cluster: SimCluster,
@@ -21,16 +24,10 @@ struct World {
 
 impl World {
     fn new(p: usize, faults: FaultProfile, seed: u64) -> World {
-        let mut cluster = SimCluster::new(p, faults, seed, 1500, |_, c| {
+        let (cluster, colls) = coll_common::sim_job_with(p, faults, seed, 1500, |c| {
             c.ring_blocks = 1024;
             c.rto.min = Duration::from_micros(200);
-        })
-        .unwrap();
-        let members: Vec<_> = (0..p).map(SimCluster::addr).collect();
-        let colls = std::mem::take(&mut cluster.endpoints)
-            .into_iter()
-            .map(|ep| Coll::new(ep, members.clone()).unwrap())
-            .collect();
+        });
         World { cluster, colls }
     }
 

@@ -32,6 +32,25 @@ enum InFlight {
     Board(BoardRun),
 }
 
+/// A blocking call on the caller's bytes, in place: which collective, its
+/// root (0 if unrooted) and its reduction.
+#[derive(Clone, Copy)]
+struct InPlace<'a> {
+    collective: Collective,
+    root: usize,
+    reduction: Option<&'a (Op, Datatype)>,
+}
+
+impl<'a> InPlace<'a> {
+    fn new(collective: Collective, root: usize, reduction: Option<&'a (Op, Datatype)>) -> Self {
+        InPlace {
+            collective,
+            root,
+            reduction,
+        }
+    }
+}
+
 /// A collective operation started and not yet taken back with
 /// [`Coll::test`] or [`Coll::wait`].
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -321,12 +340,10 @@ impl Coll {
     fn on_board_now(
         &mut self,
         comm: &Comm,
-        collective: Collective,
-        root: usize,
-        reduction: Option<&(Op, Datatype)>,
+        call: InPlace,
         data: &mut [u8],
     ) -> Option<Result<(), CollError>> {
-        if !self.uses_board(comm, &Call::new(collective, Vec::new()))
+        if !self.uses_board(comm, &Call::new(call.collective, Vec::new()))
             || !self
                 .boards
                 .get(&comm.id())
@@ -334,17 +351,30 @@ impl Coll {
         {
             return None;
         }
-        Some(self.run_on_board(comm, collective, root, reduction, data))
+        Some(self.run_on_board(comm, call, data))
+    }
+
+    /// The fast paths of a blocking call on bytes: through the node
+    /// hierarchy, or on the board. `None`: neither applies now.
+    fn fast_path(
+        &mut self,
+        comm: &Comm,
+        call: InPlace,
+        data: &mut [u8],
+    ) -> Option<Result<(), CollError>> {
+        if let Some(h) = self.hierarchy_for(comm, call.collective, call.reduction) {
+            return Some(self.run_hierarchical(comm, &h, call, data));
+        }
+        self.on_board_now(comm, call, data)
     }
 
     fn run_on_board(
         &mut self,
         comm: &Comm,
-        collective: Collective,
-        root: usize,
-        reduction: Option<&(Op, Datatype)>,
+        call: InPlace,
         data: &mut [u8],
     ) -> Result<(), CollError> {
+        let (collective, root, reduction) = (call.collective, call.root, call.reduction);
         if root >= comm.size() {
             return Err(CollError::Invalid(format!(
                 "root {root} in a communicator of {}",
@@ -611,14 +641,8 @@ impl Coll {
                     data = self.msg.pool.take(call.len);
                 }
                 let red = call.reduction.take();
-                self.run_hierarchical(
-                    comm,
-                    &h,
-                    call.collective,
-                    call.root,
-                    red.as_ref(),
-                    &mut data,
-                )?;
+                let in_place = InPlace::new(call.collective, call.root, red.as_ref());
+                self.run_hierarchical(comm, &h, in_place, &mut data)?;
                 return Ok(data);
             }
         }
@@ -671,11 +695,10 @@ impl Coll {
         &mut self,
         comm: &Comm,
         h: &Hierarchy,
-        collective: Collective,
-        root: usize,
-        reduction: Option<&(Op, Datatype)>,
+        call: InPlace,
         data: &mut [u8],
     ) -> Result<(), CollError> {
+        let (collective, root, reduction) = (call.collective, call.root, call.reduction);
         let Some(&(root_node, root_index)) = h.place.get(root) else {
             return Err(CollError::Invalid(format!(
                 "root {root} in a communicator of {}",
@@ -688,41 +711,57 @@ impl Coll {
             Collective::Barrier => {
                 // Arrive at the leader, leaders' barrier, release.
                 let arrive = (Op::Builtin(super::op::BuiltinOp::BitOr), Datatype::U8);
-                self.run_bytes(node, Collective::Reduce, 0, Some(&arrive), &mut [])?;
+                self.run_bytes(
+                    node,
+                    InPlace::new(Collective::Reduce, 0, Some(&arrive)),
+                    &mut [],
+                )?;
                 if let Some(l) = &h.leaders {
-                    self.run_bytes(l, Collective::Barrier, 0, None, &mut [])?;
+                    self.run_bytes(l, InPlace::new(Collective::Barrier, 0, None), &mut [])?;
                 }
-                self.run_bytes(node, Collective::Bcast, 0, None, &mut [])
+                self.run_bytes(node, InPlace::new(Collective::Bcast, 0, None), &mut [])
             }
             Collective::Bcast => {
                 let root_leads = root_index == 0;
                 if my_node == root_node && !root_leads {
-                    self.run_bytes(node, Collective::Bcast, root_index, None, data)?;
+                    self.run_bytes(
+                        node,
+                        InPlace::new(Collective::Bcast, root_index, None),
+                        data,
+                    )?;
                 }
                 if let Some(l) = &h.leaders {
-                    self.run_bytes(l, Collective::Bcast, root_node, None, data)?;
+                    self.run_bytes(l, InPlace::new(Collective::Bcast, root_node, None), data)?;
                 }
                 if my_node != root_node || root_leads {
-                    self.run_bytes(node, Collective::Bcast, 0, None, data)?;
+                    self.run_bytes(node, InPlace::new(Collective::Bcast, 0, None), data)?;
                 }
                 Ok(())
             }
             Collective::Allreduce => {
-                self.run_bytes(node, Collective::Reduce, 0, reduction, data)?;
+                self.run_bytes(node, InPlace::new(Collective::Reduce, 0, reduction), data)?;
                 if let Some(l) = &h.leaders {
-                    self.run_bytes(l, Collective::Allreduce, 0, reduction, data)?;
+                    self.run_bytes(l, InPlace::new(Collective::Allreduce, 0, reduction), data)?;
                 }
-                self.run_bytes(node, Collective::Bcast, 0, None, data)
+                self.run_bytes(node, InPlace::new(Collective::Bcast, 0, None), data)
             }
             Collective::Reduce => {
                 // Partial results in a copy: only the root's data changes.
                 let mut partial = self.msg.pool.copy_of(data);
-                self.run_bytes(node, Collective::Reduce, 0, reduction, &mut partial)?;
+                self.run_bytes(
+                    node,
+                    InPlace::new(Collective::Reduce, 0, reduction),
+                    &mut partial,
+                )?;
                 if let Some(l) = &h.leaders {
-                    self.run_bytes(l, Collective::Reduce, root_node, reduction, &mut partial)?;
+                    self.run_bytes(
+                        l,
+                        InPlace::new(Collective::Reduce, root_node, reduction),
+                        &mut partial,
+                    )?;
                 }
                 if my_node == root_node && root_index != 0 {
-                    self.run_bytes(node, Collective::Bcast, 0, None, &mut partial)?;
+                    self.run_bytes(node, InPlace::new(Collective::Bcast, 0, None), &mut partial)?;
                 }
                 if comm.rank() == root {
                     data.copy_from_slice(&partial);
@@ -740,20 +779,14 @@ impl Coll {
     /// One blocking call on bytes, in place (bcast and allreduce: every
     /// rank's `data` gets the result; reduce: the root's): on the board
     /// when it can, else over messages.
-    fn run_bytes(
-        &mut self,
-        comm: &Comm,
-        collective: Collective,
-        root: usize,
-        reduction: Option<&(Op, Datatype)>,
-        data: &mut [u8],
-    ) -> Result<(), CollError> {
+    fn run_bytes(&mut self, comm: &Comm, call: InPlace, data: &mut [u8]) -> Result<(), CollError> {
         if comm.size() == 1 {
             return Ok(());
         }
-        if let Some(r) = self.on_board_now(comm, collective, root, reduction, data) {
+        if let Some(r) = self.on_board_now(comm, call, data) {
             return r;
         }
+        let (collective, root, reduction) = (call.collective, call.root, call.reduction);
         let input = match collective {
             Collective::Barrier => Vec::new(),
             Collective::Bcast if comm.rank() != root => Vec::new(),
@@ -940,10 +973,7 @@ impl Coll {
 
     /// Waits until every member has called it.
     pub fn barrier(&mut self, comm: &Comm) -> Result<(), CollError> {
-        if let Some(h) = self.hierarchy_for(comm, Collective::Barrier, None) {
-            return self.run_hierarchical(comm, &h, Collective::Barrier, 0, None, &mut []);
-        }
-        if let Some(r) = self.on_board_now(comm, Collective::Barrier, 0, None, &mut []) {
+        if let Some(r) = self.fast_path(comm, InPlace::new(Collective::Barrier, 0, None), &mut []) {
             return r;
         }
         let r = self.ibarrier(comm)?;
@@ -959,10 +989,7 @@ impl Coll {
         data: &mut [T],
     ) -> Result<(), CollError> {
         let bytes = data.as_mut_bytes();
-        if let Some(h) = self.hierarchy_for(comm, Collective::Bcast, None) {
-            return self.run_hierarchical(comm, &h, Collective::Bcast, root, None, bytes);
-        }
-        if let Some(r) = self.on_board_now(comm, Collective::Bcast, root, None, bytes) {
+        if let Some(r) = self.fast_path(comm, InPlace::new(Collective::Bcast, root, None), bytes) {
             return r;
         }
         let input = if comm.rank() == root {
@@ -985,10 +1012,8 @@ impl Coll {
     ) -> Result<(), CollError> {
         let red = (op.into(), T::DATATYPE);
         let bytes = data.as_mut_bytes();
-        if let Some(h) = self.hierarchy_for(comm, Collective::Allreduce, Some(&red)) {
-            return self.run_hierarchical(comm, &h, Collective::Allreduce, 0, Some(&red), bytes);
-        }
-        if let Some(r) = self.on_board_now(comm, Collective::Allreduce, 0, Some(&red), bytes) {
+        let call = InPlace::new(Collective::Allreduce, 0, Some(&red));
+        if let Some(r) = self.fast_path(comm, call, bytes) {
             return r;
         }
         let call = self.reduction(Collective::Allreduce, data, red.0);
@@ -1006,10 +1031,8 @@ impl Coll {
     ) -> Result<(), CollError> {
         let red = (op.into(), T::DATATYPE);
         let bytes = data.as_mut_bytes();
-        if let Some(h) = self.hierarchy_for(comm, Collective::Reduce, Some(&red)) {
-            return self.run_hierarchical(comm, &h, Collective::Reduce, root, Some(&red), bytes);
-        }
-        if let Some(r) = self.on_board_now(comm, Collective::Reduce, root, Some(&red), bytes) {
+        let call = InPlace::new(Collective::Reduce, root, Some(&red));
+        if let Some(r) = self.fast_path(comm, call, bytes) {
             return r;
         }
         let call = self.reduction(Collective::Reduce, data, red.0).root(root);
