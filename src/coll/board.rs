@@ -4,7 +4,7 @@
 //!
 //! Over messages, even on shared memory, every step of a collective costs
 //! a message: a header, matching, a slot claimed in the receiver's inbox.
-//! On a board a member publishes its part once (its slot, then a counter)
+//! On a board a member publishes its part once (its data, then a stamp)
 //! and every other member reads it in place: a barrier is one counter store
 //! and a look at the others', an allreduce one copy in and a reduction
 //! that reads every member's slot where it lies. That is BCL-3's hierarchy
@@ -56,13 +56,14 @@ pub const BOARD_VAR: &str = "BCL_COLL_BOARD";
 pub const SLOT_LEN: usize = 64 * 1024;
 
 /// Allreduces of at least this many bytes take two phases per chunk,
-/// each member reducing only its share (see [`CommBoard::step`]).
+/// each member reducing only its share (see `CommBoard::step_split`).
 pub const SPLIT_MIN: usize = 16 * 1024;
 
 /// Slots per member: how many phases a member may run ahead of the
 /// slowest reader (a root issuing bcasts back to back, a fast rank in a
 /// large reduction). A board takes `BUFFERS × P × SLOT_LEN` bytes of
-/// address space; only the pages written are allocated.
+/// address space for large payloads (plus a 4 KiB lane per member for
+/// small ones); only the pages written are allocated.
 pub const BUFFERS: usize = 8;
 
 /// The algorithm name reported for calls on the board.
