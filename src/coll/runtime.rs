@@ -566,7 +566,7 @@ impl Coll {
 
     /// Whether `comm`'s blocking barrier, bcast, reduce and allreduce have
     /// gone through its node hierarchy (boards inside nodes, leaders
-    /// between them; see [`Hierarchy`]).
+    /// between them).
     pub fn hierarchical(&self, comm: &Comm) -> bool {
         self.hierarchies
             .get(&comm.id())
@@ -582,7 +582,7 @@ impl Coll {
     /// The name of the algorithm a blocking call with this shape would run
     /// on `comm` (reductions: with a commutative operation):
     /// [`board::NAME`] for board calls (while the board is not known to
-    /// fail), [`HIERARCHICAL`] through the node hierarchy, else the
+    /// fail), `two_level_board` through the node hierarchy, else the
     /// selector's choice.
     pub fn algorithm_name(
         &self,
