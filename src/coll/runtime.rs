@@ -343,7 +343,7 @@ impl Coll {
         call: InPlace,
         data: &mut [u8],
     ) -> Option<Result<(), CollError>> {
-        if !self.uses_board(comm, &Call::new(call.collective, Vec::new()))
+        if !self.uses_board(comm, call.collective)
             || !self
                 .boards
                 .get(&comm.id())
@@ -533,7 +533,7 @@ impl Coll {
     pub fn start(&mut self, comm: &Comm, call: Call) -> Result<Request, CollError> {
         let seq = self.seqs.entry(comm.id()).or_insert(0);
         let tag = u64::from(*seq);
-        let run = if self.uses_board(comm, &call) {
+        let run = if call.algorithm.is_none() && self.uses_board(comm, call.collective) {
             check(comm, &call, comm.nodes())?;
             InFlight::Board(BoardRun::new(comm.clone(), call, tag, &mut self.msg.pool))
         } else {
@@ -553,15 +553,29 @@ impl Coll {
         Ok(Request(id))
     }
 
-    /// Whether `call` on `comm` goes to the communicator's board (see
-    /// [`board`]): one of its collectives, all members on this node, no
-    /// algorithm forced, and the board not known to fail.
-    fn uses_board(&self, comm: &Comm, call: &Call) -> bool {
-        self.board_enabled
-            && call.algorithm.is_none()
-            && self.selector.overrides().get(call.collective).is_none()
-            && board::eligible(comm, call.collective)
+    /// Whether a call of `collective` on `comm` that names no algorithm
+    /// goes to the communicator's board (see [`board`]): the shared-memory
+    /// tiers allowed for it, all members on this node, and the board not
+    /// known to fail.
+    fn uses_board(&self, comm: &Comm, collective: Collective) -> bool {
+        self.memory_tiers(collective)
+            && board::eligible(comm, collective)
             && !self.boards.get(&comm.id()).is_some_and(|b| b.unavailable())
+    }
+
+    /// Whether `collective` may use the shared-memory tiers (a board, the
+    /// node hierarchy): one of the four they serve, boards allowed, and
+    /// no algorithm forced for it by `BCL_COLL_ALG`.
+    fn memory_tiers(&self, collective: Collective) -> bool {
+        self.board_enabled
+            && matches!(
+                collective,
+                Collective::Barrier
+                    | Collective::Bcast
+                    | Collective::Reduce
+                    | Collective::Allreduce
+            )
+            && self.selector.overrides().get(collective).is_none()
     }
 
     /// Whether `comm`'s blocking barrier, bcast, reduce and allreduce have
@@ -590,20 +604,11 @@ impl Coll {
         shape: &Shape,
         uniform: bool,
     ) -> Result<&'static str, CollError> {
-        let probe = Call::new(shape.collective, Vec::new());
-        if self.uses_board(comm, &probe) {
+        if self.uses_board(comm, shape.collective) {
             return Ok(board::NAME);
         }
-        let hierarchical = self.board_enabled
-            && self.has_shm
-            && matches!(
-                shape.collective,
-                Collective::Barrier
-                    | Collective::Bcast
-                    | Collective::Reduce
-                    | Collective::Allreduce
-            )
-            && self.selector.overrides().get(shape.collective).is_none()
+        let hierarchical = self.has_shm
+            && self.memory_tiers(shape.collective)
             && Hierarchy::of(comm)
                 .is_some_and(|h| h.aligned || !shape.collective.reduces() || !self.deterministic);
         if hierarchical {
@@ -663,17 +668,7 @@ impl Coll {
         collective: Collective,
         reduction: Option<&(Op, Datatype)>,
     ) -> Option<Arc<Hierarchy>> {
-        if !self.board_enabled
-            || !self.has_shm
-            || !matches!(
-                collective,
-                Collective::Barrier
-                    | Collective::Bcast
-                    | Collective::Reduce
-                    | Collective::Allreduce
-            )
-            || self.selector.overrides().get(collective).is_some()
-        {
+        if !self.has_shm || !self.memory_tiers(collective) {
             return None;
         }
         let h = self
