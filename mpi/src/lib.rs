@@ -1,0 +1,1 @@
+//! MPI for C programs on BCL (work in progress).
