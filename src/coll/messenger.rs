@@ -14,6 +14,15 @@
 //! Messages that arrive before their receive is posted wait in the
 //! unexpected queue. A message to oneself is delivered locally. A peer whose
 //! sends fail (unreachable) fails every send and receive involving it.
+//!
+//! A receive may also take any sender or any tag ([`Pattern`], MPI's
+//! `MPI_ANY_SOURCE` and `MPI_ANY_TAG`). Matching then follows MPI's order:
+//! a message goes to the earliest-posted receive it matches, and a receive
+//! takes the earliest-arrived message it matches. Posts and arrivals carry
+//! a sequence number for that; receives with an exact (sender, tag) stay in
+//! the hashed queues, so the collectives, which never use wildcards, pay
+//! one emptiness check for them. A synchronous send ([`Messenger::isend_sync`])
+//! completes only once a receive matched it.
 
 use super::error::CollError;
 use super::wire::Msg;
@@ -24,6 +33,54 @@ use std::collections::VecDeque;
 
 /// Where a message is matched: (context id, sender, tag).
 type Key = (u32, ProcessAddr, u64);
+
+/// What a receive accepts: one context, and one sender or any, one tag or
+/// any.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pattern {
+    /// The context id.
+    pub context: u32,
+    /// The sender, or any.
+    pub from: Option<ProcessAddr>,
+    /// The tag, or any.
+    pub tag: Option<u64>,
+}
+
+impl Pattern {
+    /// Whether a message under `key` matches.
+    fn matches(&self, key: &Key) -> bool {
+        self.context == key.0
+            && self.from.is_none_or(|f| f == key.1)
+            && self.tag.is_none_or(|t| t == key.2)
+    }
+
+    /// The key, if the pattern names one sender and one tag.
+    fn exact(&self) -> Option<Key> {
+        Some((self.context, self.from?, self.tag?))
+    }
+}
+
+/// A received message with its envelope.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Received {
+    /// Who sent it.
+    pub from: ProcessAddr,
+    /// Its tag.
+    pub tag: u64,
+    /// The message.
+    pub data: Vec<u8>,
+}
+
+/// A message waiting for a receive, as [`Messenger::probe`] sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Envelope {
+    /// Who sent it.
+    pub from: ProcessAddr,
+    /// Its tag.
+    pub tag: u64,
+    /// Its length in bytes.
+    pub len: usize,
+}
 
 /// A receive of a [`Messenger`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -77,6 +134,12 @@ enum Owned {
     Cts {
         token: u32,
         channel: ChannelId,
+    },
+    Sync {
+        context: u32,
+        tag: u64,
+        token: u32,
+        data: Vec<u8>,
     },
     Malformed,
     /// A piece of a medium message, kept until the message is whole.
@@ -175,6 +238,17 @@ impl Owned {
                 len: usize::try_from(len).unwrap_or(usize::MAX),
                 token,
             },
+            Ok(Msg::Sync {
+                context,
+                tag,
+                token,
+                data,
+            }) => Owned::Sync {
+                context,
+                tag,
+                token,
+                data: data.to_vec(),
+            },
             Ok(Msg::Cts { token, channel }) => Owned::Cts {
                 token,
                 channel: ChannelId(channel),
@@ -191,6 +265,18 @@ enum Arrival {
     Eager(Vec<u8>),
     /// A large message's request.
     Rts { len: usize, token: u32 },
+    /// Inline data whose sender waits for the match.
+    Sync { data: Vec<u8>, token: u32 },
+}
+
+impl Arrival {
+    /// The message's length.
+    fn len(&self) -> usize {
+        match self {
+            Arrival::Eager(d) | Arrival::Sync { data: d, .. } => d.len(),
+            Arrival::Rts { len, .. } => *len,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -200,14 +286,16 @@ enum RecvState {
     /// Matched a large message; its data comes on the channel.
     OnChannel {
         from: ProcessAddr,
+        tag: u64,
     },
-    Done(Vec<u8>),
+    Done(Received),
     Failed(CollError),
 }
 
 #[derive(Debug)]
 enum SendState {
-    /// A large message waiting for the receiver's answer.
+    /// A large message (or a synchronous one, with its data already sent)
+    /// waiting for the receiver's answer.
     AwaitCts {
         dst: ProcessAddr,
         data: Vec<u8>,
@@ -242,8 +330,14 @@ pub struct Messenger {
     ep: Endpoint,
     /// Largest message sent inline (the eager limit less the header).
     eager_max: usize,
-    posted: HashMap<Key, VecDeque<RecvId>>,
-    unexpected: HashMap<Key, VecDeque<Arrival>>,
+    /// Receives of one sender and tag, with their post sequence numbers.
+    posted: HashMap<Key, VecDeque<(u64, RecvId)>>,
+    /// Receives of any sender or tag, in post order.
+    wild: Vec<(u64, Pattern, RecvId)>,
+    /// Messages before their receive, with their arrival sequence numbers.
+    unexpected: HashMap<Key, VecDeque<(u64, Arrival)>>,
+    /// Orders posts among themselves and arrivals among themselves.
+    next_seq: u64,
     recvs: Slab<RecvState>,
     sends: Slab<SendState>,
     /// Large sends waiting for a CTS, by (receiver, token).
@@ -281,7 +375,9 @@ impl Messenger {
             ep,
             eager_max,
             posted: HashMap::default(),
+            wild: Vec::new(),
             unexpected: HashMap::default(),
+            next_seq: 0,
             recvs: Slab::default(),
             sends: Slab::default(),
             awaiting_cts: HashMap::default(),
@@ -392,9 +488,64 @@ impl Messenger {
             }
             return Ok(SendId::COMPLETE);
         }
-        self.stats.rendezvous_sent += 1;
+        self.rendezvous(dst, context, tag, data)
+    }
+
+    /// Sends `data` to `dst` under (`context`, `tag`) and completes only
+    /// once a receive matched it (MPI's synchronous send). A small message
+    /// travels inline and the receiver answers on the match; a large one
+    /// goes by rendezvous, which waits for the match anyway. A message to
+    /// oneself is delivered locally and complete at once.
+    pub fn isend_sync(
+        &mut self,
+        dst: ProcessAddr,
+        context: u32,
+        tag: u64,
+        data: &[u8],
+    ) -> Result<SendId, CollError> {
+        if data.len() + super::wire::SYNC_OVERHEAD > self.eager_max || dst == self.local() {
+            return self.isend(dst, context, tag, data);
+        }
+        if let Some(why) = self.failed.get(&dst) {
+            return Err(peer_failed(dst, why));
+        }
+        self.stats.eager_sent += 1;
+        let token = self.token();
+        let mut msg = std::mem::take(&mut self.scratch);
+        Msg::Sync {
+            context,
+            tag,
+            token,
+            data,
+        }
+        .encode(&mut msg);
+        self.send_system(dst, msg)?;
+        let id = self.sends.insert(SendState::AwaitCts {
+            dst,
+            data: Vec::new(),
+        });
+        self.awaiting_cts.insert((dst, token), id);
+        Ok(id)
+    }
+
+    /// A fresh token for a message that waits for its receiver.
+    fn token(&mut self) -> u32 {
         let token = self.next_token;
         self.next_token = self.next_token.wrapping_add(1).max(1);
+        token
+    }
+
+    /// Sends a request for a large message and keeps its data until the
+    /// receiver answers.
+    fn rendezvous(
+        &mut self,
+        dst: ProcessAddr,
+        context: u32,
+        tag: u64,
+        data: &[u8],
+    ) -> Result<SendId, CollError> {
+        self.stats.rendezvous_sent += 1;
+        let token = self.token();
         let mut msg = std::mem::take(&mut self.scratch);
         Msg::Rts {
             context,
@@ -413,36 +564,114 @@ impl Messenger {
     /// Posts a receive for the next message from `src` under (`context`,
     /// `tag`).
     pub fn irecv(&mut self, src: ProcessAddr, context: u32, tag: u64) -> Result<RecvId, CollError> {
-        let key = (context, src, tag);
-        let arrival = pop_first(&mut self.unexpected, &key);
+        Ok(self.irecv_matching(Pattern {
+            context,
+            from: Some(src),
+            tag: Some(tag),
+        }))
+    }
+
+    /// Posts a receive for the earliest message that matches `pattern` (see
+    /// the module documentation for the order).
+    pub fn irecv_matching(&mut self, pattern: Pattern) -> RecvId {
+        let seq = self.sequence();
         let id = self.recvs.insert(RecvState::Waiting);
+        let arrival = match pattern.exact() {
+            Some(key) => pop_first(&mut self.unexpected, &key).map(|(_, a)| (key, a)),
+            None => self.earliest_unexpected(&pattern).and_then(|key| {
+                let (_, a) = pop_first(&mut self.unexpected, &key)?;
+                Some((key, a))
+            }),
+        };
         match arrival {
-            Some(a) => {
-                if let Err(e) = self.matched(id, src, a) {
+            Some((key, a)) => {
+                if let Err(e) = self.matched(id, key, a) {
                     *self.recvs.get_mut(id.0) = RecvState::Failed(e);
                 }
             }
-            None => {
-                if let Some(why) = self.failed.get(&src) {
-                    let e = peer_failed(src, why);
-                    *self.recvs.get_mut(id.0) = RecvState::Failed(e);
-                } else {
-                    self.posted.entry(key).or_default().push_back(id);
+            None => match pattern.from.and_then(|f| self.peer_failure(f)) {
+                Some(e) => *self.recvs.get_mut(id.0) = RecvState::Failed(e),
+                None => match pattern.exact() {
+                    Some(key) => self.posted.entry(key).or_default().push_back((seq, id)),
+                    None => self.wild.push((seq, pattern, id)),
+                },
+            },
+        }
+        id
+    }
+
+    /// The key of the earliest-arrived message that matches `pattern`.
+    fn earliest_unexpected(&self, pattern: &Pattern) -> Option<Key> {
+        self.unexpected
+            .iter()
+            .filter(|(key, _)| pattern.matches(key))
+            .filter_map(|(key, q)| Some((q.front()?.0, *key)))
+            .min()
+            .map(|(_, key)| key)
+    }
+
+    /// The earliest-arrived message matching `pattern` that no receive has
+    /// taken yet, without taking it (MPI's probe).
+    pub fn probe(&self, pattern: &Pattern) -> Option<Envelope> {
+        let key = match pattern.exact() {
+            Some(key) => key,
+            None => self.earliest_unexpected(pattern)?,
+        };
+        let (_, a) = self.unexpected.get(&key)?.front()?;
+        Some(Envelope {
+            from: key.1,
+            tag: key.2,
+            len: a.len(),
+        })
+    }
+
+    /// Withdraws a receive nothing matched yet; false (and nothing done) if
+    /// a message already matched it.
+    pub fn cancel_recv(&mut self, id: RecvId) -> bool {
+        if !matches!(self.recvs.try_get(id.0), Some(RecvState::Waiting)) {
+            return false;
+        }
+        if let Some(i) = self.wild.iter().position(|w| w.2 == id) {
+            self.wild.remove(i);
+        } else {
+            let key = self
+                .posted
+                .iter()
+                .find(|(_, q)| q.iter().any(|p| p.1 == id))
+                .map(|(k, _)| *k);
+            if let Some(key) = key {
+                let q = self.posted.get_mut(&key).expect("just found");
+                q.retain(|p| p.1 != id);
+                if q.is_empty() {
+                    self.posted.remove(&key);
                 }
             }
         }
-        Ok(id)
+        self.recvs.remove(id.0);
+        true
+    }
+
+    /// The next sequence number.
+    fn sequence(&mut self) -> u64 {
+        self.next_seq += 1;
+        self.next_seq
     }
 
     /// The message of a completed receive (and forgets the receive), or
     /// `None` while it is not complete.
     pub fn take_recv(&mut self, id: RecvId) -> Option<Result<Vec<u8>, CollError>> {
+        self.take_received(id).map(|r| r.map(|r| r.data))
+    }
+
+    /// The message of a completed receive with its sender and tag (and
+    /// forgets the receive), or `None` while it is not complete.
+    pub fn take_received(&mut self, id: RecvId) -> Option<Result<Received, CollError>> {
         let Some(state) = self.recvs.try_get(id.0) else {
             return Some(Err(CollError::NoSuchRequest));
         };
         match state {
             RecvState::Done(_) | RecvState::Failed(_) => match self.recvs.remove(id.0) {
-                RecvState::Done(v) => Some(Ok(v)),
+                RecvState::Done(r) => Some(Ok(r)),
                 RecvState::Failed(e) => Some(Err(e)),
                 _ => unreachable!("checked above"),
             },
@@ -523,6 +752,12 @@ impl Messenger {
                 len,
                 token,
             } => self.arrive((context, from, tag), Arrival::Rts { len, token }),
+            Owned::Sync {
+                context,
+                tag,
+                token,
+                data,
+            } => self.arrive((context, from, tag), Arrival::Sync { data, token }),
             Owned::Cts { token, channel } => self.cleared(from, token, channel)?,
             Owned::Malformed => self.stats.malformed += 1,
             Owned::Nothing => {}
@@ -600,24 +835,45 @@ impl Messenger {
 
     /// A message (or a large message's request) came.
     fn arrive(&mut self, key: Key, a: Arrival) {
-        let posted = pop_first(&mut self.posted, &key);
+        let exact = self.posted.get(&key).and_then(|q| q.front()).map(|p| p.0);
+        let wild = self.wild.iter().position(|w| w.1.matches(&key));
+        let posted = match (exact, wild) {
+            (Some(e), Some(w)) if self.wild[w].0 < e => Some(self.wild.remove(w).2),
+            (Some(_), _) => pop_first(&mut self.posted, &key).map(|p| p.1),
+            (None, Some(w)) => Some(self.wild.remove(w).2),
+            (None, None) => None,
+        };
         match posted {
             Some(id) => {
-                if let Err(e) = self.matched(id, key.1, a) {
+                if let Err(e) = self.matched(id, key, a) {
                     *self.recvs.get_mut(id.0) = RecvState::Failed(e);
                 }
             }
             None => {
                 self.stats.unexpected += 1;
-                self.unexpected.entry(key).or_default().push_back(a);
+                let seq = self.sequence();
+                self.unexpected.entry(key).or_default().push_back((seq, a));
             }
         }
     }
 
-    /// Receive `id` matched `a` from `from`.
-    fn matched(&mut self, id: RecvId, from: ProcessAddr, a: Arrival) -> Result<(), CollError> {
+    /// Receive `id` matched `a`, sent under `key`.
+    fn matched(&mut self, id: RecvId, key: Key, a: Arrival) -> Result<(), CollError> {
+        let (from, tag) = (key.1, key.2);
         match a {
-            Arrival::Eager(v) => *self.recvs.get_mut(id.0) = RecvState::Done(v),
+            Arrival::Eager(data) => {
+                *self.recvs.get_mut(id.0) = RecvState::Done(Received { from, tag, data })
+            }
+            Arrival::Sync { data, token } => {
+                *self.recvs.get_mut(id.0) = RecvState::Done(Received { from, tag, data });
+                let mut msg = std::mem::take(&mut self.scratch);
+                Msg::Cts {
+                    token,
+                    channel: super::wire::NO_CHANNEL,
+                }
+                .encode(&mut msg);
+                self.send_system(from, msg)?;
+            }
             Arrival::Rts { len, .. } if len > MAX_MESSAGE => {
                 // A length no sender of ours announces (corrupted, or
                 // another build's): fail the receive instead of trying to
@@ -637,7 +893,7 @@ impl Messenger {
                     .post(ch, Some(from), self.pool.take(len))
                     .map_err(|r| CollError::Invalid(format!("posting a buffer: {}", r.error)))?;
                 self.channel_recvs.insert(ch, id);
-                *self.recvs.get_mut(id.0) = RecvState::OnChannel { from };
+                *self.recvs.get_mut(id.0) = RecvState::OnChannel { from, tag };
                 let mut msg = std::mem::take(&mut self.scratch);
                 Msg::Cts {
                     token,
@@ -656,6 +912,11 @@ impl Messenger {
             self.stats.malformed += 1;
             return Ok(());
         };
+        if ch.0 == super::wire::NO_CHANNEL {
+            // A synchronous message matched: nothing more to send.
+            *self.sends.get_mut(id.0) = SendState::Done;
+            return Ok(());
+        }
         let state = std::mem::replace(self.sends.get_mut(id.0), SendState::OnChannel { dst: from });
         let SendState::AwaitCts { dst, data } = state else {
             *self.sends.get_mut(id.0) = state;
@@ -701,7 +962,14 @@ impl Messenger {
             } => {
                 if let Some(id) = self.channel_recvs.remove(&channel) {
                     buffer.truncate(len);
-                    *self.recvs.get_mut(id.0) = RecvState::Done(buffer);
+                    let state = self.recvs.get_mut(id.0);
+                    if let RecvState::OnChannel { from, tag } = *state {
+                        *state = RecvState::Done(Received {
+                            from,
+                            tag,
+                            data: buffer,
+                        });
+                    }
                     self.free_channels.push(channel);
                 }
             }
@@ -728,9 +996,16 @@ impl Messenger {
         if let Some(a) = self.assembling.remove(&peer) {
             self.pool.give(a.buf);
         }
+        let (failing, waiting) = std::mem::take(&mut self.wild)
+            .into_iter()
+            .partition(|w| w.1.from == Some(peer));
+        self.wild = waiting;
+        for (_, _, id) in failing {
+            *self.recvs.get_mut(id.0) = RecvState::Failed(peer_failed(peer, &why));
+        }
         for (key, q) in std::mem::take(&mut self.posted) {
             if key.1 == peer {
-                for id in q {
+                for (_, id) in q {
                     *self.recvs.get_mut(id.0) = RecvState::Failed(peer_failed(peer, &why));
                 }
             } else {
@@ -738,7 +1013,7 @@ impl Messenger {
             }
         }
         for state in self.recvs.iter_mut() {
-            if matches!(state, RecvState::OnChannel { from } if *from == peer) {
+            if matches!(state, RecvState::OnChannel { from, .. } if *from == peer) {
                 *state = RecvState::Failed(peer_failed(peer, &why));
             }
         }

@@ -13,6 +13,7 @@
 //! | `RTS` (ready to send) | [`Rts`]: length and the sender's token |
 //! | `CTS` (clear to send) | [`Cts`]: the token and the receiver's channel |
 //! | `FRAGMENT` | [`Frag`]: the message's length and this piece's offset, then the piece |
+//! | `SYNC` | [`Sync`]: the sender's token, then the message; the receiver answers with a `CTS` on [`NO_CHANNEL`] once a receive matched it |
 //!
 //! A medium message (above the eager limit, up to
 //! [`super::messenger::FRAGMENT_LIMIT`]) goes as consecutive `FRAGMENT`s:
@@ -36,6 +37,13 @@ pub const RTS: u8 = 2;
 pub const CTS: u8 = 3;
 /// A piece of a medium message.
 pub const FRAGMENT: u8 = 4;
+/// A small message whose sender waits until a receive matched it (a
+/// synchronous send, `MPI_Ssend`).
+pub const SYNC: u8 = 5;
+
+/// The channel of a `CTS` that answers a `SYNC`: the message matched, and
+/// there is nothing to transfer.
+pub const NO_CHANNEL: u16 = u16::MAX;
 
 /// The header of every communicator message.
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, Debug)]
@@ -90,6 +98,19 @@ pub struct Frag {
     pub offset: U64,
 }
 
+/// Body of a `SYNC`, before the message.
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, Debug)]
+#[repr(C)]
+pub struct Sync {
+    /// The sender's token, returned in the `CTS`.
+    pub token: U32,
+    /// Zero.
+    pub reserved: U32,
+}
+
+/// Bytes of a `SYNC`'s body.
+pub const SYNC_OVERHEAD: usize = std::mem::size_of::<Sync>();
+
 /// Bytes of a `FRAGMENT`'s header and body, before the piece.
 pub const FRAGMENT_OVERHEAD: usize = HEADER_LEN + std::mem::size_of::<Frag>();
 
@@ -129,7 +150,19 @@ pub enum Msg<'a> {
         /// The piece.
         data: &'a [u8],
     },
-    /// Send the large message `token` on `channel`.
+    /// A small message whose sender waits for the match.
+    Sync {
+        /// Context id.
+        context: u32,
+        /// Tag.
+        tag: u64,
+        /// The sender's token.
+        token: u32,
+        /// The message.
+        data: &'a [u8],
+    },
+    /// Send the large message `token` on `channel` (or, on
+    /// [`NO_CHANNEL`], the `SYNC` message `token` matched).
     Cts {
         /// The token.
         token: u32,
@@ -186,6 +219,15 @@ impl<'a> Msg<'a> {
                     data,
                 })
             }
+            SYNC => {
+                let (b, data) = Sync::ref_from_prefix(rest).map_err(|_| short)?;
+                Ok(Msg::Sync {
+                    context,
+                    tag,
+                    token: b.token.get(),
+                    data,
+                })
+            }
             CTS => {
                 let (b, _) = Cts::ref_from_prefix(rest).map_err(|_| short)?;
                 Ok(Msg::Cts {
@@ -204,6 +246,7 @@ impl<'a> Msg<'a> {
             Msg::Eager { context, tag, .. } => (EAGER, context, tag),
             Msg::Rts { context, tag, .. } => (RTS, context, tag),
             Msg::Fragment { context, tag, .. } => (FRAGMENT, context, tag),
+            Msg::Sync { context, tag, .. } => (SYNC, context, tag),
             Msg::Cts { .. } => (CTS, 0, 0),
         };
         let h = MsgHeader {
@@ -234,6 +277,16 @@ impl<'a> Msg<'a> {
                     Frag {
                         total: U64::new(total),
                         offset: U64::new(offset),
+                    }
+                    .as_bytes(),
+                );
+                out.extend_from_slice(data);
+            }
+            Msg::Sync { token, data, .. } => {
+                out.extend_from_slice(
+                    Sync {
+                        token: U32::new(token),
+                        reserved: U32::ZERO,
                     }
                     .as_bytes(),
                 );
@@ -280,6 +333,12 @@ mod tests {
                 total: 70_000,
                 offset: 16_000,
                 data: b"piece",
+            },
+            Msg::Sync {
+                context: 5,
+                tag: 6,
+                token: 11,
+                data: b"",
             },
         ];
         let mut buf = Vec::new();

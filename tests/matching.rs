@@ -1,0 +1,262 @@
+//! MPI's message matching in the messenger, whole stack in virtual time:
+//! receives of any sender or any tag, the order in which messages and
+//! receives pair up, probe, cancel and synchronous sends.
+//!
+//! Each step runs until the fabric is quiet, so the order in which
+//! messages arrive is the order of the steps, and a reference matcher (two
+//! lists searched front to back, as the MPI standard words it) says what
+//! each receive must get.
+
+// Only the job is used here, not its drive loop.
+#[allow(dead_code)]
+mod coll_common;
+
+use bcl::coll::messenger::{Envelope, Pattern, RecvId};
+use bcl::coll::Coll;
+use bcl::sim::FaultProfile;
+use bcl::{ProcessAddr, SimCluster};
+use proptest::prelude::*;
+use std::time::Duration;
+
+/// A context no communicator of the job uses.
+const CONTEXT: u32 = 1 << 30;
+
+/// Runs every process for `span` of virtual time.
+fn settle(cluster: &mut SimCluster, colls: &mut [Coll], span: Duration) {
+    let end = cluster.now() + span;
+    loop {
+        let mut moved = 0;
+        for c in colls.iter_mut() {
+            moved += c.messenger().progress_full().unwrap();
+        }
+        if moved > 0 {
+            continue;
+        }
+        let next = colls
+            .iter_mut()
+            .filter_map(|c| c.messenger().endpoint().next_timeout())
+            .chain(cluster.fabric.next_delivery())
+            .min();
+        match next {
+            Some(t) if t < end => cluster.clock.set(t.max(cluster.now())),
+            _ => {
+                cluster.clock.set(end);
+                return;
+            }
+        }
+    }
+}
+
+const STEP: Duration = Duration::from_millis(1);
+
+fn addr(i: usize) -> ProcessAddr {
+    SimCluster::addr(i)
+}
+
+fn any(from: Option<usize>, tag: Option<u64>) -> Pattern {
+    Pattern {
+        context: CONTEXT,
+        from: from.map(addr),
+        tag,
+    }
+}
+
+/// Sends `data` from `from` to process 0 and lets it arrive.
+fn send(cluster: &mut SimCluster, colls: &mut [Coll], from: usize, tag: u64, data: &[u8]) {
+    let id = colls[from]
+        .messenger()
+        .isend(addr(0), CONTEXT, tag, data)
+        .unwrap();
+    settle(cluster, colls, STEP);
+    assert!(matches!(
+        colls[from].messenger().take_send(id),
+        Some(Ok(()))
+    ));
+}
+
+/// The receive's (sender, tag, data), once complete.
+fn taken(colls: &mut [Coll], id: RecvId) -> Option<(usize, u64, Vec<u8>)> {
+    let r = colls[0].messenger().take_received(id)?.unwrap();
+    let from = (0..colls.len()).find(|&i| addr(i) == r.from).unwrap();
+    Some((from, r.tag, r.data))
+}
+
+#[test]
+fn wildcards_take_messages_in_arrival_order_and_report_the_envelope() {
+    let (mut cluster, mut colls) = coll_common::sim_job(3, FaultProfile::default());
+    let c = &mut colls;
+    send(&mut cluster, c, 1, 5, b"a");
+    send(&mut cluster, c, 2, 9, b"b");
+    send(&mut cluster, c, 1, 6, b"c");
+    // A probe sees the earliest match and takes nothing.
+    let first = Envelope {
+        from: addr(1),
+        tag: 5,
+        len: 1,
+    };
+    assert_eq!(c[0].messenger().probe(&any(None, None)), Some(first));
+    assert_eq!(c[0].messenger().probe(&any(None, None)), Some(first));
+    assert_eq!(
+        c[0].messenger().probe(&any(Some(2), None)).map(|e| e.tag),
+        Some(9)
+    );
+    assert_eq!(c[0].messenger().probe(&any(Some(2), Some(5))), None);
+    // Any tag from 1, then anything, then anything: arrival order.
+    let r1 = c[0].messenger().irecv_matching(any(Some(1), None));
+    let r2 = c[0].messenger().irecv_matching(any(None, None));
+    let r3 = c[0].messenger().irecv_matching(any(None, Some(6)));
+    assert_eq!(taken(c, r1), Some((1, 5, b"a".to_vec())));
+    assert_eq!(taken(c, r2), Some((2, 9, b"b".to_vec())));
+    assert_eq!(taken(c, r3), Some((1, 6, b"c".to_vec())));
+    assert_eq!(c[0].messenger().probe(&any(None, None)), None);
+}
+
+#[test]
+fn a_message_goes_to_the_earliest_posted_receive_it_matches() {
+    let (mut cluster, mut colls) = coll_common::sim_job(2, FaultProfile::default());
+    let c = &mut colls;
+    let exact = c[0].messenger().irecv_matching(any(Some(1), Some(3)));
+    let wild = c[0].messenger().irecv_matching(any(None, None));
+    send(&mut cluster, c, 1, 3, b"x");
+    assert_eq!(taken(c, exact), Some((1, 3, b"x".to_vec())));
+    assert_eq!(taken(c, wild), None);
+    let exact = c[0].messenger().irecv_matching(any(Some(1), Some(3)));
+    send(&mut cluster, c, 1, 3, b"y");
+    assert_eq!(taken(c, wild), Some((1, 3, b"y".to_vec())));
+    assert_eq!(taken(c, exact), None);
+    // Withdrawn, the receive takes nothing; the next message waits.
+    assert!(c[0].messenger().cancel_recv(exact));
+    send(&mut cluster, c, 1, 3, b"z");
+    assert_eq!(
+        c[0].messenger().probe(&any(None, None)).map(|e| e.len),
+        Some(1)
+    );
+    let late = c[0].messenger().irecv_matching(any(Some(1), Some(3)));
+    assert_eq!(taken(c, late), Some((1, 3, b"z".to_vec())));
+    // A completed receive cannot be withdrawn.
+    let done = c[0].messenger().irecv_matching(any(None, None));
+    send(&mut cluster, c, 1, 0, b"");
+    assert!(!c[0].messenger().cancel_recv(done));
+    assert_eq!(taken(c, done), Some((1, 0, Vec::new())));
+}
+
+#[test]
+fn large_messages_match_wildcards_like_small_ones() {
+    let (mut cluster, mut colls) = coll_common::sim_job(3, FaultProfile::default());
+    let c = &mut colls;
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    let s = c[2].messenger().isend(addr(0), CONTEXT, 4, &big).unwrap();
+    settle(&mut cluster, c, STEP);
+    send(&mut cluster, c, 1, 4, b"small");
+    assert_eq!(
+        c[0].messenger().probe(&any(None, Some(4))),
+        Some(Envelope {
+            from: addr(2),
+            tag: 4,
+            len: big.len()
+        })
+    );
+    let r = c[0].messenger().irecv_matching(any(None, Some(4)));
+    settle(&mut cluster, c, STEP * 20);
+    assert_eq!(taken(c, r), Some((2, 4, big)));
+    assert!(matches!(c[2].messenger().take_send(s), Some(Ok(()))));
+    let r = c[0].messenger().irecv_matching(any(None, None));
+    assert_eq!(taken(c, r), Some((1, 4, b"small".to_vec())));
+}
+
+#[test]
+fn a_synchronous_send_completes_only_once_a_receive_matched_it() {
+    let (mut cluster, mut colls) = coll_common::sim_job(2, FaultProfile::default());
+    let c = &mut colls;
+    for len in [0usize, 8, 200_000] {
+        let data = vec![7u8; len];
+        let s = c[1]
+            .messenger()
+            .isend_sync(addr(0), CONTEXT, 1, &data)
+            .unwrap();
+        settle(&mut cluster, c, STEP * 5);
+        assert!(c[1].messenger().take_send(s).is_none(), "{len} B: before");
+        let r = c[0].messenger().irecv_matching(any(None, None));
+        settle(&mut cluster, c, STEP * 20);
+        assert_eq!(taken(c, r), Some((1, 1, data)), "{len} B");
+        assert!(
+            matches!(c[1].messenger().take_send(s), Some(Ok(()))),
+            "{len} B"
+        );
+    }
+}
+
+/// One step of a matching scenario.
+#[derive(Clone, Debug)]
+enum Step {
+    /// Process `from` (1 or 2) sends to 0 under `tag`.
+    Send { from: usize, tag: u64 },
+    /// Process 0 posts a receive.
+    Post {
+        from: Option<usize>,
+        tag: Option<u64>,
+    },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        (1..3usize, 0..3u64).prop_map(|(from, tag)| Step::Send { from, tag }),
+        (
+            proptest::option::of(1..3usize),
+            proptest::option::of(0..3u64)
+        )
+            .prop_map(|(from, tag)| Step::Post { from, tag }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Random sends and receives with random wildcards: every receive gets
+    /// what the reference matcher says, and what is left over is the same.
+    #[test]
+    fn matching_follows_the_reference(steps in proptest::collection::vec(step(), 1..24)) {
+        let (mut cluster, mut colls) = coll_common::sim_job(3, FaultProfile::default());
+        let c = &mut colls;
+        // The reference: unmatched messages and receives, each in order.
+        let mut waiting_msgs: Vec<(usize, u64, u8)> = Vec::new();
+        let mut waiting_recvs: Vec<(Option<usize>, Option<u64>, usize)> = Vec::new();
+        let mut expect: Vec<Option<(usize, u64, Vec<u8>)>> = Vec::new();
+        let mut ids = Vec::new();
+        let fits = |f: Option<usize>, t: Option<u64>, from: usize, tag: u64| {
+            f.is_none_or(|f| f == from) && t.is_none_or(|t| t == tag)
+        };
+        for (n, s) in steps.iter().enumerate() {
+            let payload = n as u8;
+            match *s {
+                Step::Send { from, tag } => {
+                    send(&mut cluster, c, from, tag, &[payload]);
+                    match waiting_recvs.iter().position(|&(f, t, _)| fits(f, t, from, tag)) {
+                        Some(i) => {
+                            let (_, _, r) = waiting_recvs.remove(i);
+                            expect[r] = Some((from, tag, vec![payload]));
+                        }
+                        None => waiting_msgs.push((from, tag, payload)),
+                    }
+                }
+                Step::Post { from, tag } => {
+                    ids.push(c[0].messenger().irecv_matching(any(from, tag)));
+                    let r = expect.len();
+                    expect.push(None);
+                    match waiting_msgs.iter().position(|&(f, t, _)| fits(from, tag, f, t)) {
+                        Some(i) => {
+                            let (f, t, p) = waiting_msgs.remove(i);
+                            expect[r] = Some((f, t, vec![p]));
+                        }
+                        None => waiting_recvs.push((from, tag, r)),
+                    }
+                }
+            }
+        }
+        for (r, id) in ids.into_iter().enumerate() {
+            prop_assert_eq!(taken(c, id), expect[r].clone(), "receive {}", r);
+        }
+        let left = c[0].messenger().probe(&any(None, None)).map(|e| e.tag);
+        prop_assert_eq!(left, waiting_msgs.first().map(|m| m.1));
+    }
+}
