@@ -316,7 +316,7 @@ impl CommBoard {
                 "a board call before its board is set up".into(),
             ));
         };
-        let elem = task.reduction.map_or(1, |(_, dt)| dt.size());
+        let elem = task.reduction.map_or(1, |(op, dt)| op.element_size(*dt));
         let chunk = SLOT_LEN - SLOT_LEN % elem;
         let chunks = data.len().div_ceil(chunk).max(1);
         let (me, root, c) = (task.me, task.root, task.collective);
@@ -420,7 +420,7 @@ impl CommBoard {
         let (op, dt) = task
             .reduction
             .ok_or_else(|| CollError::Invalid("a reduction without an operation".into()))?;
-        let elem = dt.size();
+        let elem = op.element_size(*dt);
         let p = board.ranks();
         let me = task.me;
         let phases = 2 * data.len().div_ceil(chunk).max(1);

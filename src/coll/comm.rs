@@ -75,8 +75,9 @@ impl Comm {
         &self.nodes
     }
 
-    /// Context of its point-to-point messages.
-    pub(crate) fn p2p_context(&self) -> u32 {
+    /// Context of its point-to-point messages (the one to give the
+    /// [`Messenger`](super::messenger::Messenger) for them).
+    pub fn p2p_context(&self) -> u32 {
         self.id.wrapping_mul(2)
     }
 

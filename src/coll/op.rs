@@ -242,6 +242,8 @@ type UserFn = dyn Fn(Datatype, &[u8], &mut [u8]) + Send + Sync;
 pub struct UserOp {
     commutative: bool,
     f: Arc<UserFn>,
+    /// Bytes of one indivisible element; 0: the datatype's size.
+    element: usize,
 }
 
 impl UserOp {
@@ -253,7 +255,18 @@ impl UserOp {
         UserOp {
             commutative,
             f: Arc::new(f),
+            element: 0,
         }
+    }
+
+    /// The same reduction on elements of `bytes` bytes (a multiple of the
+    /// datatype's size) that are never split: an algorithm divides the data
+    /// only between such elements, and the function always gets whole ones.
+    /// For elements made of several values of the datatype, as an MPI
+    /// derived datatype of four doubles under a 2×2 matrix product.
+    pub fn with_element(mut self, bytes: usize) -> UserOp {
+        self.element = bytes;
+        self
     }
 
     /// Whether the operands of this reduction may be swapped.
@@ -341,6 +354,16 @@ impl Op {
         }
     }
 
+    /// Bytes of one element of this reduction on `dt`: the datatype's size,
+    /// or a user reduction's own element ([`UserOp::with_element`]). Data
+    /// is split only between elements.
+    pub fn element_size(&self, dt: Datatype) -> usize {
+        match self {
+            Op::User(op) if op.element > 0 => op.element,
+            _ => dt.size(),
+        }
+    }
+
     /// Checks the op is defined on `dt` (call once per collective, before any data moves).
     ///
     /// User reductions are defined on every datatype.
@@ -360,7 +383,7 @@ impl Op {
         right: &mut [u8],
     ) -> Result<(), OpError> {
         self.check(dt)?;
-        check_lengths(dt, left.len(), right.len())?;
+        check_lengths(self.element_size(dt), left.len(), right.len())?;
         self.apply(dt, Target::Right { left, right }, &mut Vec::new())
     }
 
@@ -379,7 +402,7 @@ impl Op {
         scratch: &mut Vec<u8>,
     ) -> Result<(), OpError> {
         self.check(dt)?;
-        check_lengths(dt, left.len(), right.len())?;
+        check_lengths(self.element_size(dt), left.len(), right.len())?;
         self.apply(dt, Target::Left { left, right }, scratch)
     }
 
@@ -421,8 +444,7 @@ fn not_defined(op: BuiltinOp, dt: Datatype) -> OpError {
 }
 
 /// Two buffers of `len` and `other` bytes can be combined as `dt` elements.
-fn check_lengths(dt: Datatype, len: usize, other: usize) -> Result<(), OpError> {
-    let element = dt.size();
+fn check_lengths(element: usize, len: usize, other: usize) -> Result<(), OpError> {
     if len != other || !len.is_multiple_of(element) {
         return Err(OpError::Length {
             len,
@@ -697,9 +719,10 @@ pub fn reduce_canonical(
     if contributions.is_empty() {
         return Err(OpError::NoContributions);
     }
-    check_lengths(dt, out.len(), out.len())?;
+    let element = op.element_size(dt);
+    check_lengths(element, out.len(), out.len())?;
     for c in contributions {
-        check_lengths(dt, c.len(), out.len())?;
+        check_lengths(element, c.len(), out.len())?;
     }
     let ranks = contributions.len();
     let depth = ranks.next_power_of_two().trailing_zeros() as usize;

@@ -494,14 +494,25 @@ impl Coll {
 
     /// Makes progress until `req` completes and returns its output.
     pub fn wait(&mut self, req: Request) -> Result<Vec<u8>, CollError> {
+        self.wait_for(|c| c.finished.contains_key(&req.0) || !c.running.contains_key(&req.0))?;
+        self.finished
+            .remove(&req.0)
+            .unwrap_or(Err(CollError::NoSuchRequest))
+    }
+
+    /// Makes progress until `done` holds: every operation in progress and
+    /// every message move meanwhile. Between rounds that move nothing it
+    /// sleeps on the endpoint (blocking mode), yields (when set to) or
+    /// spins, as [`Coll::wait`] does; fails with [`CollError::Timeout`]
+    /// after the timeout set with [`Coll::set_timeout`]. For waits on
+    /// anything the progress engine completes: point-to-point messages of
+    /// [`Coll::messenger`], several requests at once.
+    pub fn wait_for(&mut self, mut done: impl FnMut(&mut Coll) -> bool) -> Result<(), CollError> {
         let deadline = self.timeout.map(|t| (t, self.msg.endpoint().now() + t));
         let mut rounds: u32 = 0;
         loop {
-            if let Some(r) = self.finished.remove(&req.0) {
-                return r;
-            }
-            if !self.running.contains_key(&req.0) {
-                return Err(CollError::NoSuchRequest);
+            if done(self) {
+                return Ok(());
             }
             // A clock reading costs more than a busy-poll round: look at
             // it every CLOCK_CHECK_ROUNDS rounds only.
@@ -811,6 +822,39 @@ impl Coll {
         Ok(())
     }
 
+    /// A blocking barrier, bcast, reduce or allreduce on the caller's
+    /// bytes, in place: bcast and allreduce leave the result in every
+    /// rank's `data`, reduce in the root's (the others' `data` is left as it
+    /// was). The byte-level form of [`Coll::bcast`], [`Coll::reduce`] and
+    /// [`Coll::allreduce`], with the same fast paths (the node hierarchy,
+    /// the board); for bindings that hold untyped buffers.
+    pub fn in_place(
+        &mut self,
+        comm: &Comm,
+        collective: Collective,
+        root: usize,
+        reduction: Option<&(Op, Datatype)>,
+        data: &mut [u8],
+    ) -> Result<(), CollError> {
+        match collective {
+            Collective::Barrier
+            | Collective::Bcast
+            | Collective::Reduce
+            | Collective::Allreduce => {}
+            other => {
+                return Err(CollError::Invalid(format!(
+                    "{} does not run in place",
+                    other.name()
+                )))
+            }
+        }
+        let call = InPlace::new(collective, root, reduction);
+        if let Some(r) = self.fast_path(comm, call, data) {
+            return r;
+        }
+        self.run_bytes(comm, call, data)
+    }
+
     // ---- Non-blocking calls on bytes --------------------------------
 
     /// Starts a barrier.
@@ -994,7 +1038,7 @@ impl Coll {
         };
         let mut call = Call::new(Collective::Bcast, input).root(root);
         call.len = std::mem::size_of_val(data);
-        self.in_place(comm, call, data, true)
+        self.run_into(comm, call, data, true)
     }
 
     /// Reduces every rank's `data` in place: afterwards every rank's `data`
@@ -1012,7 +1056,7 @@ impl Coll {
             return r;
         }
         let call = self.reduction(Collective::Allreduce, data, red.0);
-        self.in_place(comm, call, data, true)
+        self.run_into(comm, call, data, true)
     }
 
     /// Reduces every rank's `data` to `root`: the result replaces the
@@ -1031,7 +1075,7 @@ impl Coll {
             return r;
         }
         let call = self.reduction(Collective::Reduce, data, red.0).root(root);
-        self.in_place(comm, call, data, comm.rank() == root)
+        self.run_into(comm, call, data, comm.rank() == root)
     }
 
     /// Gathers every rank's `data` (same length everywhere) at `root`,
@@ -1128,7 +1172,7 @@ impl Coll {
         op: impl Into<Op>,
     ) -> Result<(), CollError> {
         let call = self.reduction(Collective::Scan, data, op.into());
-        self.in_place(comm, call, data, true)
+        self.run_into(comm, call, data, true)
     }
 
     /// Exclusive prefix reduction in place: rank r's `data` becomes the
@@ -1140,7 +1184,7 @@ impl Coll {
         op: impl Into<Op>,
     ) -> Result<(), CollError> {
         let call = self.reduction(Collective::Exscan, data, op.into());
-        self.in_place(comm, call, data, comm.rank() > 0)
+        self.run_into(comm, call, data, comm.rank() > 0)
     }
 
     /// A call of the reduction `c` on a copy of `data`.
@@ -1150,7 +1194,7 @@ impl Coll {
     }
 
     /// Runs `call` and, when `write_back`, copies its output into `data`.
-    fn in_place<T: Element>(
+    fn run_into<T: Element>(
         &mut self,
         comm: &Comm,
         call: Call,
@@ -1166,6 +1210,16 @@ impl Coll {
     }
 
     // ---- Communicators -------------------------------------------------
+
+    /// A communicator of this process alone (MPI_COMM_SELF), made without
+    /// messages: no other process ever sees its id, so a locally unused one
+    /// will do.
+    pub fn solo(&mut self) -> Comm {
+        let id = self.next_id;
+        self.next_id += 1;
+        let me = self.world.addr(self.world.rank()).expect("own rank");
+        Comm::new(id, 0, Arc::from(vec![me]))
+    }
 
     /// A new communicator with the same members and ranks and its own
     /// message space (collective over `comm`).
@@ -1278,7 +1332,7 @@ fn check<'a>(comm: &Comm, c: &'a Call, nodes: &'a [u32]) -> Result<(Shape<'a>, u
     let elem = match &c.reduction {
         Some((op, dt)) => {
             op.check(*dt)?;
-            dt.size()
+            op.element_size(*dt)
         }
         None if c.collective.reduces() => {
             return bad(format!("{} needs a reduction", c.collective.name()))

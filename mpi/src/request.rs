@@ -1,0 +1,342 @@
+//! Requests: point-to-point messages and collectives in progress, and what
+//! their completion leaves in the program's buffers and statuses.
+
+use crate::abi::*;
+use crate::cmem::CBuf;
+use crate::datatype::TypeInfo;
+use crate::error::{MpiError, MpiResult};
+use bcl::coll::messenger::{Received, RecvId, SendId};
+use bcl::coll::{Coll, Comm, Request as CollRequest};
+use std::ffi::c_int;
+
+/// What a completed operation reports (its status).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Completion {
+    /// Sender's rank (receives).
+    pub source: c_int,
+    /// Message tag (receives).
+    pub tag: c_int,
+    /// Wire bytes received.
+    pub bytes: usize,
+    /// Why it failed, if it did.
+    pub error: Option<MpiError>,
+    /// Whether it was cancelled.
+    pub cancelled: bool,
+}
+
+impl Completion {
+    /// A successful operation with nothing to report (sends, collectives).
+    pub fn empty() -> Completion {
+        Completion {
+            source: MPI_ANY_SOURCE,
+            tag: MPI_ANY_TAG,
+            bytes: 0,
+            error: None,
+            cancelled: false,
+        }
+    }
+
+    /// A receive from `MPI_PROC_NULL`.
+    pub fn proc_null() -> Completion {
+        Completion {
+            source: MPI_PROC_NULL,
+            ..Completion::empty()
+        }
+    }
+
+    /// A failed operation.
+    pub fn failed(e: MpiError) -> Completion {
+        Completion {
+            error: Some(e),
+            ..Completion::empty()
+        }
+    }
+
+    /// The status a C program sees.
+    pub fn status(&self) -> MPI_Status {
+        MPI_Status {
+            count_lo: self.bytes as u32 as c_int,
+            count_hi_and_cancelled: (((self.bytes >> 32) as c_int) << 1)
+                | c_int::from(self.cancelled),
+            MPI_SOURCE: self.source,
+            MPI_TAG: self.tag,
+            MPI_ERROR: self.error.as_ref().map_or(MPI_SUCCESS, |e| e.class),
+        }
+    }
+}
+
+/// Bytes a status reports.
+pub fn status_bytes(s: &MPI_Status) -> usize {
+    (s.count_lo as u32 as usize) | (((s.count_hi_and_cancelled as u32 >> 1) as usize) << 32)
+}
+
+/// Where a collective's output goes: blocks of `t` elements at element
+/// displacements in `buf`, filled from the output in order.
+#[derive(Debug)]
+pub struct Unpack {
+    /// The receive buffer.
+    pub buf: CBuf,
+    /// Its datatype.
+    pub t: TypeInfo,
+    /// (displacement, count) in elements, in output order.
+    pub blocks: Vec<(usize, usize)>,
+}
+
+impl Unpack {
+    /// Nothing to write.
+    pub fn none() -> Unpack {
+        Unpack {
+            buf: CBuf::EMPTY,
+            t: TypeInfo {
+                size: 0,
+                extent: 0,
+                runs: Vec::new(),
+                basic: None,
+                committed: true,
+            },
+            blocks: Vec::new(),
+        }
+    }
+
+    /// `count` elements at the start of `buf`.
+    pub fn whole(buf: CBuf, t: TypeInfo, count: usize) -> Unpack {
+        Unpack {
+            buf,
+            t,
+            blocks: vec![(0, count)],
+        }
+    }
+
+    /// Writes `out` into the blocks.
+    pub fn write(&mut self, out: &[u8]) -> MpiResult {
+        let wire = self.t.wire();
+        let need: usize = self.blocks.iter().map(|b| b.1 * wire).sum();
+        if out.len() < need {
+            return Err(MpiError::new(
+                MPI_ERR_INTERN,
+                format!(
+                    "a result of {} bytes for {need} bytes of receive blocks",
+                    out.len()
+                ),
+            ));
+        }
+        let mut at = 0;
+        for &(displ, n) in &self.blocks {
+            let bytes = n * wire;
+            let start = displ * self.t.extent;
+            let mem = &mut self.buf.bytes_mut()[start..];
+            if self.t.contiguous() {
+                mem[..bytes].copy_from_slice(&out[at..at + bytes]);
+            } else {
+                self.t.unpack(&out[at..at + bytes], mem);
+            }
+            at += bytes;
+        }
+        Ok(())
+    }
+}
+
+/// An operation in progress or done.
+#[derive(Debug)]
+pub enum Pending {
+    /// A message on its way; `bsend` bytes of the attached buffer held.
+    Send {
+        /// The messenger's send.
+        id: SendId,
+        /// Bytes of the attached buffer it holds (buffered sends).
+        bsend: usize,
+    },
+    /// A receive posted.
+    Recv {
+        /// The messenger's receive.
+        id: RecvId,
+        /// Where the message goes.
+        buf: CBuf,
+        /// Its datatype.
+        t: TypeInfo,
+        /// How many elements fit.
+        count: usize,
+        /// The communicator (for the sender's rank).
+        comm: Comm,
+    },
+    /// A collective.
+    Coll {
+        /// The collective's request.
+        req: CollRequest,
+        /// Where its output goes.
+        out: Unpack,
+    },
+    /// Complete; waiting to be waited on or tested.
+    Done(Completion),
+}
+
+#[derive(Debug)]
+struct Entry {
+    pending: Pending,
+    /// Freed by `MPI_Request_free`: dropped once complete.
+    freed: bool,
+}
+
+/// The requests of a process.
+#[derive(Debug, Default)]
+pub struct Requests {
+    slots: Vec<Option<Entry>>,
+    free: Vec<usize>,
+    /// Bytes of the attached buffer held by buffered sends in progress.
+    pub bsend_in_use: usize,
+}
+
+impl Requests {
+    /// Registers an operation; gives its handle.
+    pub fn add(&mut self, pending: Pending) -> MPI_Request {
+        let e = Some(Entry {
+            pending,
+            freed: false,
+        });
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.slots[i] = e;
+                i
+            }
+            None => {
+                self.slots.push(e);
+                self.slots.len() - 1
+            }
+        };
+        direct(KIND_REQUEST, i)
+    }
+
+    /// The slot of handle `h`.
+    pub fn index(&self, h: MPI_Request) -> MpiResult<usize> {
+        match decode(h) {
+            (0b10, KIND_REQUEST, i) if self.slots.get(i).is_some_and(Option::is_some) => Ok(i),
+            _ => Err(MpiError::new(
+                MPI_ERR_REQUEST,
+                format!("{:#x} is not an active request", h as u32),
+            )),
+        }
+    }
+
+    /// Moves operation `i` to `Done` if it has completed; returns whether it
+    /// is done. Makes no progress itself, except a collective's test.
+    pub fn try_complete(&mut self, i: usize, coll: &mut Coll) -> bool {
+        let Some(Some(entry)) = self.slots.get_mut(i) else {
+            return true;
+        };
+        let done = match &mut entry.pending {
+            Pending::Done(_) => return true,
+            Pending::Send { id, bsend } => match coll.messenger().take_send(*id) {
+                None => return false,
+                Some(r) => {
+                    self.bsend_in_use -= *bsend;
+                    match r {
+                        Ok(()) => Completion::empty(),
+                        Err(e) => Completion::failed(e.into()),
+                    }
+                }
+            },
+            Pending::Recv {
+                id,
+                buf,
+                t,
+                count,
+                comm,
+            } => match coll.messenger().take_received(*id) {
+                None => return false,
+                Some(Ok(r)) => deliver(r, buf, t, *count, comm),
+                Some(Err(e)) => Completion::failed(e.into()),
+            },
+            Pending::Coll { req, out } => match coll.test(req) {
+                Ok(None) => return false,
+                Ok(Some(bytes)) => match out.write(&bytes) {
+                    Ok(()) => Completion::empty(),
+                    Err(e) => Completion::failed(e),
+                },
+                Err(e) => Completion::failed(e.into()),
+            },
+        };
+        if entry.freed {
+            self.slots[i] = None;
+            self.free.push(i);
+        } else {
+            entry.pending = Pending::Done(done);
+        }
+        true
+    }
+
+    /// Takes the completion of operation `i` if it is done (the request is
+    /// then gone).
+    pub fn take(&mut self, i: usize) -> Option<Completion> {
+        match self.slots.get(i) {
+            Some(Some(Entry {
+                pending: Pending::Done(_),
+                ..
+            })) => {}
+            _ => return None,
+        }
+        let entry = self.slots[i].take()?;
+        self.free.push(i);
+        match entry.pending {
+            Pending::Done(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// The pending state of operation `i`.
+    pub fn pending_mut(&mut self, i: usize) -> Option<&mut Pending> {
+        self.slots.get_mut(i)?.as_mut().map(|e| &mut e.pending)
+    }
+
+    /// `MPI_Request_free`: the program no longer waits for `i`; it is
+    /// dropped once complete.
+    pub fn release(&mut self, i: usize) {
+        if let Some(Some(e)) = self.slots.get_mut(i) {
+            if matches!(e.pending, Pending::Done(_)) {
+                self.slots[i] = None;
+                self.free.push(i);
+            } else {
+                e.freed = true;
+            }
+        }
+    }
+
+    /// Completes what can be completed among requests nobody waits for
+    /// (freed ones), so their resources go.
+    pub fn sweep(&mut self, coll: &mut Coll) {
+        for i in 0..self.slots.len() {
+            if self.slots[i].as_ref().is_some_and(|e| e.freed) {
+                self.try_complete(i, coll);
+            }
+        }
+    }
+}
+
+/// Puts received message `r` into the receive buffer: as much as fits, and
+/// a truncation error if it did not all fit.
+pub fn deliver(r: Received, buf: &mut CBuf, t: &TypeInfo, count: usize, comm: &Comm) -> Completion {
+    let source = comm.rank_of(r.from).map_or(MPI_ANY_SOURCE, |s| s as c_int);
+    let tag = c_int::try_from(r.tag).unwrap_or(MPI_ANY_TAG);
+    let cap = count * t.wire();
+    let n = r.data.len().min(cap);
+    if t.contiguous() {
+        buf.bytes_mut()[..n].copy_from_slice(&r.data[..n]);
+    } else {
+        t.unpack(&r.data[..n], buf.bytes_mut());
+    }
+    let error = (r.data.len() > cap).then(|| {
+        MpiError::new(
+            MPI_ERR_TRUNCATE,
+            format!(
+                "a message of {} bytes from rank {source} (tag {tag}) does not fit a receive of {count} elements ({cap} bytes)",
+                r.data.len()
+            ),
+        )
+    });
+    Completion {
+        source,
+        tag,
+        bytes: n,
+        error,
+        cancelled: false,
+    }
+}
