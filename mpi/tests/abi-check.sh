@@ -21,7 +21,7 @@
 #
 # Usage: mpi/tests/abi-check.sh   (from anywhere)
 # Environment:
-#   BCL_MPI_FUNCTIONS  the function list (default /work/mpi-functions.txt)
+#   BCL_MPI_FUNCTIONS  the function list (default mpi/functions.txt)
 #   MPICH_INCLUDE      MPICH's include directory
 #                      (default /usr/include/x86_64-linux-gnu/mpich)
 #   CC, CXX            compilers (default gcc, g++)
@@ -32,7 +32,7 @@ mpi_dir=$(cd "$here/.." && pwd)
 ours_inc="$mpi_dir/include"
 ours_h="$ours_inc/mpi.h"
 prog="$here/c/abi_constants.c"
-functions=${BCL_MPI_FUNCTIONS:-/work/mpi-functions.txt}
+functions=${BCL_MPI_FUNCTIONS:-$mpi_dir/functions.txt}
 mpich_inc=${MPICH_INCLUDE:-/usr/include/x86_64-linux-gnu/mpich}
 CC=${CC:-gcc}
 CXX=${CXX:-g++}
