@@ -260,3 +260,18 @@ proptest! {
         prop_assert_eq!(left, waiting_msgs.first().map(|m| m.1));
     }
 }
+
+#[test]
+fn a_synchronous_send_to_oneself_completes_when_received() {
+    let (mut cluster, mut colls) = coll_common::sim_job(1, FaultProfile::default());
+    let c = &mut colls;
+    let s = c[0]
+        .messenger()
+        .isend_sync(addr(0), CONTEXT, 2, b"me")
+        .unwrap();
+    settle(&mut cluster, c, STEP);
+    assert!(c[0].messenger().take_send(s).is_none());
+    let r = c[0].messenger().irecv_matching(any(Some(0), Some(2)));
+    assert_eq!(taken(c, r), Some((0, 2, b"me".to_vec())));
+    assert!(matches!(c[0].messenger().take_send(s), Some(Ok(()))));
+}

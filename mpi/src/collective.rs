@@ -176,7 +176,8 @@ impl Mpi {
             out: built.out,
         };
         if blocking {
-            Ok(Pending::Done(self.complete(p)?))
+            // Errors go to the calling entry point's communicator anyway.
+            Ok(Pending::Done(self.complete(p, MPI_COMM_NULL)?))
         } else {
             Ok(p)
         }
@@ -203,12 +204,12 @@ unsafe fn collective(
         let blocking = request.is_null();
         let p = f(m, &c, blocking)?;
         if blocking {
-            return match m.complete(p)?.error {
+            return match m.complete(p, comm)?.error {
                 Some(e) => Err(e),
                 None => Ok(()),
             };
         }
-        let h = m.requests.add(p);
+        let h = m.requests.add(p, comm);
         // SAFETY: valid for a write (this function's contract).
         unsafe { cmem::put(request, h) };
         Ok(())

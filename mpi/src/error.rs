@@ -17,6 +17,9 @@ pub struct MpiError {
     pub class: c_int,
     /// What went wrong, for a person.
     pub message: String,
+    /// The communicator whose error handler it goes to, when that is not
+    /// the call's (a request's communicator, in the wait and test calls).
+    pub on: Option<MPI_Comm>,
 }
 
 impl MpiError {
@@ -25,7 +28,14 @@ impl MpiError {
         MpiError {
             class,
             message: message.into(),
+            on: None,
         }
+    }
+
+    /// The same error, raised on `comm` unless it already names one.
+    pub fn on(mut self, comm: MPI_Comm) -> MpiError {
+        self.on.get_or_insert(comm);
+        self
     }
 }
 
@@ -72,7 +82,12 @@ impl Default for ErrorLog {
 
 impl ErrorLog {
     /// The code of `e`; its message is kept for a while.
+    /// `MPI_ERR_IN_STATUS` is returned as itself: the standard says the
+    /// array calls return exactly that, the details being in the statuses.
     pub fn code(&mut self, e: &MpiError) -> c_int {
+        if e.class == MPI_ERR_IN_STATUS {
+            return MPI_ERR_IN_STATUS;
+        }
         let serial = self.next;
         self.next = (self.next + 1) % SERIALS;
         if self.next == 0 {

@@ -136,12 +136,12 @@ impl Mpi {
             .ok_or_else(|| MpiError::new(MPI_ERR_INTERN, "a completed request vanished"))
     }
 
-    /// Runs `pending` to completion (the blocking calls).
-    pub fn complete(&mut self, pending: Pending) -> MpiResult<Completion> {
+    /// Runs `pending` (on `comm`) to completion (the blocking calls).
+    pub fn complete(&mut self, pending: Pending, comm: MPI_Comm) -> MpiResult<Completion> {
         if let Pending::Done(c) = pending {
             return Ok(c);
         }
-        let h = self.requests.add(pending);
+        let h = self.requests.add(pending, comm);
         let i = self.requests.index(h)?;
         self.wait_slot(i)
     }
@@ -235,13 +235,13 @@ unsafe fn send(
         // SAFETY: the C caller's MPI contract.
         let p = unsafe { m.start_send(mode, buf, count, datatype, dest, tag, comm)? };
         if mode == Mode::Buffered {
-            let h = m.requests.add(p);
+            let h = m.requests.add(p, comm);
             let i = m.requests.index(h)?;
             m.requests.release(i);
             m.requests.sweep(&mut m.coll);
             return Ok(());
         }
-        match m.complete(p)?.error {
+        match m.complete(p, comm)?.error {
             Some(e) => Err(e),
             None => Ok(()),
         }
@@ -267,7 +267,7 @@ unsafe fn isend(
     call(name, Some(comm), |m| {
         // SAFETY: the C caller's MPI contract.
         let p = unsafe { m.start_send(mode, buf, count, datatype, dest, tag, comm)? };
-        let h = m.requests.add(p);
+        let h = m.requests.add(p, comm);
         // SAFETY: `request` is valid for a write (MPI contract).
         unsafe { cmem::put(request, h) };
         Ok(())
@@ -491,7 +491,7 @@ pub unsafe extern "C" fn MPI_Recv(
     call("MPI_Recv", Some(comm), |m| {
         // SAFETY: the C caller's MPI contract.
         let p = unsafe { m.start_recv(buf, count, datatype, source, tag, comm)? };
-        let c = m.complete(p)?;
+        let c = m.complete(p, comm)?;
         // SAFETY: the C caller's MPI contract.
         unsafe { finish(c, status) }
     })
@@ -515,7 +515,7 @@ pub unsafe extern "C" fn MPI_Irecv(
     call("MPI_Irecv", Some(comm), |m| {
         // SAFETY: the C caller's MPI contract.
         let p = unsafe { m.start_recv(buf, count, datatype, source, tag, comm)? };
-        let h = m.requests.add(p);
+        let h = m.requests.add(p, comm);
         // SAFETY: valid for a write (MPI contract).
         unsafe { cmem::put(request, h) };
         Ok(())
@@ -544,7 +544,7 @@ pub unsafe extern "C" fn MPI_Sendrecv(
     call("MPI_Sendrecv", Some(comm), |m| {
         // SAFETY: the C caller's MPI contract.
         let r = unsafe { m.start_recv(recvbuf, recvcount, recvtype, source, recvtag, comm)? };
-        let rh = m.requests.add(r);
+        let rh = m.requests.add(r, comm);
         // SAFETY: the C caller's MPI contract.
         let s = unsafe {
             m.start_send(
@@ -557,7 +557,7 @@ pub unsafe extern "C" fn MPI_Sendrecv(
                 comm,
             )?
         };
-        m.complete(s)?;
+        m.complete(s, comm)?;
         let i = m.requests.index(rh)?;
         let c = m.wait_slot(i)?;
         // SAFETY: the C caller's MPI contract.
@@ -589,8 +589,8 @@ pub unsafe extern "C" fn MPI_Sendrecv_replace(
         let s = unsafe { m.start_send(Mode::Standard, buf, count, datatype, dest, sendtag, comm)? };
         // SAFETY: the C caller's MPI contract.
         let r = unsafe { m.start_recv(buf, count, datatype, source, recvtag, comm)? };
-        let rh = m.requests.add(r);
-        m.complete(s)?;
+        let rh = m.requests.add(r, comm);
+        m.complete(s, comm)?;
         let i = m.requests.index(rh)?;
         let c = m.wait_slot(i)?;
         // SAFETY: the C caller's MPI contract.

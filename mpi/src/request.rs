@@ -173,6 +173,9 @@ pub enum Pending {
 #[derive(Debug)]
 struct Entry {
     pending: Pending,
+    /// Its communicator (errors go to its handler); `MPI_COMM_NULL`: the
+    /// handler of the call that completes it.
+    comm: MPI_Comm,
     /// Freed by `MPI_Request_free`: dropped once complete.
     freed: bool,
 }
@@ -187,10 +190,11 @@ pub struct Requests {
 }
 
 impl Requests {
-    /// Registers an operation; gives its handle.
-    pub fn add(&mut self, pending: Pending) -> MPI_Request {
+    /// Registers an operation on communicator `comm`; gives its handle.
+    pub fn add(&mut self, pending: Pending, comm: MPI_Comm) -> MPI_Request {
         let e = Some(Entry {
             pending,
+            comm,
             freed: false,
         });
         let i = match self.free.pop() {
@@ -223,7 +227,7 @@ impl Requests {
         let Some(Some(entry)) = self.slots.get_mut(i) else {
             return true;
         };
-        let done = match &mut entry.pending {
+        let mut done = match &mut entry.pending {
             Pending::Done(_) => return true,
             Pending::Send { id, bsend } => match coll.messenger().take_send(*id) {
                 None => return false,
@@ -255,6 +259,9 @@ impl Requests {
                 Err(e) => Completion::failed(e.into()),
             },
         };
+        if entry.comm != MPI_COMM_NULL {
+            done.error = done.error.map(|e| e.on(entry.comm));
+        }
         if entry.freed {
             self.slots[i] = None;
             self.free.push(i);

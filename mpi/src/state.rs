@@ -201,10 +201,11 @@ pub fn call(name: &str, comm: Option<MPI_Comm>, f: impl FnOnce(&mut Mpi) -> MpiR
             Phase::Running(mpi) => match f(mpi) {
                 Ok(()) => Ok(()),
                 Err(e) => {
-                    let handler = comm
-                        .and_then(|c| mpi.comm(c).ok())
-                        .or_else(|| mpi.comm(MPI_COMM_WORLD).ok())
-                        .map_or(MPI_ERRORS_ARE_FATAL, |c| c.errhandler);
+                    let handler =
+                        e.on.or(comm)
+                            .and_then(|c| mpi.comm(c).ok())
+                            .or_else(|| mpi.comm(MPI_COMM_WORLD).ok())
+                            .map_or(MPI_ERRORS_ARE_FATAL, |c| c.errhandler);
                     let e = MpiError::new(e.class, format!("{name}: {}", e.message));
                     let code = mpi.errors.code(&e);
                     let rank = mpi.coll.world().rank();

@@ -64,7 +64,10 @@ unsafe fn finish_all(done: Vec<(usize, Completion)>, statuses: *mut MPI_Status) 
             unsafe { cmem::put(statuses.add(*k), c.status()) };
         }
         if let Some(e) = first_error {
-            return Err(MpiError::new(MPI_ERR_IN_STATUS, e.message));
+            return Err(MpiError {
+                class: MPI_ERR_IN_STATUS,
+                ..e
+            });
         }
         return Ok(());
     }

@@ -495,7 +495,7 @@ impl Messenger {
     /// once a receive matched it (MPI's synchronous send). A small message
     /// travels inline and the receiver answers on the match; a large one
     /// goes by rendezvous, which waits for the match anyway. A message to
-    /// oneself is delivered locally and complete at once.
+    /// oneself is delivered locally, complete once a receive takes it.
     pub fn isend_sync(
         &mut self,
         dst: ProcessAddr,
@@ -503,7 +503,20 @@ impl Messenger {
         tag: u64,
         data: &[u8],
     ) -> Result<SendId, CollError> {
-        if data.len() + super::wire::SYNC_OVERHEAD > self.eager_max || dst == self.local() {
+        if dst == self.local() {
+            // Delivered locally, complete once a receive takes it.
+            self.stats.local += 1;
+            let token = self.token();
+            let id = self.sends.insert(SendState::AwaitCts {
+                dst,
+                data: Vec::new(),
+            });
+            self.awaiting_cts.insert((dst, token), id);
+            let data = self.pool.copy_of(data);
+            self.arrive((context, dst, tag), Arrival::Sync { data, token });
+            return Ok(id);
+        }
+        if data.len() + super::wire::SYNC_OVERHEAD > self.eager_max {
             return self.isend(dst, context, tag, data);
         }
         if let Some(why) = self.failed.get(&dst) {
@@ -866,6 +879,9 @@ impl Messenger {
             }
             Arrival::Sync { data, token } => {
                 *self.recvs.get_mut(id.0) = RecvState::Done(Received { from, tag, data });
+                if from == self.local() {
+                    return self.cleared(from, token, ChannelId(super::wire::NO_CHANNEL));
+                }
                 let mut msg = std::mem::take(&mut self.scratch);
                 Msg::Cts {
                     token,
