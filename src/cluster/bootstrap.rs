@@ -4,7 +4,9 @@
 //! - **Identity** ([`JobInfo::from_env`]): `BCL_RANK`, `BCL_SIZE`,
 //!   `BCL_LOCAL_RANK`, `BCL_NODE`, `BCL_JOB_ID` (set by `bcl-run`), or under
 //!   Slurm `SLURM_PROCID`, `SLURM_NTASKS`, `SLURM_LOCALID`, `SLURM_JOB_ID`,
-//!   `SLURMD_NODENAME`.
+//!   `SLURMD_NODENAME`; or, started by hydra's `mpiexec` or Slurm's
+//!   `srun --mpi=pmi2` (`PMI_FD` set, no rendezvous, no static file), from
+//!   PMI-2 ([`super::pmi2`], [`JobInfo::new`]).
 //! - **Rendezvous** ([`RendezvousServer`], [`exchange`]): a key-value
 //!   exchange over a stream socket (`tcp:HOST:PORT`, or `unix:PATH`, which
 //!   crosses network namespaces) that `bcl-run` starts on the launch host.
@@ -46,6 +48,10 @@ pub enum BootstrapError {
     /// Nothing within the time limit.
     #[error("rendezvous: {0}")]
     Timeout(String),
+    /// The PMI-2 launcher (hydra's `mpiexec`, Slurm's `srun --mpi=pmi2`)
+    /// refused or failed.
+    #[error("PMI-2: {0}")]
+    Pmi(#[from] super::pmi2::Pmi2Error),
     /// A static job file cannot be used.
     #[error("static job file {file}: {message}")]
     Static {
@@ -86,6 +92,30 @@ fn env_u32(
 }
 
 impl JobInfo {
+    /// An identity given by a launcher (PMI-2: rank and size from
+    /// `fullinit`, the local rank from the placement of the ranks, the job
+    /// id from `job-getid`); the rank must be below the size.
+    pub fn new(
+        rank: u32,
+        size: u32,
+        local_rank: u32,
+        node: Option<String>,
+        job_id: String,
+    ) -> Result<JobInfo, BootstrapError> {
+        if size == 0 || rank >= size || local_rank > rank {
+            return Err(BootstrapError::Identity(format!(
+                "rank {rank} (local rank {local_rank}) is not below the job size {size}"
+            )));
+        }
+        Ok(JobInfo {
+            rank,
+            size,
+            local_rank,
+            node,
+            job_id,
+        })
+    }
+
     /// Reads the identity from the environment (see the module
     /// documentation): `BCL_*` first, then Slurm's variables.
     pub fn from_env() -> Result<JobInfo, BootstrapError> {
@@ -112,7 +142,7 @@ impl JobInfo {
             )
         } else {
             return Err(BootstrapError::Identity(
-                "neither BCL_RANK (set by bcl-run) nor SLURM_PROCID is set: start the program with bcl-run".into(),
+                "neither BCL_RANK (set by bcl-run), SLURM_PROCID nor PMI_FD (mpiexec, srun --mpi=pmi2) is set: start the program with bcl-run or a PMI-2 launcher".into(),
             ));
         };
         let rank = rank.unwrap_or(0);
@@ -617,27 +647,68 @@ fn serve_one(stream: Box<dyn Stream>, state: &Arc<(Mutex<State>, Condvar)>, shar
     }
 }
 
-/// A rank's connection to the rendezvous, kept for barriers.
+/// A rank's connection to the rendezvous, or to its PMI-2 launcher, kept
+/// for barriers.
 pub struct Session {
-    reader: BufReader<Box<dyn Stream>>,
-    writer: Box<dyn Stream>,
-    next_barrier: u64,
+    kind: SessionKind,
+}
+
+enum SessionKind {
+    Rendezvous {
+        reader: BufReader<Box<dyn Stream>>,
+        writer: Box<dyn Stream>,
+        next_barrier: u64,
+    },
+    Pmi(PmiSession),
+}
+
+/// A PMI-2 connection that sends `finalize` when dropped.
+struct PmiSession(super::pmi2::Pmi2);
+
+impl Drop for PmiSession {
+    fn drop(&mut self) {
+        let _ = self.0.finalize(Duration::from_secs(10));
+    }
 }
 
 impl Session {
+    /// A session over a PMI-2 connection: its barrier is `kvs-fence`;
+    /// dropping it sends `finalize`.
+    pub fn from_pmi(pmi: super::pmi2::Pmi2) -> Session {
+        Session {
+            kind: SessionKind::Pmi(PmiSession(pmi)),
+        }
+    }
+
+    /// The PMI-2 connection, when the job was started by a PMI-2 launcher
+    /// (for `abort`, job attributes, more KVS exchanges).
+    pub fn pmi(&mut self) -> Option<&mut super::pmi2::Pmi2> {
+        match &mut self.kind {
+            SessionKind::Pmi(p) => Some(&mut p.0),
+            SessionKind::Rendezvous { .. } => None,
+        }
+    }
+
     /// Waits until every rank has called `barrier` as often as this one.
     pub fn barrier(&mut self, timeout: Duration) -> Result<(), BootstrapError> {
-        let id = self.next_barrier;
-        self.next_barrier += 1;
+        let (reader, writer, next_barrier) = match &mut self.kind {
+            SessionKind::Pmi(p) => return Ok(p.0.kvs_fence(timeout)?),
+            SessionKind::Rendezvous {
+                reader,
+                writer,
+                next_barrier,
+            } => (reader, writer, next_barrier),
+        };
+        let id = *next_barrier;
+        *next_barrier += 1;
         let ms = timeout.as_millis() as u64;
         let req = serde_json::json!({"barrier": id, "timeout_ms": ms});
-        send_line(self.writer.as_mut(), &req)
+        send_line(writer.as_mut(), &req)
             .map_err(|e| BootstrapError::Rendezvous(format!("barrier {id}: {e}")))?;
-        let _ = self
-            .reader
+        let _ = reader
             .get_ref()
             .set_timeout(Some(timeout + Duration::from_secs(2)));
-        let reply = read_reply(&mut self.reader, &format!("barrier {id}"), timeout)?;
+        let reply = read_reply(reader, &format!("barrier {id}"), timeout)?;
         match reply.ok {
             true => Ok(()),
             false => Err(BootstrapError::Timeout(reply.error.unwrap_or_default())),
@@ -748,9 +819,11 @@ pub fn exchange(
     Ok((
         members,
         Session {
-            reader,
-            writer,
-            next_barrier: 0,
+            kind: SessionKind::Rendezvous {
+                reader,
+                writer,
+                next_barrier: 0,
+            },
         },
     ))
 }

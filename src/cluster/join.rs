@@ -1,9 +1,13 @@
 //! Joining a job: the methods this process opens, its descriptor table, the
 //! bootstrap exchange, and an endpoint that chooses a method per peer.
 //!
-//! [`join`] is what a program started by `bcl-run` (or Slurm) calls:
+//! [`join`] is what a program started by `bcl-run`, Slurm, or a PMI-2
+//! launcher (hydra's `mpiexec`, `srun --mpi=pmi2`) calls:
 //!
-//! 1. who am I: [`JobInfo::from_env`];
+//! 1. who am I: [`JobInfo::from_env`], or, when `$PMI_FD` is set and
+//!    neither `$BCL_RENDEZVOUS` nor `$BCL_STATIC` is, PMI-2
+//!    ([`pmi2::start`]: rank and size from the launcher, node index and
+//!    local rank from the ranks' node identities);
 //! 2. the cluster: `$BCL_CLUSTER` (a resource database) if set, else this
 //!    host's interfaces (fabric = IPv4 subnet; the methods opened on an
 //!    interface or an IP address that are not opt-in: `packet` and `udp`,
@@ -13,8 +17,9 @@
 //! 4. which methods on which NIC ([`plan`], [`plan_on`]), opened in policy
 //!    order; a method that cannot open is noted with the reason, and a pin
 //!    none of whose methods opens is an error;
-//! 5. the exchange: `$BCL_RENDEZVOUS` + `$BCL_JOB_SECRET`, or the static
-//!    file `$BCL_STATIC`;
+//! 5. the exchange: `$BCL_RENDEZVOUS` + `$BCL_JOB_SECRET`, the static
+//!    file `$BCL_STATIC`, or the PMI-2 launcher's key-value space
+//!    ([`pmi2::PmiStart::exchange`]);
 //! 6. every peer's table goes to the endpoint; methods are chosen on first
 //!    send.
 //!
@@ -37,6 +42,7 @@
 use super::bootstrap::{self, BootstrapError, JobInfo, Member, RendezvousAddr, Session, StaticJob};
 use super::descriptor::DescriptorTable;
 use super::nics::{self, NicInfo};
+use super::pmi2;
 use super::resources::{ClusterConfig, Node};
 use super::select::{Pin, Policy};
 use super::{node_identity, LocalPolicy};
@@ -463,7 +469,8 @@ pub struct Joined {
     pub addrs: Vec<ProcessAddr>,
     /// Every rank's table, index = rank.
     pub tables: Vec<DescriptorTable>,
-    /// The rendezvous connection, for barriers (none in static mode).
+    /// The rendezvous or PMI-2 connection, for barriers (none in static
+    /// mode; a PMI-2 one sends `finalize` when dropped).
     pub session: Option<Session>,
     /// Methods not opened and why, for people.
     pub notes: Vec<String>,
@@ -497,7 +504,14 @@ pub fn policy_from(cfg: Option<&ClusterConfig>, registry: &Registry) -> Result<P
 
 /// Joins the job (see the module documentation).
 pub fn join(opts: JoinOptions) -> Result<Joined, JoinError> {
-    let info = JobInfo::from_env()?;
+    let pmi = match pmi2::requested() {
+        true => Some(pmi2::start(opts.timeout)?),
+        false => None,
+    };
+    let info = match &pmi {
+        Some(p) => p.info.clone(),
+        None => JobInfo::from_env()?,
+    };
     let cfg = match std::env::var_os("BCL_CLUSTER") {
         Some(p) => Some(
             ClusterConfig::load_with(&PathBuf::from(p), &opts.registry)
@@ -541,9 +555,10 @@ pub fn join(opts: JoinOptions) -> Result<Joined, JoinError> {
             plan(cfg.as_ref(), node, &ifs, info.local_rank, &policy).map_err(JoinError::Config)?
         }
     };
-    let node_index = std::env::var("BCL_NODE_INDEX")
-        .ok()
-        .and_then(|v| v.parse::<u32>().ok())
+    let node_index = pmi
+        .as_ref()
+        .map(|p| p.node_index)
+        .or_else(|| std::env::var("BCL_NODE_INDEX").ok()?.parse::<u32>().ok())
         .or_else(|| {
             let (c, n) = (cfg.as_ref()?, node?);
             c.nodes
@@ -628,11 +643,14 @@ pub fn join(opts: JoinOptions) -> Result<Joined, JoinError> {
     });
     let (members, session): (Vec<Member>, Option<Session>) = if let Some(j) = static_job {
         (j.members, None)
+    } else if let Some(p) = pmi {
+        let (m, s) = p.exchange(local, &table, opts.timeout)?;
+        (m, Some(s))
     } else {
         let at: RendezvousAddr = std::env::var("BCL_RENDEZVOUS")
             .map_err(|_| {
                 BootstrapError::Identity(
-                    "BCL_RENDEZVOUS is not set (start the job with bcl-run, or set BCL_STATIC)"
+                    "BCL_RENDEZVOUS is not set (start the job with bcl-run, mpiexec or srun --mpi=pmi2, or set BCL_STATIC)"
                         .into(),
                 )
             })?

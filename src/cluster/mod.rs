@@ -8,6 +8,8 @@
 //!   `afxdp`, `packet`; otherwise `udp`), pins (`BCL_METHODS`), and the
 //!   per-link record of the choice.
 //! - [`bootstrap`]: how the processes of a job learn each other's tables.
+//! - [`pmi2`]: the same through the launchers clusters already run
+//!   (hydra's `mpiexec`, Slurm's `srun --mpi=pmi2`): a PMI-2 client.
 //! - [`join`]: what a process of a job calls: open its methods, exchange
 //!   tables, get an endpoint.
 //!
@@ -23,6 +25,7 @@ pub mod bootstrap;
 pub mod descriptor;
 pub mod join;
 pub mod nics;
+pub mod pmi2;
 pub mod resources;
 pub mod select;
 

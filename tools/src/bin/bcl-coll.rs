@@ -58,7 +58,7 @@ const SMALL: usize = 64 << 10;
 #[derive(Parser, Debug)]
 #[command(
     name = "bcl-coll",
-    about = "Latency of BCL's collectives (barrier, allreduce, bcast) in a job started by bcl-run: \
+    about = "Latency of BCL's collectives (barrier, allreduce, bcast) in a job started by bcl-run (or mpiexec, srun --mpi=pmi2): \
              median and p99 over iterations of the slowest rank's time, one JSON line per operation and size",
     after_help = "Example: bcl-run -n 4 -- bcl-coll --ops barrier,allreduce --sizes 8,64K"
 )]
@@ -388,9 +388,9 @@ impl Bench {
 }
 
 fn run(args: &Args) -> Result<(), String> {
-    if std::env::var_os("BCL_RANK").is_none() {
+    if std::env::var_os("BCL_RANK").is_none() && !bcl::cluster::pmi2::requested() {
         return Err(
-            "not started by bcl-run (BCL_RANK is not set); run e.g. `bcl-run -n 4 -- bcl-coll`"
+            "not started by bcl-run (BCL_RANK is not set) or a PMI-2 launcher (PMI_FD is not set); run e.g. `bcl-run -n 4 -- bcl-coll` or `mpiexec -n 4 bcl-coll`"
                 .into(),
         );
     }
