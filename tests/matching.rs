@@ -275,3 +275,49 @@ fn a_synchronous_send_to_oneself_completes_when_received() {
     assert_eq!(taken(c, r), Some((0, 2, b"me".to_vec())));
     assert!(matches!(c[0].messenger().take_send(s), Some(Ok(()))));
 }
+
+#[test]
+fn recv_now_copies_in_place_and_keeps_the_matching_order() {
+    use bcl::coll::messenger::RecvNow;
+    let (mut cluster, mut colls) = coll_common::sim_job(3, FaultProfile::default());
+    let c = &mut colls;
+    let mut buf = [0u8; 4];
+    // Nothing yet.
+    assert_eq!(
+        c[0].messenger()
+            .recv_now(&any(None, None), &mut buf)
+            .unwrap(),
+        RecvNow::Nothing
+    );
+    // An earlier posted receive gets the message first.
+    let posted = c[0].messenger().irecv_matching(any(Some(1), Some(7)));
+    send(&mut cluster, c, 1, 7, b"first");
+    send(&mut cluster, c, 1, 7, b"second");
+    assert_eq!(taken(c, posted), Some((1, 7, b"first".to_vec())));
+    // The next one is copied in place, cut to the buffer, its whole
+    // length reported.
+    let got = c[0].messenger().recv_now(&any(None, Some(7)), &mut buf);
+    assert_eq!(
+        got.unwrap(),
+        RecvNow::Got(Envelope {
+            from: addr(1),
+            tag: 7,
+            len: 6
+        })
+    );
+    assert_eq!(&buf, b"seco");
+    // A large message gets a posted receive.
+    let big = vec![3u8; 200_000];
+    let s = c[2].messenger().isend(addr(0), CONTEXT, 8, &big).unwrap();
+    settle(&mut cluster, c, STEP);
+    let RecvNow::Posted(id) = c[0]
+        .messenger()
+        .recv_now(&any(Some(2), None), &mut buf)
+        .unwrap()
+    else {
+        panic!("a rendezvous needs a posted receive");
+    };
+    settle(&mut cluster, c, STEP * 20);
+    assert_eq!(taken(c, id), Some((2, 8, big)));
+    assert!(matches!(c[2].messenger().take_send(s), Some(Ok(()))));
+}

@@ -14,7 +14,7 @@
 use crate::abi::*;
 use crate::args;
 use crate::cmem::{self, CBuf};
-use crate::datatype::TypeInfo;
+use crate::datatype::{Type, TypeInfo};
 use crate::error::{MpiError, MpiResult};
 use crate::p2p::wire_of;
 use crate::request::{Completion, Pending, Unpack};
@@ -145,7 +145,7 @@ impl Mpi {
     ///
     /// # Safety
     /// `b` holds its count of elements (MPI contract).
-    unsafe fn input(&self, b: Buf, what: &str) -> MpiResult<(Vec<u8>, TypeInfo, usize)> {
+    unsafe fn input(&self, b: Buf, what: &str) -> MpiResult<(Vec<u8>, Type, usize)> {
         let t = self.types.usable(b.datatype)?;
         let n = args::count(b.count, what)?;
         // SAFETY: this function's contract.
@@ -160,7 +160,7 @@ impl Mpi {
     /// # Safety
     /// `b` is writable for its count of elements until then (MPI
     /// contract).
-    unsafe fn output(&self, b: Buf, what: &str) -> MpiResult<(CBuf, TypeInfo, usize)> {
+    unsafe fn output(&self, b: Buf, what: &str) -> MpiResult<(CBuf, Type, usize)> {
         let t = self.types.usable(b.datatype)?;
         let n = args::count(b.count, what)?;
         // SAFETY: this function's contract.
@@ -176,8 +176,7 @@ impl Mpi {
             out: built.out,
         };
         if blocking {
-            // Errors go to the calling entry point's communicator anyway.
-            Ok(Pending::Done(self.complete(p, MPI_COMM_NULL)?))
+            Ok(Pending::Done(self.complete(p)?))
         } else {
             Ok(p)
         }
@@ -204,7 +203,7 @@ unsafe fn collective(
         let blocking = request.is_null();
         let p = f(m, &c, blocking)?;
         if blocking {
-            return match m.complete(p, comm)?.error {
+            return match m.complete(p)?.error {
                 Some(e) => Err(e),
                 None => Ok(()),
             };

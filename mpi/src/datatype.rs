@@ -16,6 +16,10 @@ use crate::abi::*;
 use crate::error::{MpiError, MpiResult};
 use bcl::coll::Datatype as Elem;
 use std::ffi::c_int;
+use std::sync::{Arc, OnceLock};
+
+/// A datatype as calls hold it: shared, so taking one costs no copy.
+pub type Type = Arc<TypeInfo>;
 
 /// One datatype.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -119,9 +123,80 @@ impl TypeInfo {
     }
 }
 
+/// The predefined datatype of handle `h`, if it is one (made once).
+fn predefined(h: MPI_Datatype) -> Option<Type> {
+    // Built-in handles are 0x4c00SSNN (NN below 0x80), the pair types
+    // 0x8c00000N: one table of 256 entries covers both.
+    static TABLE: OnceLock<Vec<Option<Type>>> = OnceLock::new();
+    let slot = match decode(h) {
+        (0b01, KIND_DATATYPE, i) if (h as u32 & 0x00ff_0000) == 0 => i & 0x7f,
+        (0b10, KIND_DATATYPE, i) if i < 0x80 => 0x80 | i,
+        _ => return None,
+    };
+    let table = TABLE.get_or_init(|| {
+        let mut t = vec![None; 256];
+        for h in ALL_PREDEFINED {
+            if let Some(info) = make_predefined(h) {
+                let slot = match decode(h) {
+                    (0b01, _, i) => i & 0x7f,
+                    (_, _, i) => 0x80 | i,
+                };
+                t[slot] = Some(Arc::new(info));
+            }
+        }
+        t
+    });
+    let t = table[slot].as_ref()?;
+    // Another handle with the same slot is not this type.
+    (t.basic.map(|b| b.0) == Some(h)).then(|| t.clone())
+}
+
+/// Every predefined datatype handle.
+const ALL_PREDEFINED: [MPI_Datatype; 39] = [
+    MPI_CHAR,
+    MPI_SIGNED_CHAR,
+    MPI_UNSIGNED_CHAR,
+    MPI_BYTE,
+    MPI_WCHAR,
+    MPI_SHORT,
+    MPI_UNSIGNED_SHORT,
+    MPI_INT,
+    MPI_UNSIGNED,
+    MPI_LONG,
+    MPI_UNSIGNED_LONG,
+    MPI_FLOAT,
+    MPI_DOUBLE,
+    MPI_LONG_DOUBLE,
+    MPI_LONG_LONG_INT,
+    MPI_UNSIGNED_LONG_LONG,
+    MPI_PACKED,
+    MPI_INT8_T,
+    MPI_INT16_T,
+    MPI_INT32_T,
+    MPI_INT64_T,
+    MPI_UINT8_T,
+    MPI_UINT16_T,
+    MPI_UINT32_T,
+    MPI_UINT64_T,
+    MPI_C_BOOL,
+    MPI_C_FLOAT_COMPLEX,
+    MPI_C_DOUBLE_COMPLEX,
+    MPI_C_LONG_DOUBLE_COMPLEX,
+    MPI_AINT,
+    MPI_OFFSET,
+    MPI_COUNT,
+    MPI_CXX_BOOL,
+    MPI_FLOAT_INT,
+    MPI_DOUBLE_INT,
+    MPI_LONG_INT,
+    MPI_SHORT_INT,
+    MPI_2INT,
+    MPI_LONG_DOUBLE_INT,
+];
+
 /// A predefined datatype: its (size, extent, runs, basic) or `None` if
 /// `h` is not one.
-fn predefined(h: MPI_Datatype) -> Option<TypeInfo> {
+fn make_predefined(h: MPI_Datatype) -> Option<TypeInfo> {
     let pair = |size: usize, extent: usize, e: Elem| TypeInfo {
         size,
         extent,
@@ -178,17 +253,17 @@ fn predefined(h: MPI_Datatype) -> Option<TypeInfo> {
 /// The datatypes of a process: the predefined ones and those it made.
 #[derive(Debug, Default)]
 pub struct Types {
-    made: Vec<Option<TypeInfo>>,
+    made: Vec<Option<Type>>,
 }
 
 impl Types {
     /// The type of handle `h`.
-    pub fn get(&self, h: MPI_Datatype) -> MpiResult<&TypeInfo> {
+    pub fn get(&self, h: MPI_Datatype) -> MpiResult<&Type> {
         self.lookup(h)
             .ok_or_else(|| MpiError::new(MPI_ERR_TYPE, format!("{} is not a datatype", name(h))))
     }
 
-    fn lookup(&self, h: MPI_Datatype) -> Option<&TypeInfo> {
+    fn lookup(&self, h: MPI_Datatype) -> Option<&Type> {
         let (handle_kind, kind, index) = decode(h);
         if kind != KIND_DATATYPE {
             return None;
@@ -200,7 +275,7 @@ impl Types {
     }
 
     /// The type of `h`, which must be committed (usable in communication).
-    pub fn usable(&self, h: MPI_Datatype) -> MpiResult<TypeInfo> {
+    pub fn usable(&self, h: MPI_Datatype) -> MpiResult<Type> {
         if let Some(t) = predefined(h) {
             return Ok(t);
         }
@@ -216,7 +291,7 @@ impl Types {
 
     /// The type of `h`, committed or not (for size and extent queries and
     /// for making new types).
-    pub fn any(&self, h: MPI_Datatype) -> MpiResult<TypeInfo> {
+    pub fn any(&self, h: MPI_Datatype) -> MpiResult<Type> {
         match predefined(h) {
             Some(t) => Ok(t),
             None => self.get(h).cloned(),
@@ -225,6 +300,7 @@ impl Types {
 
     /// Registers a new (uncommitted) type and gives its handle.
     pub fn add(&mut self, t: TypeInfo) -> MPI_Datatype {
+        let t = Arc::new(t);
         let i = match self.made.iter().position(Option::is_none) {
             Some(i) => {
                 self.made[i] = Some(t);
@@ -246,7 +322,7 @@ impl Types {
         let (_, _, index) = decode(h);
         self.get(h)?;
         if let Some(Some(t)) = self.made.get_mut(index) {
-            t.committed = true;
+            Arc::make_mut(t).committed = true;
         }
         Ok(())
     }

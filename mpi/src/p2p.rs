@@ -16,9 +16,9 @@ use crate::args;
 use crate::cmem::{self, CBuf};
 use crate::datatype::{count_of, TypeInfo};
 use crate::error::{MpiError, MpiResult};
-use crate::request::{status_bytes, Completion, Pending};
+use crate::request::{deliver, status_bytes, Completion, Pending};
 use crate::state::{call, Mpi};
-use bcl::coll::messenger::{Envelope, Pattern};
+use bcl::coll::messenger::{Envelope, Pattern, RecvNow};
 use std::ffi::{c_int, c_void};
 
 /// The modes of sending.
@@ -126,6 +126,67 @@ impl Mpi {
         })
     }
 
+    /// A blocking receive. Contiguous datatypes take the messenger's
+    /// fast path: a small message is copied from the receive ring straight
+    /// into the buffer, with no receive posted ([`Messenger::recv_now`]).
+    ///
+    /// # Safety
+    /// `buf` must be writable for `count` elements of `datatype`.
+    ///
+    /// [`Messenger::recv_now`]: bcl::coll::messenger::Messenger::recv_now
+    pub unsafe fn recv(
+        &mut self,
+        buf: *mut c_void,
+        count: c_int,
+        datatype: MPI_Datatype,
+        source: c_int,
+        tag: c_int,
+        comm: MPI_Comm,
+    ) -> MpiResult<Completion> {
+        let t = self.types.usable(datatype)?;
+        if !t.contiguous() {
+            // SAFETY: this function's contract.
+            let p = unsafe { self.start_recv(buf, count, datatype, source, tag, comm)? };
+            return self.complete(p);
+        }
+        let c = &self.comm(comm)?.comm;
+        let n = args::count(count, "count")?;
+        let tag = args::recv_tag(tag)?;
+        let Some(from) = args::source(c, source)? else {
+            return Ok(Completion::proc_null());
+        };
+        // SAFETY: this function's contract.
+        let mut buf = unsafe { args::buffer(buf, n, &t, "buffer")? };
+        let pattern = Pattern {
+            context: c.p2p_context(),
+            from: from.map(|r| c.members()[r]),
+            tag,
+        };
+        let c = c.clone();
+        let cap = n * t.wire();
+        let into = &mut buf.bytes_mut()[..cap];
+        let mut posted = None;
+        let mut got = None;
+        self.coll.wait_polling(|coll| {
+            let m = coll.messenger();
+            if let Some(id) = posted {
+                got = m.take_received(id).map(|r| r.map(Got::Whole));
+                return Ok(got.is_some());
+            }
+            match m.recv_now(&pattern, into)? {
+                RecvNow::Got(e) => got = Some(Ok(Got::Copied(e))),
+                RecvNow::Posted(id) => posted = Some(id),
+                RecvNow::Nothing => {}
+            }
+            Ok(got.is_some())
+        })?;
+        match got.expect("waited for") {
+            Ok(Got::Copied(e)) => Ok(copied(e, cap, n, &c)),
+            Ok(Got::Whole(r)) => Ok(deliver(r, &mut buf, &t, n, &c)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Waits for request slot `i` and takes its completion.
     pub fn wait_slot(&mut self, i: usize) -> MpiResult<Completion> {
         let Mpi { coll, requests, .. } = self;
@@ -136,14 +197,19 @@ impl Mpi {
             .ok_or_else(|| MpiError::new(MPI_ERR_INTERN, "a completed request vanished"))
     }
 
-    /// Runs `pending` (on `comm`) to completion (the blocking calls).
-    pub fn complete(&mut self, pending: Pending, comm: MPI_Comm) -> MpiResult<Completion> {
+    /// Runs `pending` to completion (the blocking calls: no request is
+    /// registered).
+    pub fn complete(&mut self, mut pending: Pending) -> MpiResult<Completion> {
         if let Pending::Done(c) = pending {
             return Ok(c);
         }
-        let h = self.requests.add(pending, comm);
-        let i = self.requests.index(h)?;
-        self.wait_slot(i)
+        let Mpi { coll, requests, .. } = self;
+        let mut out = None;
+        coll.wait_for(|c| {
+            out = pending.poll(c, &mut requests.bsend_in_use);
+            out.is_some()
+        })?;
+        out.ok_or_else(|| MpiError::new(MPI_ERR_INTERN, "a completed operation vanished"))
     }
 
     /// One round of progress for the test calls.
@@ -186,6 +252,31 @@ pub fn wire_of<'a>(buf: &'a CBuf, t: &TypeInfo, n: usize, scratch: &'a mut Vec<u
         t.pack(buf.bytes(), n, scratch);
         scratch
     }
+}
+
+/// What a fast receive got.
+enum Got {
+    /// Copied into the buffer already.
+    Copied(Envelope),
+    /// A whole message (a rendezvous), to put into the buffer.
+    Whole(bcl::coll::messenger::Received),
+}
+
+/// The status of a message copied into a receive of `count` elements
+/// (`cap` bytes).
+fn copied(e: Envelope, cap: usize, count: usize, c: &bcl::coll::Comm) -> Completion {
+    let mut done = probed(e, c);
+    done.bytes = e.len.min(cap);
+    if e.len > cap {
+        done.error = Some(MpiError::new(
+            MPI_ERR_TRUNCATE,
+            format!(
+                "a message of {} bytes from rank {} (tag {}) does not fit a receive of {count} elements ({cap} bytes)",
+                e.len, done.source, done.tag
+            ),
+        ));
+    }
+    done
 }
 
 /// The status of a probed message.
@@ -241,7 +332,7 @@ unsafe fn send(
             m.requests.sweep(&mut m.coll);
             return Ok(());
         }
-        match m.complete(p, comm)?.error {
+        match m.complete(p)?.error {
             Some(e) => Err(e),
             None => Ok(()),
         }
@@ -490,8 +581,7 @@ pub unsafe extern "C" fn MPI_Recv(
 ) -> c_int {
     call("MPI_Recv", Some(comm), |m| {
         // SAFETY: the C caller's MPI contract.
-        let p = unsafe { m.start_recv(buf, count, datatype, source, tag, comm)? };
-        let c = m.complete(p, comm)?;
+        let c = unsafe { m.recv(buf, count, datatype, source, tag, comm)? };
         // SAFETY: the C caller's MPI contract.
         unsafe { finish(c, status) }
     })
@@ -557,7 +647,7 @@ pub unsafe extern "C" fn MPI_Sendrecv(
                 comm,
             )?
         };
-        m.complete(s, comm)?;
+        m.complete(s)?;
         let i = m.requests.index(rh)?;
         let c = m.wait_slot(i)?;
         // SAFETY: the C caller's MPI contract.
@@ -590,7 +680,7 @@ pub unsafe extern "C" fn MPI_Sendrecv_replace(
         // SAFETY: the C caller's MPI contract.
         let r = unsafe { m.start_recv(buf, count, datatype, source, recvtag, comm)? };
         let rh = m.requests.add(r, comm);
-        m.complete(s, comm)?;
+        m.complete(s)?;
         let i = m.requests.index(rh)?;
         let c = m.wait_slot(i)?;
         // SAFETY: the C caller's MPI contract.

@@ -3,11 +3,12 @@
 
 use crate::abi::*;
 use crate::cmem::CBuf;
-use crate::datatype::TypeInfo;
+use crate::datatype::{Type, TypeInfo};
 use crate::error::{MpiError, MpiResult};
 use bcl::coll::messenger::{Received, RecvId, SendId};
 use bcl::coll::{Coll, Comm, Request as CollRequest};
 use std::ffi::c_int;
+use std::sync::{Arc, OnceLock};
 
 /// What a completed operation reports (its status).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,7 +78,7 @@ pub struct Unpack {
     /// The receive buffer.
     pub buf: CBuf,
     /// Its datatype.
-    pub t: TypeInfo,
+    pub t: Type,
     /// (displacement, count) in elements, in output order.
     pub blocks: Vec<(usize, usize)>,
 }
@@ -85,21 +86,25 @@ pub struct Unpack {
 impl Unpack {
     /// Nothing to write.
     pub fn none() -> Unpack {
-        Unpack {
-            buf: CBuf::EMPTY,
-            t: TypeInfo {
+        static EMPTY: OnceLock<Type> = OnceLock::new();
+        let t = EMPTY.get_or_init(|| {
+            Arc::new(TypeInfo {
                 size: 0,
                 extent: 0,
                 runs: Vec::new(),
                 basic: None,
                 committed: true,
-            },
+            })
+        });
+        Unpack {
+            buf: CBuf::EMPTY,
+            t: t.clone(),
             blocks: Vec::new(),
         }
     }
 
     /// `count` elements at the start of `buf`.
-    pub fn whole(buf: CBuf, t: TypeInfo, count: usize) -> Unpack {
+    pub fn whole(buf: CBuf, t: Type, count: usize) -> Unpack {
         Unpack {
             buf,
             t,
@@ -153,7 +158,7 @@ pub enum Pending {
         /// Where the message goes.
         buf: CBuf,
         /// Its datatype.
-        t: TypeInfo,
+        t: Type,
         /// How many elements fit.
         count: usize,
         /// The communicator (for the sender's rank).
@@ -168,6 +173,43 @@ pub enum Pending {
     },
     /// Complete; waiting to be waited on or tested.
     Done(Completion),
+}
+
+impl Pending {
+    /// The completion of the operation if it is done (its results are then
+    /// in the program's buffers). Makes no progress itself, except a
+    /// collective's test; `bsend_in_use` gives back a buffered send's room.
+    pub fn poll(&mut self, coll: &mut Coll, bsend_in_use: &mut usize) -> Option<Completion> {
+        Some(match self {
+            Pending::Done(c) => c.clone(),
+            Pending::Send { id, bsend } => {
+                let r = coll.messenger().take_send(*id)?;
+                *bsend_in_use -= std::mem::take(bsend);
+                match r {
+                    Ok(()) => Completion::empty(),
+                    Err(e) => Completion::failed(e.into()),
+                }
+            }
+            Pending::Recv {
+                id,
+                buf,
+                t,
+                count,
+                comm,
+            } => match coll.messenger().take_received(*id)? {
+                Ok(r) => deliver(r, buf, t, *count, comm),
+                Err(e) => Completion::failed(e.into()),
+            },
+            Pending::Coll { req, out } => match coll.test(req) {
+                Ok(None) => return None,
+                Ok(Some(bytes)) => match out.write(&bytes) {
+                    Ok(()) => Completion::empty(),
+                    Err(e) => Completion::failed(e),
+                },
+                Err(e) => Completion::failed(e.into()),
+            },
+        })
+    }
 }
 
 #[derive(Debug)]
@@ -227,37 +269,11 @@ impl Requests {
         let Some(Some(entry)) = self.slots.get_mut(i) else {
             return true;
         };
-        let mut done = match &mut entry.pending {
-            Pending::Done(_) => return true,
-            Pending::Send { id, bsend } => match coll.messenger().take_send(*id) {
-                None => return false,
-                Some(r) => {
-                    self.bsend_in_use -= *bsend;
-                    match r {
-                        Ok(()) => Completion::empty(),
-                        Err(e) => Completion::failed(e.into()),
-                    }
-                }
-            },
-            Pending::Recv {
-                id,
-                buf,
-                t,
-                count,
-                comm,
-            } => match coll.messenger().take_received(*id) {
-                None => return false,
-                Some(Ok(r)) => deliver(r, buf, t, *count, comm),
-                Some(Err(e)) => Completion::failed(e.into()),
-            },
-            Pending::Coll { req, out } => match coll.test(req) {
-                Ok(None) => return false,
-                Ok(Some(bytes)) => match out.write(&bytes) {
-                    Ok(()) => Completion::empty(),
-                    Err(e) => Completion::failed(e),
-                },
-                Err(e) => Completion::failed(e.into()),
-            },
+        if matches!(entry.pending, Pending::Done(_)) {
+            return true;
+        }
+        let Some(mut done) = entry.pending.poll(coll, &mut self.bsend_in_use) else {
+            return false;
         };
         if entry.comm != MPI_COMM_NULL {
             done.error = done.error.map(|e| e.on(entry.comm));

@@ -82,6 +82,26 @@ pub struct Envelope {
     pub len: usize,
 }
 
+/// What [`Messenger::recv_now`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum RecvNow {
+    /// A message was copied into the buffer (`len` is its whole length,
+    /// which may exceed the buffer's).
+    Got(Envelope),
+    /// The earliest match is large: a receive is posted for it.
+    Posted(RecvId),
+    /// Nothing matching yet.
+    Nothing,
+}
+
+/// A message met by [`Messenger::recv_now`]'s poll.
+enum Polled {
+    /// Copied into the caller's buffer: (tag, length, token to answer).
+    Taken(u64, usize, Option<u32>),
+    /// Another message, to handle as usual.
+    Other(Owned),
+}
+
 /// A receive of a [`Messenger`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RecvId(usize);
@@ -623,6 +643,114 @@ impl Messenger {
             .map(|(_, key)| key)
     }
 
+    /// A receive completed in the caller's buffer, without a posted
+    /// receive: the earliest message matching `pattern` if it is small and
+    /// here (already arrived, or at the head of the endpoint's queue), copied
+    /// into `into` (as much as fits); a large one gets a posted receive
+    /// ([`RecvNow::Posted`], then [`Messenger::take_received`]). One poll of
+    /// the endpoint at most (busy-polling; none in blocking mode, where
+    /// messages come with progress rounds); other messages it meets are
+    /// handled as by [`Messenger::progress`]. The blocking receive's fast path: no
+    /// allocation, no queue entry, one copy from the receive ring.
+    ///
+    /// Matching order holds: the message is taken only if no posted receive
+    /// matches it (those were posted earlier).
+    pub fn recv_now(&mut self, pattern: &Pattern, into: &mut [u8]) -> Result<RecvNow, CollError> {
+        let key = match pattern.exact() {
+            Some(key) => self.unexpected.contains_key(&key).then_some(key),
+            None if self.unexpected.is_empty() => None,
+            None => self.earliest_unexpected(pattern),
+        };
+        if let Some(key) = key {
+            let (_, a) = pop_first(&mut self.unexpected, &key).expect("just found");
+            let (data, ack) = match a {
+                Arrival::Eager(data) => (data, None),
+                Arrival::Sync { data, token } => (data, Some(token)),
+                rts @ Arrival::Rts { .. } => {
+                    let id = self.recvs.insert(RecvState::Waiting);
+                    if let Err(e) = self.matched(id, key, rts) {
+                        *self.recvs.get_mut(id.0) = RecvState::Failed(e);
+                    }
+                    return Ok(RecvNow::Posted(id));
+                }
+            };
+            let n = data.len().min(into.len());
+            into[..n].copy_from_slice(&data[..n]);
+            self.acknowledge(key.1, ack)?;
+            return Ok(RecvNow::Got(Envelope {
+                from: key.1,
+                tag: key.2,
+                len: data.len(),
+            }));
+        }
+        if let Some(f) = pattern.from.filter(|f| self.failed.contains_key(f)) {
+            return Err(self.peer_failure(f).expect("failed"));
+        }
+        if self.ep.mode() == crate::endpoint::ProgressMode::Blocking {
+            // Messages come through progress rounds; the next call finds
+            // them among the arrived.
+            return Ok(RecvNow::Nothing);
+        }
+        let (posted, wild) = (&self.posted, &self.wild);
+        let (assembling, pool) = (&mut self.assembling, &mut self.pool);
+        let ours = |key: &Key| {
+            pattern.matches(key)
+                && !posted.contains_key(key)
+                && !wild.iter().any(|w| w.1.matches(key))
+        };
+        let polled = self
+            .ep
+            .poll_recv_with(|from, bytes| match Msg::parse(bytes) {
+                Ok(Msg::Eager { context, tag, data }) if ours(&(context, from, tag)) => {
+                    let n = data.len().min(into.len());
+                    into[..n].copy_from_slice(&data[..n]);
+                    (from, Polled::Taken(tag, data.len(), None))
+                }
+                Ok(Msg::Sync {
+                    context,
+                    tag,
+                    token,
+                    data,
+                }) if ours(&(context, from, tag)) => {
+                    let n = data.len().min(into.len());
+                    into[..n].copy_from_slice(&data[..n]);
+                    (from, Polled::Taken(tag, data.len(), Some(token)))
+                }
+                _ => (
+                    from,
+                    Polled::Other(Owned::parse(from, bytes, assembling, pool)),
+                ),
+            })?;
+        match polled {
+            Some((from, Polled::Taken(tag, len, ack))) => {
+                self.acknowledge(from, ack)?;
+                Ok(RecvNow::Got(Envelope { from, tag, len }))
+            }
+            Some((from, Polled::Other(m))) => {
+                self.handle(from, m)?;
+                Ok(RecvNow::Nothing)
+            }
+            None => Ok(RecvNow::Nothing),
+        }
+    }
+
+    /// Answers a synchronous message's sender once it matched.
+    fn acknowledge(&mut self, from: ProcessAddr, token: Option<u32>) -> Result<(), CollError> {
+        let Some(token) = token else {
+            return Ok(());
+        };
+        if from == self.local() {
+            return self.cleared(from, token, ChannelId(super::wire::NO_CHANNEL));
+        }
+        let mut msg = std::mem::take(&mut self.scratch);
+        Msg::Cts {
+            token,
+            channel: super::wire::NO_CHANNEL,
+        }
+        .encode(&mut msg);
+        self.send_system(from, msg)
+    }
+
     /// The earliest-arrived message matching `pattern` that no receive has
     /// taken yet, without taking it (MPI's probe).
     pub fn probe(&self, pattern: &Pattern) -> Option<Envelope> {
@@ -879,16 +1007,7 @@ impl Messenger {
             }
             Arrival::Sync { data, token } => {
                 *self.recvs.get_mut(id.0) = RecvState::Done(Received { from, tag, data });
-                if from == self.local() {
-                    return self.cleared(from, token, ChannelId(super::wire::NO_CHANNEL));
-                }
-                let mut msg = std::mem::take(&mut self.scratch);
-                Msg::Cts {
-                    token,
-                    channel: super::wire::NO_CHANNEL,
-                }
-                .encode(&mut msg);
-                self.send_system(from, msg)?;
+                self.acknowledge(from, Some(token))?;
             }
             Arrival::Rts { len, .. } if len > MAX_MESSAGE => {
                 // A length no sender of ours announces (corrupted, or

@@ -538,6 +538,49 @@ impl Coll {
         }
     }
 
+    /// Like [`Coll::wait_for`] for a `done` that polls the messenger itself
+    /// ([`Messenger::recv_now`]): while busy-polling with nothing else in
+    /// progress, the loop leaves the receiving to `done` and runs a full
+    /// progress round (timers, acknowledgements) only every few rounds, so
+    /// the awaited message is taken in place rather than queued first.
+    /// Otherwise (blocking mode, yielding, collectives in progress) it is
+    /// [`Coll::wait_for`].
+    pub fn wait_polling(
+        &mut self,
+        mut done: impl FnMut(&mut Coll) -> Result<bool, CollError>,
+    ) -> Result<(), CollError> {
+        let quiet = self.msg.endpoint().mode() == crate::endpoint::ProgressMode::BusyPoll
+            && !self.yield_when_idle
+            && self.running.is_empty()
+            && !self.board_pending();
+        if !quiet {
+            let mut failed = None;
+            self.wait_for(|c| match done(c) {
+                Ok(d) => d,
+                Err(e) => {
+                    failed = Some(e);
+                    true
+                }
+            })?;
+            return failed.map_or(Ok(()), Err);
+        }
+        let deadline = self.timeout.map(|t| (t, self.msg.endpoint().now() + t));
+        loop {
+            for _ in 0..CLOCK_CHECK_ROUNDS {
+                if done(self)? {
+                    return Ok(());
+                }
+            }
+            self.msg.progress_full()?;
+            self.flush_boards();
+            if let Some((t, d)) = deadline {
+                if self.msg.endpoint().now() >= d {
+                    return Err(CollError::Timeout(t));
+                }
+            }
+        }
+    }
+
     /// Starts a collective on `comm` (non-blocking; see [`Coll::wait`]).
     /// Every member must start the same collectives on `comm` in the same
     /// order, with matching arguments.
