@@ -5,12 +5,16 @@
 //! key-value space), then runs and checks every collective.
 //!
 //! - MPICH's hydra: `mpiexec.hydra -n 1..4` (Debian's `mpich` package).
+//! - Slurm: `srun --mpi=pmi2 -n 2, 4` on the one-host cluster of
+//!   `tests/slurm/setup.sh` (Debian's `slurmctld slurmd slurm-client
+//!   munge`; needs root). A cluster the test started is stopped again.
 //!
-//! `scripts/test` installs it. A launcher that is missing fails the test
-//! loudly unless `BCL_SKIP_PRIVILEGED=1` is set.
+//! `scripts/test` installs both. A launcher that is missing (or, for
+//! Slurm, not being root) fails the test loudly unless
+//! `BCL_SKIP_PRIVILEGED=1` is set.
 
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -32,6 +36,17 @@ fn cannot_run(test: &str, why: &str) {
     panic!(
         "{test}: {why}; scripts/test installs what it needs (or set BCL_SKIP_PRIVILEGED=1 to skip)"
     );
+}
+
+/// Whether the effective uid is 0 (from /proc/self/status).
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let uid = s.lines().find(|l| l.starts_with("Uid:"))?;
+            uid.split_whitespace().nth(2).map(|u| u == "0")
+        })
+        .unwrap_or(false)
 }
 
 fn on_path(bin: &str) -> Option<PathBuf> {
@@ -158,5 +173,76 @@ fn bcl_coll_checks_every_collective_under_hydra_mpiexec() {
             .args(["--check", "--timeout", "120"]);
         let out = run(cmd);
         assert_checked("mpiexec.hydra", n, &out);
+    }
+}
+
+/// The one-host Slurm cluster of `tests/slurm/setup.sh`; stopped on drop
+/// if this test started it.
+struct SlurmCluster {
+    script: PathBuf,
+    started: bool,
+}
+
+impl SlurmCluster {
+    fn up() -> SlurmCluster {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/slurm/setup.sh");
+        let out = run({
+            let mut c = Command::new(&script);
+            c.arg("start");
+            c
+        });
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{} failed: {}\nstdout:\n{stdout}\nstderr:\n{}",
+            script.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        SlurmCluster {
+            started: stdout.lines().any(|l| l == "started"),
+            script,
+        }
+    }
+}
+
+impl Drop for SlurmCluster {
+    fn drop(&mut self) {
+        if self.started {
+            let _ = Command::new(&self.script)
+                .arg("stop")
+                .stdout(Stdio::null())
+                .status();
+        }
+    }
+}
+
+#[test]
+fn bcl_coll_checks_every_collective_under_slurm_srun_pmi2() {
+    let test = "Slurm srun --mpi=pmi2 test";
+    if !is_root() {
+        return cannot_run(test, "needs root (it runs slurmctld and slurmd)");
+    }
+    let missing: Vec<&str> = ["slurmctld", "slurmd", "srun", "munged"]
+        .into_iter()
+        .filter(|b| on_path(b).is_none())
+        .collect();
+    if !missing.is_empty() {
+        return cannot_run(
+            test,
+            &format!(
+                "{} not installed (Debian packages slurmctld slurmd slurm-client munge)",
+                missing.join(", ")
+            ),
+        );
+    }
+    let _cluster = SlurmCluster::up();
+    for n in [2usize, 4] {
+        let mut cmd = Command::new(on_path("srun").unwrap());
+        cmd.args(["--mpi=pmi2", "-n", &n.to_string(), "--time=10"])
+            .arg(env!("CARGO_BIN_EXE_bcl-coll"))
+            .args(["--check", "--timeout", "120"]);
+        let out = run(cmd);
+        assert_checked("srun --mpi=pmi2", n, &out);
     }
 }
