@@ -321,3 +321,88 @@ fn recv_now_copies_in_place_and_keeps_the_matching_order() {
     assert_eq!(taken(c, id), Some((2, 8, big)));
     assert!(matches!(c[2].messenger().take_send(s), Some(Ok(()))));
 }
+
+/// A receive's own buffer, handed back to the test when the messenger is
+/// done with it.
+struct Collect {
+    buf: Vec<u8>,
+    back: std::sync::mpsc::Sender<Vec<u8>>,
+}
+
+impl bcl::coll::messenger::RecvBuffer for Collect {
+    fn bytes(&mut self) -> &mut [u8] {
+        &mut self.buf
+    }
+}
+
+impl Drop for Collect {
+    fn drop(&mut self) {
+        let _ = self.back.send(std::mem::take(&mut self.buf));
+    }
+}
+
+fn collect(len: usize) -> (Box<Collect>, std::sync::mpsc::Receiver<Vec<u8>>) {
+    let (back, rx) = std::sync::mpsc::channel();
+    (
+        Box::new(Collect {
+            buf: vec![0; len],
+            back,
+        }),
+        rx,
+    )
+}
+
+#[test]
+fn messages_land_in_the_receives_own_buffer_and_regions_are_read_in_place() {
+    use bcl::coll::messenger::{Incoming, RecvNow};
+    use bcl::shm::cma::Region;
+    let (mut cluster, mut colls) = coll_common::sim_job(2, FaultProfile::default());
+    let c = &mut colls;
+    // A small message lands in the buffer of a posted receive.
+    let (buf, mem) = collect(8);
+    let r = c[0].messenger().irecv_into(any(None, None), buf);
+    send(&mut cluster, c, 1, 3, b"landed");
+    let got = c[0].messenger().take_incoming(r).unwrap().unwrap();
+    let Incoming::Landed(e) = got else {
+        panic!("expected the message in the buffer: {got:?}");
+    };
+    assert_eq!((e.from, e.tag, e.len), (addr(1), 3, 6));
+    assert_eq!(&mem.recv().unwrap()[..6], b"landed");
+    // A region (the endpoints share this process, so the read works):
+    // into a posted receive's buffer, then through recv_now.
+    let src: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+    let (buf, mem) = collect(src.len());
+    let r = c[0].messenger().irecv_into(any(Some(1), Some(4)), buf);
+    let region = Region::local(src.as_ptr() as usize, src.len()).unwrap();
+    let s = c[1]
+        .messenger()
+        .isend_region(addr(0), CONTEXT, 4, region)
+        .unwrap();
+    settle(&mut cluster, c, STEP);
+    assert!(matches!(
+        c[0].messenger().take_incoming(r),
+        Some(Ok(Incoming::Landed(_)))
+    ));
+    assert_eq!(mem.recv().unwrap(), src);
+    assert!(matches!(c[1].messenger().take_send(s), Some(Ok(()))));
+    let s = c[1]
+        .messenger()
+        .isend_region(addr(0), CONTEXT, 5, region)
+        .unwrap();
+    settle(&mut cluster, c, STEP);
+    let mut into = vec![0u8; 1000];
+    let got = c[0].messenger().recv_now(&any(None, Some(5)), &mut into);
+    assert_eq!(
+        got.unwrap(),
+        RecvNow::Got(Envelope {
+            from: addr(1),
+            tag: 5,
+            len: src.len()
+        })
+    );
+    assert_eq!(into, src[..1000]);
+    settle(&mut cluster, c, STEP);
+    assert!(matches!(c[1].messenger().take_send(s), Some(Ok(()))));
+    let stats = c[0].messenger().stats();
+    assert_eq!(stats.read_remote, 2);
+}

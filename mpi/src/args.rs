@@ -67,7 +67,8 @@ pub fn recv_tag(tag: c_int) -> MpiResult<Option<u64>> {
     })
 }
 
-/// The buffer of `count` elements of `t` at `ptr`.
+/// The buffer of `count` elements of `t` at `ptr` (from the first byte
+/// they touch, [`TypeInfo::first`], to the last).
 ///
 /// # Safety
 /// `ptr` must be valid, as MPI requires, for `count` elements of `t` (for
@@ -92,8 +93,12 @@ pub unsafe fn buffer(
             format!("{what} cannot be MPI_IN_PLACE here"),
         ));
     }
-    // SAFETY: valid for `span` bytes by this function's contract.
-    Ok(unsafe { CBuf::new(ptr, span) })
+    // The memory starts at the lowest byte an element touches (below `ptr`
+    // for a type that reaches below its address).
+    let start = ptr.cast::<u8>().wrapping_offset(t.first());
+    // SAFETY: valid for the `span` bytes from there by this function's
+    // contract.
+    Ok(unsafe { CBuf::new(start.cast(), span) })
 }
 
 /// Whether `ptr` is `MPI_IN_PLACE`.

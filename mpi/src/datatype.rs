@@ -1,11 +1,22 @@
 //! Datatypes: what one element of an MPI datatype is in memory, and how
 //! elements are packed into the bytes a message carries.
 //!
-//! A type is a list of runs (offset, length) of one element's bytes and an
-//! extent (the stride between consecutive elements; the lower bound is
-//! always 0 here). A message carries the runs of each element back to back
-//! (the *wire* form). A contiguous type's wire form is its memory, so it is
-//! sent and received in place; only other types are packed.
+//! A type is a list of runs (offset, length) of one element's bytes, in
+//! the type's order, with a lower bound and an extent (the stride between
+//! consecutive elements). Offsets may be negative (a vector with a negative
+//! stride reaches below its start). A message carries the runs of each
+//! element back to back (the *wire* form). A contiguous type's wire form is
+//! its memory, so it is sent and received in place; only other types are
+//! packed.
+//!
+//! The memory of `count` elements at address `p` runs from `p + first` to
+//! `p + (count − 1)·extent + end`, where `first` and `end` are the lowest
+//! and highest byte any run touches ([`TypeInfo::first`],
+//! [`TypeInfo::span`]); buffers are taken from there, and [`pack`] and
+//! [`unpack`] index from there.
+//!
+//! [`pack`]: TypeInfo::pack
+//! [`unpack`]: TypeInfo::unpack
 //!
 //! The pair types of MINLOC/MAXLOC keep their padding on the wire (16 bytes
 //! for `MPI_DOUBLE_INT`), because the reductions of [`bcl::coll`] work on
@@ -28,8 +39,10 @@ pub struct TypeInfo {
     pub size: usize,
     /// Distance from one element to the next (`MPI_Type_get_extent`).
     pub extent: usize,
+    /// The lower bound (`MPI_Type_get_extent`).
+    pub lb: isize,
     /// The bytes of one element, as (offset, length) runs in order.
-    pub runs: Vec<(usize, usize)>,
+    pub runs: Vec<(isize, usize)>,
     /// The predefined type all of it is made of, with the collectives'
     /// element type for it if they have one (reductions need it).
     pub basic: Option<(MPI_Datatype, Option<Elem>)>,
@@ -45,16 +58,32 @@ impl TypeInfo {
 
     /// Whether the wire form of `n` elements is their memory.
     pub fn contiguous(&self) -> bool {
-        self.runs.len() <= 1 && self.wire() == self.extent
+        match self.runs.as_slice() {
+            [] => true,
+            [(0, len)] => *len == self.extent && self.lb == 0,
+            _ => false,
+        }
     }
 
-    /// Bytes of memory `count` elements span (from the first byte to the
-    /// last).
+    /// The offset of the lowest byte of an element (0 unless a run reaches
+    /// below the element's address).
+    pub fn first(&self) -> isize {
+        self.runs.iter().map(|r| r.0).min().unwrap_or(0).min(0)
+    }
+
+    /// Bytes of memory `count` elements span, from [`first`](Self::first)
+    /// of the first element to the last byte of the last.
     pub fn span(&self, count: usize) -> usize {
-        match (count, self.runs.last()) {
-            (0, _) | (_, None) => 0,
-            (n, Some(&(off, len))) => (n - 1) * self.extent + off + len,
+        let end = self
+            .runs
+            .iter()
+            .map(|r| r.0 + r.1 as isize)
+            .max()
+            .unwrap_or(0);
+        if count == 0 || self.runs.is_empty() {
+            return 0;
         }
+        ((count - 1) * self.extent) + (end - self.first()) as usize
     }
 
     /// A type of `count` elements of `self` back to back.
@@ -63,42 +92,50 @@ impl TypeInfo {
     }
 
     /// A type of `count` blocks of `blocklen` elements, the blocks `stride`
-    /// elements apart (`MPI_Type_vector`).
-    pub fn vector_of(&self, count: usize, blocklen: usize, stride: usize) -> TypeInfo {
-        let mut runs: Vec<(usize, usize)> = Vec::new();
-        for b in 0..count {
-            for e in 0..blocklen {
-                let base = (b * stride + e) * self.extent;
+    /// elements apart (`MPI_Type_vector`; `stride` may be negative).
+    pub fn vector_of(&self, count: usize, blocklen: usize, stride: isize) -> TypeInfo {
+        let ext = self.extent as isize;
+        let mut runs: Vec<(isize, usize)> = Vec::new();
+        let (mut lo, mut hi) = (isize::MAX, isize::MIN);
+        for b in 0..count as isize {
+            for e in 0..blocklen as isize {
+                let base = (b * stride + e) * ext;
+                lo = lo.min(base);
+                hi = hi.max(base);
                 for &(off, len) in &self.runs {
                     match runs.last_mut() {
-                        Some(last) if last.0 + last.1 == base + off => last.1 += len,
+                        Some(last) if last.0 + last.1 as isize == base + off => last.1 += len,
                         _ => runs.push((base + off, len)),
                     }
                 }
             }
         }
-        let extent = if count == 0 || blocklen == 0 {
-            0
+        let (lb, extent) = if count == 0 || blocklen == 0 {
+            (0, 0)
         } else {
-            ((count - 1) * stride + blocklen) * self.extent
+            (lo + self.lb, (hi - lo) as usize + self.extent)
         };
         TypeInfo {
             size: count * blocklen * self.size,
             extent,
+            lb,
             runs,
             basic: self.basic,
             committed: false,
         }
     }
 
-    /// Copies `count` elements at `mem` into their wire form.
+    /// Copies `count` elements at `mem` (which starts at the first
+    /// element's [`first`](Self::first) byte) into their wire form.
     pub fn pack(&self, mem: &[u8], count: usize, out: &mut Vec<u8>) {
         out.clear();
         out.reserve(count * self.wire());
+        let first = self.first();
         for i in 0..count {
             let base = i * self.extent;
             for &(off, len) in &self.runs {
-                out.extend_from_slice(&mem[base + off..base + off + len]);
+                let at = base + (off - first) as usize;
+                out.extend_from_slice(&mem[at..at + len]);
             }
         }
     }
@@ -108,11 +145,13 @@ impl TypeInfo {
     pub fn unpack(&self, wire: &[u8], mem: &mut [u8]) {
         let mut at = 0;
         let mut i = 0;
+        let first = self.first();
         while at < wire.len() {
             let base = i * self.extent;
             for &(off, len) in &self.runs {
                 let n = len.min(wire.len() - at);
-                mem[base + off..base + off + n].copy_from_slice(&wire[at..at + n]);
+                let to = base + (off - first) as usize;
+                mem[to..to + n].copy_from_slice(&wire[at..at + n]);
                 at += n;
                 if at == wire.len() {
                     return;
@@ -200,6 +239,7 @@ fn make_predefined(h: MPI_Datatype) -> Option<TypeInfo> {
     let pair = |size: usize, extent: usize, e: Elem| TypeInfo {
         size,
         extent,
+        lb: 0,
         runs: vec![(0, extent)],
         basic: Some((h, Some(e))),
         committed: true,
@@ -214,6 +254,7 @@ fn make_predefined(h: MPI_Datatype) -> Option<TypeInfo> {
             return Some(TypeInfo {
                 size: 20,
                 extent: 32,
+                lb: 0,
                 runs: vec![(0, 32)],
                 basic: Some((h, None)),
                 committed: true,
@@ -244,6 +285,7 @@ fn make_predefined(h: MPI_Datatype) -> Option<TypeInfo> {
     Some(TypeInfo {
         size,
         extent: size,
+        lb: 0,
         runs: vec![(0, size)],
         basic: Some((h, elem)),
         committed: true,
@@ -385,7 +427,7 @@ mod tests {
         let int = predefined(MPI_INT).unwrap();
         // 3 blocks of 2 ints, 4 ints apart: ints 0,1, 4,5, 8,9.
         let v = int.vector_of(3, 2, 4);
-        assert_eq!((v.size, v.extent, v.runs.len()), (24, 40, 3));
+        assert_eq!((v.size, v.extent, v.lb, v.runs.len()), (24, 40, 0, 3));
         assert!(!v.contiguous());
         let mem: Vec<u8> = (0..40u8).collect();
         let mut wire = Vec::new();
@@ -394,14 +436,22 @@ mod tests {
         assert_eq!(wire, want);
         let mut back = vec![0u8; 40];
         v.unpack(&wire, &mut back);
-        for r in &v.runs {
-            assert_eq!(back[r.0..r.0 + r.1], mem[r.0..r.0 + r.1]);
+        for &(off, len) in &v.runs {
+            let at = off as usize;
+            assert_eq!(back[at..at + len], mem[at..at + len]);
         }
         assert_eq!(v.span(2), 40 + 40);
         // A contiguous type of a contiguous type stays contiguous.
         let c = int.contiguous_of(5);
         assert!(c.contiguous());
         assert_eq!((c.size, c.extent, c.runs.clone()), (20, 20, vec![(0, 20)]));
+        // A negative stride: ints at 0, -8 and -16 bytes, in that order.
+        let n = int.vector_of(3, 1, -2);
+        assert_eq!((n.lb, n.extent, n.first(), n.span(1)), (-16, 20, -16, 20));
+        let mem: Vec<u8> = (0..20u8).collect();
+        n.pack(&mem, 1, &mut wire);
+        let want: Vec<u8> = [16..20, 8..12, 0..4].into_iter().flatten().collect();
+        assert_eq!(wire, want);
         assert_eq!(count_of(&c, 40), 2);
         assert_eq!(count_of(&c, 30), MPI_UNDEFINED);
     }

@@ -40,7 +40,8 @@ fn progress_from_env() -> Result<Option<Progress>, String> {
 
 /// Joins the job and sets up the state.
 fn init(level: c_int) -> Result<Mpi, MpiError> {
-    let other = |m: String| MpiError::new(MPI_ERR_OTHER, m);
+    let other_err = |m: String| MpiError::new(MPI_ERR_OTHER, m);
+    let other = other_err;
     let chosen = progress_from_env().map_err(other)?;
     let mode = match chosen {
         Some(Progress::Blocking) => ProgressMode::Blocking,
@@ -63,7 +64,20 @@ fn init(level: c_int) -> Result<Mpi, MpiError> {
         Progress::Busy
     });
     coll.set_yield_when_idle(progress == Progress::Yield);
-    Ok(Mpi::new(coll, level.min(MPI_THREAD_FUNNELED)))
+    // Above the eager limit (where a rendezvous starts anyway), messages to
+    // ranks of this node go as regions the receiver reads in one copy.
+    let region_min = match std::env::var("BCL_MPI_SINGLE_COPY").as_deref() {
+        Err(_) | Ok("") | Ok("on") => coll.messenger().eager_max() + 1,
+        Ok("off") => usize::MAX,
+        Ok(other) => other.parse().map_err(|_| {
+            other_err(format!(
+                "BCL_MPI_SINGLE_COPY={other:?}: expected on, off or a size in bytes"
+            ))
+        })?,
+    };
+    let mut m = Mpi::new(coll, level.min(MPI_THREAD_FUNNELED));
+    m.region_min = region_min;
+    Ok(m)
 }
 
 /// Init with thread level `level`.
@@ -477,7 +491,7 @@ pub unsafe extern "C" fn MPI_Type_size(datatype: MPI_Datatype, size: *mut c_int)
     })
 }
 
-/// `MPI_Type_get_extent` (the lower bound is always 0 here).
+/// `MPI_Type_get_extent`.
 ///
 /// # Safety
 /// Both valid for a write.
@@ -491,7 +505,7 @@ pub unsafe extern "C" fn MPI_Type_get_extent(
         let t = m.types.any(datatype)?;
         // SAFETY: valid for writes (MPI contract).
         unsafe {
-            cmem::put(lb, 0);
+            cmem::put(lb, t.lb as MPI_Aint);
             cmem::put(extent, t.extent as MPI_Aint);
         }
         Ok(())
@@ -518,7 +532,7 @@ pub unsafe extern "C" fn MPI_Type_contiguous(
     })
 }
 
-/// `MPI_Type_vector` (strides of 0 or more).
+/// `MPI_Type_vector`.
 ///
 /// # Safety
 /// `newtype` valid for a write.
@@ -533,12 +547,7 @@ pub unsafe extern "C" fn MPI_Type_vector(
     call("MPI_Type_vector", None, |m| {
         let n = args::count(count, "count")?;
         let b = args::count(blocklength, "blocklength")?;
-        let s = usize::try_from(stride).map_err(|_| {
-            MpiError::new(
-                MPI_ERR_ARG,
-                format!("stride {stride} is negative (not supported by this library)"),
-            )
-        })?;
+        let s = stride as isize;
         let t = m.types.any(oldtype)?.vector_of(n, b, s);
         let h = m.types.add(t);
         // SAFETY: valid for a write (MPI contract).

@@ -16,9 +16,10 @@ use crate::args;
 use crate::cmem::{self, CBuf};
 use crate::datatype::{count_of, TypeInfo};
 use crate::error::{MpiError, MpiResult};
-use crate::request::{deliver, status_bytes, Completion, Pending};
+use crate::request::{copied, land, status_bytes, Completion, Pending, UserBuffer};
 use crate::state::{call, Mpi};
-use bcl::coll::messenger::{Envelope, Pattern, RecvNow};
+use bcl::coll::messenger::{Envelope, Pattern, RecvId, RecvNow};
+use bcl::shm::cma::Region;
 use std::ffi::{c_int, c_void};
 
 /// The modes of sending.
@@ -58,8 +59,25 @@ impl Mpi {
         // SAFETY: `buf` holds `count` elements by this function's contract.
         let buf = unsafe { args::buffer(buf, n, &t, "buffer")? };
         let (addr, context) = (c.addr(dest)?, c.p2p_context());
+        let me = c.rank();
+        let same_node = dest != me && c.nodes()[dest] == c.nodes()[me];
         let mut packed = Vec::new();
         let data = wire_of(&buf, &t, n, &mut packed);
+        if mode != Mode::Buffered && same_node && t.contiguous() && data.len() >= self.region_min {
+            // Large, on this node, in the program's memory until the send
+            // completes (MPI's rule): the receiver reads it from there.
+            if let Ok(region) = Region::local(data.as_ptr() as usize, data.len()) {
+                let id = self
+                    .coll
+                    .messenger()
+                    .isend_region(addr, context, tag, region)?;
+                return Ok(Pending::Send {
+                    id,
+                    bsend: 0,
+                    region: buf,
+                });
+            }
+        }
         let bsend = match mode {
             Mode::Buffered => {
                 let need = data.len() + MPI_BSEND_OVERHEAD;
@@ -84,7 +102,11 @@ impl Mpi {
             _ => m.isend(addr, context, tag, data)?,
         };
         self.requests.bsend_in_use += bsend;
-        Ok(Pending::Send { id, bsend })
+        Ok(Pending::Send {
+            id,
+            bsend,
+            region: CBuf::EMPTY,
+        })
     }
 
     /// Posts a receive; gives what is pending.
@@ -116,7 +138,13 @@ impl Mpi {
             from: from.map(|r| c.members()[r]),
             tag,
         };
-        let id = self.coll.messenger().irecv_matching(pattern);
+        let m = self.coll.messenger();
+        let id = if t.contiguous() {
+            let len = n * t.wire();
+            m.irecv_into(pattern, Box::new(UserBuffer { buf, len }))
+        } else {
+            m.irecv_matching(pattern)
+        };
         Ok(Pending::Recv {
             id,
             buf,
@@ -164,27 +192,22 @@ impl Mpi {
         };
         let c = c.clone();
         let cap = n * t.wire();
-        let into = &mut buf.bytes_mut()[..cap];
-        let mut posted = None;
+        let mut posted: Option<RecvId> = None;
         let mut got = None;
         self.coll.wait_polling(|coll| {
             let m = coll.messenger();
-            if let Some(id) = posted {
-                got = m.take_received(id).map(|r| r.map(Got::Whole));
+            if let Some(id) = posted.as_mut() {
+                got = land(m, id, &mut buf, &t, n, &c);
                 return Ok(got.is_some());
             }
-            match m.recv_now(&pattern, into)? {
-                RecvNow::Got(e) => got = Some(Ok(Got::Copied(e))),
+            match m.recv_now(&pattern, &mut buf.bytes_mut()[..cap])? {
+                RecvNow::Got(e) => got = Some(copied(e, cap, n, &c)),
                 RecvNow::Posted(id) => posted = Some(id),
                 RecvNow::Nothing => {}
             }
             Ok(got.is_some())
         })?;
-        match got.expect("waited for") {
-            Ok(Got::Copied(e)) => Ok(copied(e, cap, n, &c)),
-            Ok(Got::Whole(r)) => Ok(deliver(r, &mut buf, &t, n, &c)),
-            Err(e) => Err(e.into()),
-        }
+        Ok(got.expect("waited for"))
     }
 
     /// Waits for request slot `i` and takes its completion.
@@ -252,31 +275,6 @@ pub fn wire_of<'a>(buf: &'a CBuf, t: &TypeInfo, n: usize, scratch: &'a mut Vec<u
         t.pack(buf.bytes(), n, scratch);
         scratch
     }
-}
-
-/// What a fast receive got.
-enum Got {
-    /// Copied into the buffer already.
-    Copied(Envelope),
-    /// A whole message (a rendezvous), to put into the buffer.
-    Whole(bcl::coll::messenger::Received),
-}
-
-/// The status of a message copied into a receive of `count` elements
-/// (`cap` bytes).
-fn copied(e: Envelope, cap: usize, count: usize, c: &bcl::coll::Comm) -> Completion {
-    let mut done = probed(e, c);
-    done.bytes = e.len.min(cap);
-    if e.len > cap {
-        done.error = Some(MpiError::new(
-            MPI_ERR_TRUNCATE,
-            format!(
-                "a message of {} bytes from rank {} (tag {}) does not fit a receive of {count} elements ({cap} bytes)",
-                e.len, done.source, done.tag
-            ),
-        ));
-    }
-    done
 }
 
 /// The status of a probed message.
@@ -673,14 +671,34 @@ pub unsafe extern "C" fn MPI_Sendrecv_replace(
     status: *mut MPI_Status,
 ) -> c_int {
     call("MPI_Sendrecv_replace", Some(comm), |m| {
-        // The send copies the data before the receive may write it: start
-        // the send first.
+        // The message goes from a copy: the receive may write the buffer
+        // while the send is still being read from it.
+        let t = m.types.usable(datatype)?;
+        let n = args::count(count, "count")?;
         // SAFETY: the C caller's MPI contract.
-        let s = unsafe { m.start_send(Mode::Standard, buf, count, datatype, dest, sendtag, comm)? };
+        let b = unsafe { args::buffer(buf, n, &t, "buffer")? };
+        let mut packed = Vec::new();
+        let copy = wire_of(&b, &t, n, &mut packed).to_vec();
+        let bytes = c_int::try_from(copy.len())
+            .map_err(|_| MpiError::new(MPI_ERR_COUNT, "the message is larger than 2 GiB"))?;
+        // SAFETY: `copy` holds `bytes` bytes and outlives the send, which
+        // completes below.
+        let s = unsafe {
+            m.start_send(
+                Mode::Standard,
+                copy.as_ptr().cast(),
+                bytes,
+                MPI_BYTE,
+                dest,
+                sendtag,
+                comm,
+            )?
+        };
         // SAFETY: the C caller's MPI contract.
         let r = unsafe { m.start_recv(buf, count, datatype, source, recvtag, comm)? };
         let rh = m.requests.add(r, comm);
         m.complete(s)?;
+        drop(copy);
         let i = m.requests.index(rh)?;
         let c = m.wait_slot(i)?;
         // SAFETY: the C caller's MPI contract.

@@ -5,7 +5,7 @@ use crate::abi::*;
 use crate::cmem::CBuf;
 use crate::datatype::{Type, TypeInfo};
 use crate::error::{MpiError, MpiResult};
-use bcl::coll::messenger::{Received, RecvId, SendId};
+use bcl::coll::messenger::{Envelope, Incoming, Messenger, Received, RecvBuffer, RecvId, SendId};
 use bcl::coll::{Coll, Comm, Request as CollRequest};
 use std::ffi::c_int;
 use std::sync::{Arc, OnceLock};
@@ -91,6 +91,7 @@ impl Unpack {
             Arc::new(TypeInfo {
                 size: 0,
                 extent: 0,
+                lb: 0,
                 runs: Vec::new(),
                 basic: None,
                 committed: true,
@@ -150,6 +151,10 @@ pub enum Pending {
         id: SendId,
         /// Bytes of the attached buffer it holds (buffered sends).
         bsend: usize,
+        /// The program's bytes of a message offered for the receiver to
+        /// read in place, in case it cannot and they must be sent
+        /// ([`Messenger::supply`](bcl::coll::messenger::Messenger::supply)).
+        region: CBuf,
     },
     /// A receive posted.
     Recv {
@@ -182,8 +187,14 @@ impl Pending {
     pub fn poll(&mut self, coll: &mut Coll, bsend_in_use: &mut usize) -> Option<Completion> {
         Some(match self {
             Pending::Done(c) => c.clone(),
-            Pending::Send { id, bsend } => {
-                let r = coll.messenger().take_send(*id)?;
+            Pending::Send { id, bsend, region } => {
+                let m = coll.messenger();
+                if !region.is_empty() && m.needs_data(*id) {
+                    if let Err(e) = m.supply(*id, region.bytes()) {
+                        return Some(Completion::failed(e.into()));
+                    }
+                }
+                let r = m.take_send(*id)?;
                 *bsend_in_use -= std::mem::take(bsend);
                 match r {
                     Ok(()) => Completion::empty(),
@@ -196,10 +207,7 @@ impl Pending {
                 t,
                 count,
                 comm,
-            } => match coll.messenger().take_received(*id)? {
-                Ok(r) => deliver(r, buf, t, *count, comm),
-                Err(e) => Completion::failed(e.into()),
-            },
+            } => land(coll.messenger(), id, buf, t, *count, comm)?,
             Pending::Coll { req, out } => match coll.test(req) {
                 Ok(None) => return None,
                 Ok(Some(bytes)) => match out.write(&bytes) {
@@ -331,6 +339,62 @@ impl Requests {
                 self.try_complete(i, coll);
             }
         }
+    }
+}
+
+/// Puts what receive `id` got into the receive buffer (`count` elements
+/// of `t`), or `None` while it is not complete. A receive posted with the
+/// buffer ([`UserBuffer`]) finds its message there already.
+pub fn land(
+    m: &mut Messenger,
+    id: &mut RecvId,
+    buf: &mut CBuf,
+    t: &TypeInfo,
+    count: usize,
+    comm: &Comm,
+) -> Option<Completion> {
+    Some(match m.take_incoming(*id)? {
+        Ok(Incoming::Data(r)) => deliver(r, buf, t, count, comm),
+        Ok(Incoming::Landed(e)) => copied(e, count * t.wire(), count, comm),
+        Err(e) => Completion::failed(e.into()),
+    })
+}
+
+/// The first `len` bytes of a contiguous receive buffer, for the messenger
+/// to write a message into as soon as it matches.
+pub struct UserBuffer {
+    /// The buffer.
+    pub buf: CBuf,
+    /// Bytes of it to fill (the receive's count of elements).
+    pub len: usize,
+}
+
+impl RecvBuffer for UserBuffer {
+    fn bytes(&mut self) -> &mut [u8] {
+        &mut self.buf.bytes_mut()[..self.len]
+    }
+}
+
+/// The status of a message copied into a receive of `count` elements
+/// (`cap` bytes): its envelope, and a truncation error if it was longer.
+pub fn copied(e: Envelope, cap: usize, count: usize, c: &Comm) -> Completion {
+    let source = c.rank_of(e.from).map_or(MPI_ANY_SOURCE, |r| r as c_int);
+    let tag = c_int::try_from(e.tag).unwrap_or(MPI_ANY_TAG);
+    let error = (e.len > cap).then(|| {
+        MpiError::new(
+            MPI_ERR_TRUNCATE,
+            format!(
+                "a message of {} bytes from rank {source} (tag {tag}) does not fit a receive of {count} elements ({cap} bytes)",
+                e.len
+            ),
+        )
+    });
+    Completion {
+        source,
+        tag,
+        bytes: e.len.min(cap),
+        error,
+        cancelled: false,
     }
 }
 

@@ -61,6 +61,10 @@ pub struct Mpi {
     pub bsend: Option<BsendBuffer>,
     /// The thread level granted.
     pub thread_level: c_int,
+    /// Messages of at least this many bytes to a process of this node are
+    /// offered for the receiver to read from the sender's memory (one
+    /// copy); `usize::MAX`: never.
+    pub region_min: usize,
 }
 
 /// Where the library is in its life.
@@ -112,6 +116,7 @@ impl Mpi {
             errors: ErrorLog::default(),
             bsend: None,
             thread_level,
+            region_min: usize::MAX,
         }
     }
 

@@ -53,7 +53,7 @@ fn programs() -> Vec<String> {
         .collect();
     v.sort();
     assert!(
-        v.len() >= 4,
+        v.len() >= 7,
         "expected the test programs in {}: {v:?}",
         sources().display()
     );

@@ -28,6 +28,7 @@ use super::error::CollError;
 use super::wire::Msg;
 use crate::endpoint::{Endpoint, Error};
 use bcl_core::{ChannelEvent, ChannelId, ProcessAddr, SendEvent, SendHandle};
+use bcl_shm::cma::Region;
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::VecDeque;
 
@@ -80,6 +81,30 @@ pub struct Envelope {
     pub tag: u64,
     /// Its length in bytes.
     pub len: usize,
+}
+
+/// Memory a receive's message is written into as soon as it matches,
+/// during any progress round: the receiver's own buffer, so a message never
+/// waits for its receiver to ask for it, and lands with one copy.
+pub trait RecvBuffer: Send {
+    /// The buffer (a message longer than it is cut to it).
+    fn bytes(&mut self) -> &mut [u8];
+}
+
+impl std::fmt::Debug for dyn RecvBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RecvBuffer")
+    }
+}
+
+/// What a completed receive got ([`Messenger::take_incoming`]).
+#[derive(Debug)]
+pub enum Incoming {
+    /// The message.
+    Data(Received),
+    /// The message is in the receive's [`RecvBuffer`] (`len` is its whole
+    /// length, which may exceed the buffer's).
+    Landed(Envelope),
 }
 
 /// What [`Messenger::recv_now`] did.
@@ -160,6 +185,12 @@ enum Owned {
         tag: u64,
         token: u32,
         data: Vec<u8>,
+    },
+    RtsRemote {
+        context: u32,
+        tag: u64,
+        token: u32,
+        region: Region,
     },
     Malformed,
     /// A piece of a medium message, kept until the message is whole.
@@ -269,6 +300,17 @@ impl Owned {
                 token,
                 data: data.to_vec(),
             },
+            Ok(Msg::RtsRemote {
+                context,
+                tag,
+                token,
+                region,
+            }) => Owned::RtsRemote {
+                context,
+                tag,
+                token,
+                region,
+            },
             Ok(Msg::Cts { token, channel }) => Owned::Cts {
                 token,
                 channel: ChannelId(channel),
@@ -287,6 +329,8 @@ enum Arrival {
     Rts { len: usize, token: u32 },
     /// Inline data whose sender waits for the match.
     Sync { data: Vec<u8>, token: u32 },
+    /// A large message to read from the sender's memory.
+    Remote { region: Region, token: u32 },
 }
 
 impl Arrival {
@@ -295,19 +339,23 @@ impl Arrival {
         match self {
             Arrival::Eager(d) | Arrival::Sync { data: d, .. } => d.len(),
             Arrival::Rts { len, .. } => *len,
+            Arrival::Remote { region, .. } => usize::try_from(region.len).unwrap_or(usize::MAX),
         }
     }
 }
 
 #[derive(Debug)]
 enum RecvState {
-    /// Posted, nothing matched yet.
-    Waiting,
+    /// Posted, nothing matched yet; the buffer the message goes into, if
+    /// the receive has one.
+    Waiting(Option<Box<dyn RecvBuffer>>),
     /// Matched a large message; its data comes on the channel.
     OnChannel {
         from: ProcessAddr,
         tag: u64,
     },
+    /// The message is in the receive's buffer.
+    Landed(Envelope),
     Done(Received),
     Failed(CollError),
 }
@@ -323,6 +371,18 @@ enum SendState {
     /// Its data is going out on a normal channel.
     OnChannel {
         dst: ProcessAddr,
+    },
+    /// A message offered as a region of this process's memory, waiting
+    /// for the receiver to read it.
+    AwaitRead {
+        dst: ProcessAddr,
+    },
+    /// The receiver could not read the region: it waits on `channel` for
+    /// the bytes, which the owner of the send supplies
+    /// ([`Messenger::supply`]).
+    NeedsData {
+        dst: ProcessAddr,
+        channel: ChannelId,
     },
     Done,
     Failed(CollError),
@@ -343,6 +403,10 @@ pub struct MessengerStats {
     pub malformed: u64,
     /// Messages to oneself, delivered locally.
     pub local: u64,
+    /// Large messages offered as a region of this process's memory.
+    pub regions_sent: u64,
+    /// Large messages read from the sender's memory.
+    pub read_remote: u64,
 }
 
 /// Tagged messages over one endpoint (see the module documentation).
@@ -561,6 +625,73 @@ impl Messenger {
         Ok(id)
     }
 
+    /// Sends the message in `region` (bytes of this process's memory, which
+    /// stay as they are until the send completes) to `dst`, a process of
+    /// this node, under (`context`, `tag`): the receiver reads it from this
+    /// process's memory when a receive matches (one copy, by the kernel,
+    /// nothing through the rings), then says so, and the send completes.
+    /// If the receiver cannot read it, the send waits for its bytes
+    /// ([`Messenger::needs_data`], [`Messenger::supply`]).
+    pub fn isend_region(
+        &mut self,
+        dst: ProcessAddr,
+        context: u32,
+        tag: u64,
+        region: Region,
+    ) -> Result<SendId, CollError> {
+        if dst == self.local() {
+            return Err(CollError::Invalid(
+                "a message to oneself is not sent as a region".into(),
+            ));
+        }
+        if let Some(why) = self.failed.get(&dst) {
+            return Err(peer_failed(dst, why));
+        }
+        self.stats.regions_sent += 1;
+        let token = self.token();
+        let mut msg = std::mem::take(&mut self.scratch);
+        Msg::RtsRemote {
+            context,
+            tag,
+            token,
+            region,
+        }
+        .encode(&mut msg);
+        self.send_system(dst, msg)?;
+        let id = self.sends.insert(SendState::AwaitRead { dst });
+        self.awaiting_cts.insert((dst, token), id);
+        Ok(id)
+    }
+
+    /// Whether send `id` (a region the receiver could not read) waits for
+    /// its bytes.
+    pub fn needs_data(&self, id: SendId) -> bool {
+        matches!(self.sends.try_get(id.0), Some(SendState::NeedsData { .. }))
+    }
+
+    /// Gives send `id` its bytes (the region's contents), when it
+    /// [needs them](Messenger::needs_data); they go out on the channel the
+    /// receiver posted.
+    pub fn supply(&mut self, id: SendId, data: &[u8]) -> Result<(), CollError> {
+        let Some(&SendState::NeedsData { dst, channel }) = self.sends.try_get(id.0) else {
+            return Err(CollError::NoSuchRequest);
+        };
+        let data = self.pool.copy_of(data);
+        match self.ep.send_on_channel(dst, channel, data) {
+            Ok(h) => {
+                self.channel_sends.insert(h, id);
+                *self.sends.get_mut(id.0) = SendState::OnChannel { dst };
+            }
+            Err(r) => {
+                *self.sends.get_mut(id.0) = SendState::Failed(CollError::Invalid(format!(
+                    "sending a large message to {dst}: {}",
+                    r.error
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// A fresh token for a message that waits for its receiver.
     fn token(&mut self) -> u32 {
         let token = self.next_token;
@@ -607,8 +738,19 @@ impl Messenger {
     /// Posts a receive for the earliest message that matches `pattern` (see
     /// the module documentation for the order).
     pub fn irecv_matching(&mut self, pattern: Pattern) -> RecvId {
+        self.irecv_with(pattern, None)
+    }
+
+    /// [`Messenger::irecv_matching`] with the buffer the message is to land
+    /// in (the receive then completes as [`Incoming::Landed`], except for a
+    /// message sent through a channel, which comes as data).
+    pub fn irecv_into(&mut self, pattern: Pattern, buffer: Box<dyn RecvBuffer>) -> RecvId {
+        self.irecv_with(pattern, Some(buffer))
+    }
+
+    fn irecv_with(&mut self, pattern: Pattern, buffer: Option<Box<dyn RecvBuffer>>) -> RecvId {
         let seq = self.sequence();
-        let id = self.recvs.insert(RecvState::Waiting);
+        let id = self.recvs.insert(RecvState::Waiting(buffer));
         let arrival = match pattern.exact() {
             Some(key) => pop_first(&mut self.unexpected, &key).map(|(_, a)| (key, a)),
             None => self.earliest_unexpected(&pattern).and_then(|key| {
@@ -666,9 +808,20 @@ impl Messenger {
             let (data, ack) = match a {
                 Arrival::Eager(data) => (data, None),
                 Arrival::Sync { data, token } => (data, Some(token)),
-                rts @ Arrival::Rts { .. } => {
-                    let id = self.recvs.insert(RecvState::Waiting);
-                    if let Err(e) = self.matched(id, key, rts) {
+                Arrival::Remote { region, token } if bcl_shm::cma::read(&region, into).is_ok() => {
+                    self.stats.read_remote += 1;
+                    self.acknowledge(key.1, Some(token))?;
+                    return Ok(RecvNow::Got(Envelope {
+                        from: key.1,
+                        tag: key.2,
+                        len: usize::try_from(region.len).unwrap_or(usize::MAX),
+                    }));
+                }
+                other => {
+                    // Large: a posted receive, whose matching reads the
+                    // region or (if that failed here) asks the sender.
+                    let id = self.recvs.insert(RecvState::Waiting(None));
+                    if let Err(e) = self.matched(id, key, other) {
                         *self.recvs.get_mut(id.0) = RecvState::Failed(e);
                     }
                     return Ok(RecvNow::Posted(id));
@@ -769,7 +922,7 @@ impl Messenger {
     /// Withdraws a receive nothing matched yet; false (and nothing done) if
     /// a message already matched it.
     pub fn cancel_recv(&mut self, id: RecvId) -> bool {
-        if !matches!(self.recvs.try_get(id.0), Some(RecvState::Waiting)) {
+        if !matches!(self.recvs.try_get(id.0), Some(RecvState::Waiting(_))) {
             return false;
         }
         if let Some(i) = self.wild.iter().position(|w| w.2 == id) {
@@ -805,17 +958,37 @@ impl Messenger {
     }
 
     /// The message of a completed receive with its sender and tag (and
-    /// forgets the receive), or `None` while it is not complete.
+    /// forgets the receive), or `None` while it is not complete. For a
+    /// receive with its own buffer, a message that landed there comes back
+    /// as a copy ([`Messenger::take_incoming`] avoids it).
     pub fn take_received(&mut self, id: RecvId) -> Option<Result<Received, CollError>> {
+        if matches!(self.recvs.try_get(id.0), Some(RecvState::Landed(_))) {
+            return Some(Err(CollError::Invalid(
+                "the message landed in the receive's own buffer: use take_incoming".into(),
+            )));
+        }
+        Some(match self.take_incoming(id)? {
+            Ok(Incoming::Data(r)) => Ok(r),
+            Ok(Incoming::Landed(_)) => unreachable!("checked above"),
+            Err(e) => Err(e),
+        })
+    }
+
+    /// What completed receive `id` got (and forgets the receive), or
+    /// `None` while it is not complete.
+    pub fn take_incoming(&mut self, id: RecvId) -> Option<Result<Incoming, CollError>> {
         let Some(state) = self.recvs.try_get(id.0) else {
             return Some(Err(CollError::NoSuchRequest));
         };
         match state {
-            RecvState::Done(_) | RecvState::Failed(_) => match self.recvs.remove(id.0) {
-                RecvState::Done(r) => Some(Ok(r)),
-                RecvState::Failed(e) => Some(Err(e)),
-                _ => unreachable!("checked above"),
-            },
+            RecvState::Done(_) | RecvState::Failed(_) | RecvState::Landed(_) => {
+                match self.recvs.remove(id.0) {
+                    RecvState::Done(r) => Some(Ok(Incoming::Data(r))),
+                    RecvState::Landed(e) => Some(Ok(Incoming::Landed(e))),
+                    RecvState::Failed(e) => Some(Err(e)),
+                    _ => unreachable!("checked above"),
+                }
+            }
             _ => None,
         }
     }
@@ -899,6 +1072,12 @@ impl Messenger {
                 token,
                 data,
             } => self.arrive((context, from, tag), Arrival::Sync { data, token }),
+            Owned::RtsRemote {
+                context,
+                tag,
+                token,
+                region,
+            } => self.arrive((context, from, tag), Arrival::Remote { region, token }),
             Owned::Cts { token, channel } => self.cleared(from, token, channel)?,
             Owned::Malformed => self.stats.malformed += 1,
             Owned::Nothing => {}
@@ -1001,13 +1180,56 @@ impl Messenger {
     /// Receive `id` matched `a`, sent under `key`.
     fn matched(&mut self, id: RecvId, key: Key, a: Arrival) -> Result<(), CollError> {
         let (from, tag) = (key.1, key.2);
+        let mut buffer = match std::mem::replace(self.recvs.get_mut(id.0), RecvState::Waiting(None))
+        {
+            RecvState::Waiting(b) => b,
+            _ => None,
+        };
+        let landed = |len| RecvState::Landed(Envelope { from, tag, len });
+        let ack = match &a {
+            Arrival::Sync { token, .. } => Some(*token),
+            _ => None,
+        };
         match a {
+            Arrival::Eager(data) | Arrival::Sync { data, .. } if buffer.is_some() => {
+                let into = buffer.as_mut().expect("checked").bytes();
+                let n = data.len().min(into.len());
+                into[..n].copy_from_slice(&data[..n]);
+                *self.recvs.get_mut(id.0) = landed(data.len());
+                self.acknowledge(from, ack)?;
+            }
             Arrival::Eager(data) => {
                 *self.recvs.get_mut(id.0) = RecvState::Done(Received { from, tag, data })
             }
             Arrival::Sync { data, token } => {
                 *self.recvs.get_mut(id.0) = RecvState::Done(Received { from, tag, data });
                 self.acknowledge(from, Some(token))?;
+            }
+            Arrival::Remote { region, token } => {
+                let len = usize::try_from(region.len).unwrap_or(usize::MAX);
+                if len > MAX_MESSAGE {
+                    return self.matched(id, key, Arrival::Rts { len, token });
+                }
+                // Read now (progress must not wait for the receiver to ask:
+                // its sender waits for the word that it was read), into
+                // the receive's buffer if it has one.
+                let read = match buffer.as_mut() {
+                    Some(b) => bcl_shm::cma::read(&region, b.bytes()).map(|_| landed(len)),
+                    None => {
+                        let mut data = self.pool.take(len);
+                        bcl_shm::cma::read(&region, &mut data)
+                            .map(|_| RecvState::Done(Received { from, tag, data }))
+                    }
+                };
+                match read {
+                    Ok(state) => {
+                        self.stats.read_remote += 1;
+                        *self.recvs.get_mut(id.0) = state;
+                        self.acknowledge(from, Some(token))?;
+                    }
+                    // Not readable from here: the sender sends it.
+                    Err(_) => return self.matched(id, key, Arrival::Rts { len, token }),
+                }
             }
             Arrival::Rts { len, .. } if len > MAX_MESSAGE => {
                 // A length no sender of ours announces (corrupted, or
@@ -1047,6 +1269,14 @@ impl Messenger {
             self.stats.malformed += 1;
             return Ok(());
         };
+        if let SendState::AwaitRead { dst } = *self.sends.get(id.0) {
+            *self.sends.get_mut(id.0) = if ch.0 == super::wire::NO_CHANNEL {
+                SendState::Done
+            } else {
+                SendState::NeedsData { dst, channel: ch }
+            };
+            return Ok(());
+        }
         if ch.0 == super::wire::NO_CHANNEL {
             // A synchronous message matched: nothing more to send.
             *self.sends.get_mut(id.0) = SendState::Done;
@@ -1153,7 +1383,7 @@ impl Messenger {
             }
         }
         for state in self.sends.iter_mut() {
-            if matches!(state, SendState::AwaitCts { dst, .. } | SendState::OnChannel { dst } if *dst == peer)
+            if matches!(state, SendState::AwaitCts { dst, .. } | SendState::OnChannel { dst } | SendState::AwaitRead { dst } | SendState::NeedsData { dst, .. } if *dst == peer)
             {
                 *state = SendState::Failed(peer_failed(peer, &why));
             }

@@ -13,6 +13,7 @@
 //! | `RTS` (ready to send) | [`Rts`]: length and the sender's token |
 //! | `CTS` (clear to send) | [`Cts`]: the token and the receiver's channel |
 //! | `FRAGMENT` | [`Frag`]: the message's length and this piece's offset, then the piece |
+//! | `RTS_REMOTE` | [`RtsRemote`]: a large message the receiver reads from the sender's memory (same node): length, token, and the sender's pid, start time and address; the receiver answers with a `CTS` on [`NO_CHANNEL`] once read, or on a channel if it cannot read |
 //! | `SYNC` | [`Sync`]: the sender's token, then the message; the receiver answers with a `CTS` on [`NO_CHANNEL`] once a receive matched it |
 //!
 //! A medium message (above the eager limit, up to
@@ -40,6 +41,8 @@ pub const FRAGMENT: u8 = 4;
 /// A small message whose sender waits until a receive matched it (a
 /// synchronous send, `MPI_Ssend`).
 pub const SYNC: u8 = 5;
+/// A large message for the receiver to read from the sender's memory.
+pub const RTS_REMOTE: u8 = 6;
 
 /// The channel of a `CTS` that answers a `SYNC`: the message matched, and
 /// there is nothing to transfer.
@@ -108,6 +111,22 @@ pub struct Sync {
     pub reserved: U32,
 }
 
+/// Body of an `RTS_REMOTE`.
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, Debug)]
+#[repr(C)]
+pub struct RtsRemote {
+    /// Message length.
+    pub len: U64,
+    /// The sender's token for this message.
+    pub token: U32,
+    /// The sender's pid.
+    pub pid: U32,
+    /// The sender's start time (clock ticks since boot).
+    pub start_time: U64,
+    /// The message's address in the sender's memory.
+    pub addr: U64,
+}
+
 /// Bytes of a `SYNC`'s body.
 pub const SYNC_OVERHEAD: usize = std::mem::size_of::<Sync>();
 
@@ -149,6 +168,17 @@ pub enum Msg<'a> {
         offset: u64,
         /// The piece.
         data: &'a [u8],
+    },
+    /// A large message to read from the sender's memory.
+    RtsRemote {
+        /// Context id.
+        context: u32,
+        /// Tag.
+        tag: u64,
+        /// The sender's token.
+        token: u32,
+        /// Where the bytes are.
+        region: bcl_shm::cma::Region,
     },
     /// A small message whose sender waits for the match.
     Sync {
@@ -219,6 +249,20 @@ impl<'a> Msg<'a> {
                     data,
                 })
             }
+            RTS_REMOTE => {
+                let (b, _) = RtsRemote::ref_from_prefix(rest).map_err(|_| short)?;
+                Ok(Msg::RtsRemote {
+                    context,
+                    tag,
+                    token: b.token.get(),
+                    region: bcl_shm::cma::Region {
+                        pid: b.pid.get(),
+                        start_time: b.start_time.get(),
+                        addr: b.addr.get(),
+                        len: b.len.get(),
+                    },
+                })
+            }
             SYNC => {
                 let (b, data) = Sync::ref_from_prefix(rest).map_err(|_| short)?;
                 Ok(Msg::Sync {
@@ -247,6 +291,7 @@ impl<'a> Msg<'a> {
             Msg::Rts { context, tag, .. } => (RTS, context, tag),
             Msg::Fragment { context, tag, .. } => (FRAGMENT, context, tag),
             Msg::Sync { context, tag, .. } => (SYNC, context, tag),
+            Msg::RtsRemote { context, tag, .. } => (RTS_REMOTE, context, tag),
             Msg::Cts { .. } => (CTS, 0, 0),
         };
         let h = MsgHeader {
@@ -282,6 +327,16 @@ impl<'a> Msg<'a> {
                 );
                 out.extend_from_slice(data);
             }
+            Msg::RtsRemote { token, region, .. } => out.extend_from_slice(
+                RtsRemote {
+                    len: U64::new(region.len),
+                    token: U32::new(token),
+                    pid: U32::new(region.pid),
+                    start_time: U64::new(region.start_time),
+                    addr: U64::new(region.addr),
+                }
+                .as_bytes(),
+            ),
             Msg::Sync { token, data, .. } => {
                 out.extend_from_slice(
                     Sync {
@@ -339,6 +394,17 @@ mod tests {
                 tag: 6,
                 token: 11,
                 data: b"",
+            },
+            Msg::RtsRemote {
+                context: 8,
+                tag: 9,
+                token: 12,
+                region: bcl_shm::cma::Region {
+                    pid: 4242,
+                    start_time: 1 << 40,
+                    addr: 0x7fff_0000_1000,
+                    len: 4 << 20,
+                },
             },
         ];
         let mut buf = Vec::new();

@@ -39,6 +39,8 @@
 pub mod bell;
 #[cfg(not(loom))]
 pub mod board;
+#[cfg(not(loom))]
+pub mod cma;
 pub(crate) mod copy;
 pub mod exchange;
 #[cfg(not(loom))]

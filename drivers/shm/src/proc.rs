@@ -100,6 +100,11 @@ impl Watch {
         }
     }
 
+    /// Whether it watches (`pid`, `start`).
+    pub(crate) fn is(&self, pid: u32, start: u64) -> bool {
+        self.pid == pid && self.start == start
+    }
+
     /// The watched pid.
     pub(crate) fn pid(&self) -> u32 {
         self.pid

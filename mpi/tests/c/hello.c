@@ -1,7 +1,7 @@
 /*
  * hello.c - the basics: MPI_Initialized/MPI_Finalized before MPI_Init, after
  * MPI_Init and after MPI_Finalize; rank and size; processor name;
- * MPI_Get_version against MPI_VERSION/MPI_SUBVERSION; MPI_Get_library_version
+ * MPI_Get_version (at least 3.1); MPI_Get_library_version
  * (printed by rank 0); MPI_Wtime monotone and MPI_Wtick > 0.
  */
 #define PROGRAM "hello"
@@ -70,13 +70,16 @@ int main(int argc, char **argv)
               "processor name: strlen %d != reported length %d", (int)strlen(name), len);
     }
 
-    /* Version: the library and the header agree, and it is at least 3.1. */
+    /* Version: at least 3.1. The library's own version may differ from
+     * the header's when a program built against one MPI runs on another
+     * of the same ABI (MPICH 4.0's mpi.h says 4.0, BCL's library 3.1): a
+     * difference is printed, not failed. */
     {
         int version = -1, subversion = -1;
         CHECK_MPI(MPI_Get_version(&version, &subversion));
-        CHECK(version == MPI_VERSION && subversion == MPI_SUBVERSION,
-              "MPI_Get_version: expected %d.%d (mpi.h), got %d.%d",
-              MPI_VERSION, MPI_SUBVERSION, version, subversion);
+        if ((version != MPI_VERSION || subversion != MPI_SUBVERSION) && rank == 0)
+            printf("NOTE: MPI_Get_version gives %d.%d, mpi.h says %d.%d\n", version, subversion,
+                   MPI_VERSION, MPI_SUBVERSION);
         CHECK(version > 3 || (version == 3 && subversion >= 1),
               "MPI_Get_version: expected >= 3.1, got %d.%d", version, subversion);
         if (rank == 0)
