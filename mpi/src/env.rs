@@ -47,12 +47,15 @@ fn init(level: c_int) -> Result<Mpi, MpiError> {
         Some(Progress::Blocking) => ProgressMode::Blocking,
         _ => ProgressMode::BusyPoll,
     };
-    let joined = join(JoinOptions {
+    let mut joined = join(JoinOptions {
         mode,
         timeout: Duration::from_secs(60),
         ..JoinOptions::default()
     })
     .map_err(|e| other(format!("joining the job: {e}")))?;
+    // The launcher's connection stays open until MPI_Finalize: under a
+    // PMI-2 launcher, closing it is how a process says it finalized.
+    let session = joined.session.take();
     let mut coll = Coll::from_joined(joined).map_err(|e| other(e.to_string()))?;
     let world = coll.world();
     let here = world.nodes()[world.rank()];
@@ -77,6 +80,7 @@ fn init(level: c_int) -> Result<Mpi, MpiError> {
     };
     let mut m = Mpi::new(coll, level.min(MPI_THREAD_FUNNELED));
     m.region_min = region_min;
+    m.session = session;
     Ok(m)
 }
 
@@ -145,6 +149,7 @@ pub extern "C" fn MPI_Finalize() -> c_int {
         let world = m.coll.world().clone();
         m.coll.barrier(&world)?;
         m.coll.flush(Duration::from_secs(5))?;
+        drop(m.session.take());
         Ok(())
     });
     if r == MPI_SUCCESS {

@@ -65,6 +65,9 @@ pub struct Mpi {
     /// offered for the receiver to read from the sender's memory (one
     /// copy); `usize::MAX`: never.
     pub region_min: usize,
+    /// The launcher's connection (bcl-run's rendezvous, or PMI-2), closed
+    /// at `MPI_Finalize`.
+    pub session: Option<bcl::cluster::bootstrap::Session>,
 }
 
 /// Where the library is in its life.
@@ -117,6 +120,7 @@ impl Mpi {
             bsend: None,
             thread_level,
             region_min: usize::MAX,
+            session: None,
         }
     }
 

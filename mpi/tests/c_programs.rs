@@ -2,13 +2,16 @@
 //! collective against a reference, datatypes, errors, and the classic
 //! examples), built with `bclcc` and run on this library: with 1 to 4
 //! ranks under `bcl-run`, under MPICH's `mpiexec` (hydra, through PMI-2),
-//! built by MPICH's own `mpicc` and run on BCL through the ABI, and across
-//! two lab nodes (shared memory inside a node, AF_PACKET between).
+//! under Slurm's `srun --mpi=pmi2` (the one-host cluster of
+//! `tests/slurm/setup.sh`), built by MPICH's own `mpicc` and run on BCL
+//! through the ABI, and across two lab nodes (shared memory inside a node,
+//! AF_PACKET between).
 //!
 //! Each program prints `OK <name> ranks=<N>` from rank 0 when every check
-//! passed and aborts otherwise. The lab case needs root and fails loudly
-//! without it unless `BCL_SKIP_PRIVILEGED=1`; the MPICH cases need
-//! MPICH (`scripts/test` installs it) and fail loudly without it.
+//! passed and aborts otherwise. The lab and Slurm cases need root and fail
+//! loudly without it unless `BCL_SKIP_PRIVILEGED=1`; the MPICH and Slurm
+//! cases need their packages (`scripts/test` installs them) and fail
+//! loudly without them.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -134,7 +137,7 @@ fn require_mpich(tool: &str) {
         .is_ok_and(|o| o.status.success());
     assert!(
         found,
-        "{tool} is missing: install Debian's mpich and libmpich-dev (scripts/test does)"
+        "{tool} is missing: install Debian's mpich, libmpich-dev and slurm-client (scripts/test does)"
     );
 }
 
@@ -229,5 +232,59 @@ fn every_program_passes_across_two_lab_nodes() {
             ])
             .arg(&exe);
         check(c, &prog, 4, "on 2 lab nodes x 2 ranks");
+    }
+}
+
+/// The one-host Slurm cluster of `tests/slurm/setup.sh`, stopped again if
+/// this test started it.
+struct Slurm {
+    script: PathBuf,
+    started: bool,
+}
+
+impl Slurm {
+    fn up() -> Slurm {
+        let script = repo().join("tests/slurm/setup.sh");
+        let out = Command::new(&script).arg("start").output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{} start failed: {}\n{stdout}\n{}",
+            script.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Slurm {
+            started: stdout.lines().any(|l| l == "started"),
+            script,
+        }
+    }
+}
+
+impl Drop for Slurm {
+    fn drop(&mut self) {
+        if self.started {
+            let _ = Command::new(&self.script).arg("stop").output();
+        }
+    }
+}
+
+#[test]
+fn every_program_passes_under_slurm_srun() {
+    if !bcl_lab::require_privileges("every_program_passes_under_slurm_srun") {
+        return;
+    }
+    require_mpich("srun");
+    let dir = out_dir("srun");
+    let _slurm = Slurm::up();
+    for prog in programs() {
+        let exe = build(bclcc(), &prog, &dir);
+        for n in [1, 4] {
+            let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
+            let mut c = Command::new("srun");
+            c.args(["--mpi=pmi2", "-n", &n.to_string(), "--time=5"])
+                .arg(&exe);
+            check(c, &prog, n, "under srun --mpi=pmi2");
+        }
     }
 }
