@@ -27,8 +27,10 @@
 # namespace b with `ip netns exec`). Root only.
 #
 # Installs what it needs: Open MPI (apt-get install openmpi-bin
-# libopenmpi-dev) when mpicc or mpirun is missing; builds bcl-coll and
-# bcl-run in release; compiles ompi_coll.c with mpicc.
+# libopenmpi-dev) when mpicc.openmpi or mpirun.openmpi is missing; builds
+# bcl-coll and bcl-run in release; compiles ompi_coll.c with mpicc.openmpi
+# (named explicitly: plain mpicc/mpirun follow Debian's alternatives, which
+# may point at MPICH).
 #
 #   bench/coll-compare.sh [--pairs N] [--ranks 2,4] [--ops barrier,allreduce,bcast]
 #       [--sizes 8,65536,4194304] [--iters N] [--warmup N] [--sync]
@@ -62,7 +64,7 @@ while [ $# -gt 0 ]; do
     --bcl-mode) BCL_MODE=$2; shift 2 ;;
     --lab) LAB=1; shift ;;
     --append) APPEND=1; shift ;;
-    -h|--help) sed -n '2,46p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,47p' "$0"; exit 0 ;;
     *) echo "coll-compare: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -71,9 +73,9 @@ case "$BCL_MODE" in auto|busy-poll|yield|blocking) ;; *)
 esac
 
 # --- What it needs ------------------------------------------------------
-if ! command -v mpicc >/dev/null || ! command -v mpirun >/dev/null; then
+if ! command -v mpicc.openmpi >/dev/null || ! command -v mpirun.openmpi >/dev/null; then
   if [ "$(id -u)" != 0 ]; then
-    echo "coll-compare: Open MPI is missing (mpicc, mpirun); run as root to install it, or apt-get install openmpi-bin libopenmpi-dev" >&2
+    echo "coll-compare: Open MPI is missing (mpicc.openmpi, mpirun.openmpi); run as root to install it, or apt-get install openmpi-bin libopenmpi-dev" >&2
     exit 1
   fi
   echo "# installing Open MPI (apt-get install -y openmpi-bin libopenmpi-dev)" >&2
@@ -88,7 +90,7 @@ cargo build --release -q -p bcl-tools --bin bcl-coll --bin bcl-run
 if [ "$LAB" = 1 ]; then cargo build --release -q -p bcl-lab; fi
 BIN=$(realpath "${CARGO_TARGET_DIR:-target}/release")
 OUT=$(mktemp -d /tmp/coll-compare.XXXXXX)
-mpicc -O2 -Wall -o "$OUT/ompi_coll" bench/coll/ompi_coll.c
+mpicc.openmpi -O2 -Wall -o "$OUT/ompi_coll" bench/coll/ompi_coll.c
 
 OMPI_VERSION=$(ompi_info --version 2>/dev/null | sed -n 's/^Open MPI v//p' | head -1)
 # The shared-memory BTL is vader in Open MPI 3-4, sm in 5.
@@ -96,7 +98,7 @@ if ompi_info 2>/dev/null | grep -q 'MCA btl: vader'; then SHM_BTL=vader; else SH
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # ob1 so that the BTL choice holds (UCX's pml would ignore it); no UCX osc
 # (its warnings are noise; no one-sided calls here).
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none
+MPIRUN=(mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to none
         --mca pml ob1 --mca osc ^ucx)
 CORES=$(nproc)
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
