@@ -562,6 +562,13 @@ impl Endpoint {
             .or_else(|| self.port.poll_send_event())
     }
 
+    /// Next peer a method reported gone (see [`Port::poll_peer_gone`]).
+    ///
+    /// [`Port::poll_peer_gone`]: bcl_core::Port::poll_peer_gone
+    pub fn poll_peer_gone(&mut self) -> Option<ProcessAddr> {
+        self.port.poll_peer_gone()
+    }
+
     /// Next delivered message.
     pub fn poll_delivery(&mut self) -> Option<Delivery> {
         self.port.poll_delivery()

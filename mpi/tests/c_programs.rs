@@ -288,3 +288,30 @@ fn every_program_passes_under_slurm_srun() {
         }
     }
 }
+
+#[test]
+fn a_dead_rank_makes_operations_with_it_fail_instead_of_hanging() {
+    let dir = out_dir("faults");
+    let src = sources().join("faults/peer_death.c");
+    let exe = dir.join("peer_death");
+    let out = Command::new(bclcc())
+        .args(["-O2", "-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for n in [2, 3, 4] {
+        let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
+        check(
+            under_bcl_run(&exe, n),
+            "peer_death",
+            n,
+            "with its last rank dead",
+        );
+    }
+}

@@ -311,6 +311,7 @@ impl Owned {
                 token,
                 region,
             },
+            Ok(Msg::Hello) => Owned::Nothing,
             Ok(Msg::Cts { token, channel }) => Owned::Cts {
                 token,
                 channel: ChannelId(channel),
@@ -435,6 +436,9 @@ pub struct Messenger {
     backlog: VecDeque<(ProcessAddr, Vec<u8>)>,
     /// Peers whose sends failed, and why.
     failed: HashMap<ProcessAddr, String>,
+    /// Peers this process has sent to (so its link to them exists, and
+    /// their methods report if they die).
+    contacted: rustc_hash::FxHashSet<ProcessAddr>,
     next_token: u32,
     scratch: Vec<u8>,
     stats: MessengerStats,
@@ -470,6 +474,7 @@ impl Messenger {
             free_channels: Vec::new(),
             backlog: VecDeque::new(),
             failed: HashMap::default(),
+            contacted: Default::default(),
             next_token: 1,
             scratch: Vec::new(),
             stats: MessengerStats::default(),
@@ -749,6 +754,9 @@ impl Messenger {
     }
 
     fn irecv_with(&mut self, pattern: Pattern, buffer: Option<Box<dyn RecvBuffer>>) -> RecvId {
+        if let Some(from) = pattern.from {
+            self.watch(from);
+        }
         let seq = self.sequence();
         let id = self.recvs.insert(RecvState::Waiting(buffer));
         let arrival = match pattern.exact() {
@@ -798,6 +806,9 @@ impl Messenger {
     /// Matching order holds: the message is taken only if no posted receive
     /// matches it (those were posted earlier).
     pub fn recv_now(&mut self, pattern: &Pattern, into: &mut [u8]) -> Result<RecvNow, CollError> {
+        if let Some(from) = pattern.from {
+            self.watch(from);
+        }
         let key = match pattern.exact() {
             Some(key) => self.unexpected.contains_key(&key).then_some(key),
             None if self.unexpected.is_empty() => None,
@@ -1116,6 +1127,11 @@ impl Messenger {
                 self.peer_down(p, why.to_string());
             }
         }
+        while let Some(p) = self.ep.poll_peer_gone() {
+            if !self.failed.contains_key(&p) {
+                self.peer_down(p, "its process is gone (reported by its method)".into());
+            }
+        }
         while let Some(ev) = self.ep.poll_channel_event() {
             moved += 1;
             self.channel_event(ev);
@@ -1133,9 +1149,25 @@ impl Messenger {
         Ok(moved)
     }
 
+    /// Makes sure this process's link to `peer` exists (a `HELLO` the
+    /// first time), so that a receive waiting for it learns if it dies:
+    /// a method reports the death of a peer it has a link with, and a
+    /// network link fails when the peer stops acknowledging.
+    fn watch(&mut self, peer: ProcessAddr) {
+        if peer == self.local() || self.contacted.contains(&peer) || self.failed.contains_key(&peer)
+        {
+            return;
+        }
+        let mut msg = std::mem::take(&mut self.scratch);
+        Msg::Hello.encode(&mut msg);
+        // A failure shows up as the peer's failure, like any send's.
+        let _ = self.send_system(peer, msg);
+    }
+
     /// Sends a system-channel message, or keeps it until the port has
     /// room.
     fn send_system(&mut self, dst: ProcessAddr, msg: Vec<u8>) -> Result<(), CollError> {
+        self.contacted.insert(dst);
         if !self.backlog.is_empty() {
             self.backlog.push_back((dst, msg));
             return Ok(());

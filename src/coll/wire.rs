@@ -14,6 +14,7 @@
 //! | `CTS` (clear to send) | [`Cts`]: the token and the receiver's channel |
 //! | `FRAGMENT` | [`Frag`]: the message's length and this piece's offset, then the piece |
 //! | `RTS_REMOTE` | [`RtsRemote`]: a large message the receiver reads from the sender's memory (same node): length, token, and the sender's pid, start time and address; the receiver answers with a `CTS` on [`NO_CHANNEL`] once read, or on a channel if it cannot read |
+//! | `HELLO` | nothing: opens the sender's link to the receiver, so each notices if the other's process dies (sent once per peer a receive waits for; dropped on arrival) |
 //! | `SYNC` | [`Sync`]: the sender's token, then the message; the receiver answers with a `CTS` on [`NO_CHANNEL`] once a receive matched it |
 //!
 //! A medium message (above the eager limit, up to
@@ -43,6 +44,8 @@ pub const FRAGMENT: u8 = 4;
 pub const SYNC: u8 = 5;
 /// A large message for the receiver to read from the sender's memory.
 pub const RTS_REMOTE: u8 = 6;
+/// Nothing but the link it opens (see the table above).
+pub const HELLO: u8 = 7;
 
 /// The channel of a `CTS` that answers a `SYNC`: the message matched, and
 /// there is nothing to transfer.
@@ -169,6 +172,8 @@ pub enum Msg<'a> {
         /// The piece.
         data: &'a [u8],
     },
+    /// Opens the link; carries nothing.
+    Hello,
     /// A large message to read from the sender's memory.
     RtsRemote {
         /// Context id.
@@ -249,6 +254,7 @@ impl<'a> Msg<'a> {
                     data,
                 })
             }
+            HELLO => Ok(Msg::Hello),
             RTS_REMOTE => {
                 let (b, _) = RtsRemote::ref_from_prefix(rest).map_err(|_| short)?;
                 Ok(Msg::RtsRemote {
@@ -293,6 +299,7 @@ impl<'a> Msg<'a> {
             Msg::Sync { context, tag, .. } => (SYNC, context, tag),
             Msg::RtsRemote { context, tag, .. } => (RTS_REMOTE, context, tag),
             Msg::Cts { .. } => (CTS, 0, 0),
+            Msg::Hello => (HELLO, 0, 0),
         };
         let h = MsgHeader {
             version: VERSION,
@@ -347,6 +354,7 @@ impl<'a> Msg<'a> {
                 );
                 out.extend_from_slice(data);
             }
+            Msg::Hello => {}
             Msg::Cts { token, channel } => out.extend_from_slice(
                 Cts {
                     token: U32::new(token),
@@ -395,6 +403,7 @@ mod tests {
                 token: 11,
                 data: b"",
             },
+            Msg::Hello,
             Msg::RtsRemote {
                 context: 8,
                 tag: 9,

@@ -314,6 +314,9 @@ impl Port {
     /// reads from it fail, transfers arriving from it fail, and a new
     /// incarnation at the same address starts afresh.
     pub fn peer_gone(&mut self, now: Time, addr: ProcessAddr) {
+        if self.gone.len() < self.cfg.max_peers.max(64) {
+            self.gone.push_back(addr);
+        }
         let Some(idx) = self.peer_idx(addr) else {
             return;
         };

@@ -339,6 +339,12 @@ fn a_peer_that_goes_away_fails_everything_with_it() {
     assert!(ev.iter().any(|e| matches!(e, ChannelEvent::SendFailed { handle, error, .. } if *handle == s && *error == gone)));
     assert!(ev.iter().any(|e| matches!(e, ChannelEvent::RmaFailed { handle, error, .. } if *handle == g && *error == gone)));
     assert_eq!(pair.ports[0].outstanding_sends(), 0);
+    // The departure itself is reported once, for receivers waiting on it.
+    assert_eq!(pair.ports[0].poll_peer_gone(), Some(addr(1)));
+    assert_eq!(pair.ports[0].poll_peer_gone(), None);
+    // Also for a peer nothing was ever sent to.
+    pair.ports[0].peer_gone(pair.now, addr(7));
+    assert_eq!(pair.ports[0].poll_peer_gone(), Some(addr(7)));
 }
 
 #[test]

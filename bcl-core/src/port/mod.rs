@@ -242,6 +242,9 @@ pub struct Port {
     unrouted: VecDeque<PeerIdx>,
     timers: BinaryHeap<Reverse<(Time, PeerIdx)>>,
     send_events: VecDeque<SendEvent>,
+    /// Peers a method reported gone ([`Port::peer_gone`]), not yet taken
+    /// by [`Port::poll_peer_gone`].
+    gone: VecDeque<ProcessAddr>,
     deliveries: VecDeque<Delivery>,
     next_handle: u64,
     outstanding: usize,
@@ -290,6 +293,7 @@ impl Port {
             unrouted: VecDeque::new(),
             timers: BinaryHeap::new(),
             send_events: VecDeque::with_capacity(max),
+            gone: VecDeque::new(),
             deliveries: VecDeque::with_capacity(cfg.ring_blocks as usize),
             next_handle: 0,
             outstanding: 0,
@@ -438,6 +442,13 @@ impl Port {
     /// Next entry of the send-completion queue.
     pub fn poll_send_event(&mut self) -> Option<SendEvent> {
         self.send_events.pop_front()
+    }
+
+    /// Next peer a method reported gone (its process died or closed),
+    /// whether or not anything was in flight to it: a receiver waiting for
+    /// it learns here that nothing will come.
+    pub fn poll_peer_gone(&mut self) -> Option<ProcessAddr> {
+        self.gone.pop_front()
     }
 
     /// Next entry of the receive-completion queue.

@@ -32,7 +32,9 @@ use bcl::cluster::resources::ClusterConfig;
 use bcl_lab::{Lab, LabGuard};
 use bcl_tools::job::file_hash;
 use clap::Parser;
-use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signal::Signal;
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
@@ -162,14 +164,14 @@ fn shell_quote(s: &str) -> String {
 }
 
 fn main() -> ExitCode {
-    // Block the signals we forward before any thread exists, so only the
-    // forwarding thread takes them (children get a clean mask from std).
-    let mut forwarded = SigSet::empty();
-    forwarded.add(Signal::SIGINT);
-    forwarded.add(Signal::SIGTERM);
-    if let Err(e) = forwarded.thread_block() {
-        return fail(format!("blocking signals: {e}"));
-    }
+    // Take the signals we forward with handlers (signal-hook), not by
+    // blocking them: a blocked mask is inherited by the ranks, which would
+    // then never see the SIGTERM forwarded to them. Installed before any
+    // rank starts; the ranks get the default dispositions back at exec.
+    let forwarded = match Signals::new([SIGINT, SIGTERM]) {
+        Ok(s) => s,
+        Err(e) => return fail(format!("handling SIGINT and SIGTERM: {e}")),
+    };
     let args = Args::parse();
     match run(args, forwarded) {
         Ok(code) => code,
@@ -177,7 +179,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(args: Args, forwarded: SigSet) -> Result<ExitCode, String> {
+fn run(args: Args, mut forwarded: Signals) -> Result<ExitCode, String> {
     let cluster = match &args.cluster {
         Some(p) => Some(ClusterConfig::load(p).map_err(|e| e.to_string())?),
         None => None,
@@ -484,10 +486,14 @@ fn run(args: Args, forwarded: SigSet) -> Result<ExitCode, String> {
     };
     {
         let stop = stop.clone();
-        std::thread::spawn(move || loop {
-            let Ok(sig) = forwarded.wait() else { return };
-            let n = stop(sig);
-            eprintln!("bcl-run: {sig}: forwarding to {n} rank(s)");
+        std::thread::spawn(move || {
+            for raw in forwarded.forever() {
+                let Ok(sig) = Signal::try_from(raw) else {
+                    continue;
+                };
+                let n = stop(sig);
+                eprintln!("bcl-run: {sig}: forwarding to {n} rank(s)");
+            }
         });
     }
     let mut first_failure: Option<(u32, u8)> = None;
