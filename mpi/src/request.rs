@@ -237,6 +237,8 @@ pub struct Requests {
     free: Vec<usize>,
     /// Bytes of the attached buffer held by buffered sends in progress.
     pub bsend_in_use: usize,
+    /// Requests freed while in progress (what `sweep` looks for).
+    freed: usize,
 }
 
 impl Requests {
@@ -289,6 +291,7 @@ impl Requests {
         if entry.freed {
             self.slots[i] = None;
             self.free.push(i);
+            self.freed -= 1;
         } else {
             entry.pending = Pending::Done(done);
         }
@@ -327,6 +330,7 @@ impl Requests {
                 self.free.push(i);
             } else {
                 e.freed = true;
+                self.freed += 1;
             }
         }
     }
@@ -334,6 +338,9 @@ impl Requests {
     /// Completes what can be completed among requests nobody waits for
     /// (freed ones), so their resources go.
     pub fn sweep(&mut self, coll: &mut Coll) {
+        if self.freed == 0 {
+            return;
+        }
         for i in 0..self.slots.len() {
             if self.slots[i].as_ref().is_some_and(|e| e.freed) {
                 self.try_complete(i, coll);

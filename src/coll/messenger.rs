@@ -421,6 +421,9 @@ pub struct Messenger {
     wild: Vec<(u64, Pattern, RecvId)>,
     /// Messages before their receive, with their arrival sequence numbers.
     unexpected: HashMap<Key, VecDeque<(u64, Arrival)>>,
+    /// Empty queues of the two maps, for reuse.
+    spare_posts: Vec<VecDeque<(u64, RecvId)>>,
+    spare_arrivals: Vec<VecDeque<(u64, Arrival)>>,
     /// Orders posts among themselves and arrivals among themselves.
     next_seq: u64,
     recvs: Slab<RecvState>,
@@ -465,6 +468,8 @@ impl Messenger {
             posted: HashMap::default(),
             wild: Vec::new(),
             unexpected: HashMap::default(),
+            spare_posts: Vec::new(),
+            spare_arrivals: Vec::new(),
             next_seq: 0,
             recvs: Slab::default(),
             sends: Slab::default(),
@@ -760,9 +765,10 @@ impl Messenger {
         let seq = self.sequence();
         let id = self.recvs.insert(RecvState::Waiting(buffer));
         let arrival = match pattern.exact() {
-            Some(key) => pop_first(&mut self.unexpected, &key).map(|(_, a)| (key, a)),
+            Some(key) => pop_first(&mut self.unexpected, &key, &mut self.spare_arrivals)
+                .map(|(_, a)| (key, a)),
             None => self.earliest_unexpected(&pattern).and_then(|key| {
-                let (_, a) = pop_first(&mut self.unexpected, &key)?;
+                let (_, a) = pop_first(&mut self.unexpected, &key, &mut self.spare_arrivals)?;
                 Some((key, a))
             }),
         };
@@ -775,7 +781,11 @@ impl Messenger {
             None => match pattern.from.and_then(|f| self.peer_failure(f)) {
                 Some(e) => *self.recvs.get_mut(id.0) = RecvState::Failed(e),
                 None => match pattern.exact() {
-                    Some(key) => self.posted.entry(key).or_default().push_back((seq, id)),
+                    Some(key) => self
+                        .posted
+                        .entry(key)
+                        .or_insert_with(|| self.spare_posts.pop().unwrap_or_default())
+                        .push_back((seq, id)),
                     None => self.wild.push((seq, pattern, id)),
                 },
             },
@@ -815,7 +825,8 @@ impl Messenger {
             None => self.earliest_unexpected(pattern),
         };
         if let Some(key) = key {
-            let (_, a) = pop_first(&mut self.unexpected, &key).expect("just found");
+            let (_, a) = pop_first(&mut self.unexpected, &key, &mut self.spare_arrivals)
+                .expect("just found");
             let (data, ack) = match a {
                 Arrival::Eager(data) => (data, None),
                 Arrival::Sync { data, token } => (data, Some(token)),
@@ -1191,7 +1202,7 @@ impl Messenger {
         let wild = self.wild.iter().position(|w| w.1.matches(&key));
         let posted = match (exact, wild) {
             (Some(e), Some(w)) if self.wild[w].0 < e => Some(self.wild.remove(w).2),
-            (Some(_), _) => pop_first(&mut self.posted, &key).map(|p| p.1),
+            (Some(_), _) => pop_first(&mut self.posted, &key, &mut self.spare_posts).map(|p| p.1),
             (None, Some(w)) => Some(self.wild.remove(w).2),
             (None, None) => None,
         };
@@ -1204,7 +1215,10 @@ impl Messenger {
             None => {
                 self.stats.unexpected += 1;
                 let seq = self.sequence();
-                self.unexpected.entry(key).or_default().push_back((seq, a));
+                self.unexpected
+                    .entry(key)
+                    .or_insert_with(|| self.spare_arrivals.pop().unwrap_or_default())
+                    .push_back((seq, a));
             }
         }
     }
@@ -1425,15 +1439,28 @@ impl Messenger {
 }
 
 /// The first entry queued under `key`; a queue left empty is removed, so
-/// the maps hold only keys with something waiting.
-fn pop_first<T>(map: &mut HashMap<Key, VecDeque<T>>, key: &Key) -> Option<T> {
+/// the maps hold only keys with something waiting, and kept in `spare`
+/// for the next key (a queue allocates on its first push: reusing one
+/// saves an allocation per message).
+fn pop_first<T>(
+    map: &mut HashMap<Key, VecDeque<T>>,
+    key: &Key,
+    spare: &mut Vec<VecDeque<T>>,
+) -> Option<T> {
     let q = map.get_mut(key)?;
     let first = q.pop_front();
     if q.is_empty() {
-        map.remove(key);
+        if let Some(q) = map.remove(key) {
+            if spare.len() < SPARE_QUEUES {
+                spare.push(q);
+            }
+        }
     }
     first
 }
+
+/// Empty queues kept for reuse, per map.
+const SPARE_QUEUES: usize = 64;
 
 fn peer_failed(peer: ProcessAddr, why: &str) -> CollError {
     CollError::PeerFailed {
