@@ -17,7 +17,7 @@ use crate::cmem::{self, CBuf};
 use crate::datatype::{count_of, TypeInfo};
 use crate::error::{MpiError, MpiResult};
 use crate::request::{copied, land, status_bytes, Completion, Pending, UserBuffer};
-use crate::state::{call, Mpi};
+use crate::state::{call, comm_in, Mpi};
 use bcl::coll::messenger::{Envelope, Pattern, RecvId, RecvNow};
 use bcl::shm::cma::Region;
 use std::ffi::{c_int, c_void};
@@ -177,7 +177,10 @@ impl Mpi {
             let p = unsafe { self.start_recv(buf, count, datatype, source, tag, comm)? };
             return self.complete(p);
         }
-        let c = &self.comm(comm)?.comm;
+        // Borrow the communicator from its own field: the wait below needs
+        // `self.coll` (no clone of the communicator on this path).
+        let Mpi { comms, coll, .. } = self;
+        let c = &comm_in(comms, comm)?.comm;
         let n = args::count(count, "count")?;
         let tag = args::recv_tag(tag)?;
         let Some(from) = args::source(c, source)? else {
@@ -190,18 +193,17 @@ impl Mpi {
             from: from.map(|r| c.members()[r]),
             tag,
         };
-        let c = c.clone();
         let cap = n * t.wire();
         let mut posted: Option<RecvId> = None;
         let mut got = None;
-        self.coll.wait_polling(|coll| {
+        coll.wait_polling(|coll| {
             let m = coll.messenger();
             if let Some(id) = posted.as_mut() {
-                got = land(m, id, &mut buf, &t, n, &c);
+                got = land(m, id, &mut buf, &t, n, c);
                 return Ok(got.is_some());
             }
             match m.recv_now(&pattern, &mut buf.bytes_mut()[..cap])? {
-                RecvNow::Got(e) => got = Some(copied(e, cap, n, &c)),
+                RecvNow::Got(e) => got = Some(copied(e, cap, n, c)),
                 RecvNow::Posted(id) => posted = Some(id),
                 RecvNow::Nothing => {}
             }

@@ -125,7 +125,7 @@ impl Mpi {
     }
 
     /// The index of communicator handle `h` in `comms`, if it names one.
-    fn comm_index(h: MPI_Comm) -> Option<usize> {
+    pub(crate) fn comm_index(h: MPI_Comm) -> Option<usize> {
         match h {
             MPI_COMM_WORLD => Some(0),
             MPI_COMM_SELF => Some(1),
@@ -138,9 +138,7 @@ impl Mpi {
 
     /// The communicator of handle `h`.
     pub fn comm(&self, h: MPI_Comm) -> MpiResult<&CommEntry> {
-        Self::comm_index(h)
-            .and_then(|i| self.comms.get(i)?.as_ref())
-            .ok_or_else(|| MpiError::new(MPI_ERR_COMM, comm_name(h)))
+        comm_in(&self.comms, h)
     }
 
     /// The communicator of handle `h`, to change.
@@ -180,6 +178,14 @@ impl Mpi {
             _ => Err(MpiError::new(MPI_ERR_COMM, comm_name(h))),
         }
     }
+}
+
+/// The communicator of handle `h` in a state's `comms` (for borrowing it
+/// beside other fields of the state).
+pub fn comm_in(comms: &[Option<CommEntry>], h: MPI_Comm) -> MpiResult<&CommEntry> {
+    Mpi::comm_index(h)
+        .and_then(|i| comms.get(i)?.as_ref())
+        .ok_or_else(|| MpiError::new(MPI_ERR_COMM, comm_name(h)))
 }
 
 /// A communicator handle that names none, for messages.
