@@ -356,6 +356,36 @@ unsafe fn reduce(
     m.run(c, Built { call, out }, blocking)
 }
 
+/// The blocks of a collective's buffer, (displacement, count) in elements
+/// per rank: from its count and displacement arrays (the v-collectives),
+/// or `count` elements each, back to back.
+///
+/// # Safety
+/// The arrays, if given, are valid for `p` ints each.
+unsafe fn blocks(
+    p: usize,
+    count: c_int,
+    arrays: Option<(*const c_int, *const c_int)>,
+    what: &str,
+) -> MpiResult<Vec<(usize, usize)>> {
+    let Some((counts, displs)) = arrays else {
+        let n = args::count(count, what)?;
+        return Ok((0..p).map(|r| (r * n, n)).collect());
+    };
+    // SAFETY: valid for `p` ints each (this function's contract).
+    let (cs, ds) = unsafe { (cmem::ints(counts, p), cmem::ints(displs, p)) };
+    if cs.len() < p || ds.len() < p {
+        return Err(MpiError::new(
+            MPI_ERR_ARG,
+            format!("the {what}s or their displacements are NULL"),
+        ));
+    }
+    cs.iter()
+        .zip(&ds)
+        .map(|(&n, &d)| Ok((args::count(d, "displacement")?, args::count(n, what)?)))
+        .collect()
+}
+
 /// Gather (`allgather` false) or allgather, plain (`counts` none) or v.
 ///
 /// # Safety
@@ -380,28 +410,8 @@ unsafe fn gather(
     // The receive side (root or everyone): blocks (displacement, count).
     let (recv_buf, rt, blocks) = if receives {
         let rt = m.types.usable(recv.datatype)?;
-        let blocks: Vec<(usize, usize)> = match counts_displs {
-            None => {
-                let n = args::count(recv.count, "recvcount")?;
-                (0..p).map(|r| (r * n, n)).collect()
-            }
-            Some((counts, displs)) => {
-                // SAFETY: arrays of the communicator's size (MPI contract).
-                let (cs, ds) = unsafe { (cmem::ints(counts, p), cmem::ints(displs, p)) };
-                if cs.len() < p || ds.len() < p {
-                    return Err(MpiError::new(MPI_ERR_ARG, "recvcounts or displs is NULL"));
-                }
-                cs.iter()
-                    .zip(&ds)
-                    .map(|(&n, &d)| {
-                        Ok((
-                            args::count(d, "displacement")?,
-                            args::count(n, "recvcount")?,
-                        ))
-                    })
-                    .collect::<MpiResult<_>>()?
-            }
-        };
+        // SAFETY: arrays of the communicator's size (MPI contract).
+        let blocks = unsafe { blocks(p, recv.count, counts_displs, "recvcount")? };
         let span = blocks.iter().map(|&(d, n)| d + n).max().unwrap_or(0);
         // SAFETY: the receive buffer spans every block (MPI contract).
         let buf = unsafe { args::buffer(recv.ptr, span, &rt, "recvbuf")? };
@@ -483,28 +493,8 @@ unsafe fn scatter(
     // The root packs every rank's block in rank order.
     let (input, mut counts) = if me == root {
         let st = m.types.usable(send.datatype)?;
-        let blocks: Vec<(usize, usize)> = match counts_displs {
-            None => {
-                let n = args::count(send.count, "sendcount")?;
-                (0..p).map(|r| (r * n, n)).collect()
-            }
-            Some((counts, displs)) => {
-                // SAFETY: arrays of the communicator's size (MPI contract).
-                let (cs, ds) = unsafe { (cmem::ints(counts, p), cmem::ints(displs, p)) };
-                if cs.len() < p || ds.len() < p {
-                    return Err(MpiError::new(MPI_ERR_ARG, "sendcounts or displs is NULL"));
-                }
-                cs.iter()
-                    .zip(&ds)
-                    .map(|(&n, &d)| {
-                        Ok((
-                            args::count(d, "displacement")?,
-                            args::count(n, "sendcount")?,
-                        ))
-                    })
-                    .collect::<MpiResult<_>>()?
-            }
-        };
+        // SAFETY: arrays of the communicator's size (MPI contract).
+        let blocks = unsafe { blocks(p, send.count, counts_displs, "sendcount")? };
         let span = blocks.iter().map(|&(d, n)| d + n).max().unwrap_or(0);
         // SAFETY: the send buffer spans every block (MPI contract).
         let buf = unsafe { args::buffer(send.ptr, span, &st, "sendbuf")? };
@@ -561,30 +551,9 @@ unsafe fn alltoall(
     blocking: bool,
 ) -> MpiResult<Pending> {
     let p = c.size();
-    let blocks = |count: c_int, arrays: Option<(*const c_int, *const c_int)>, what: &str| {
-        match arrays {
-            None => {
-                let n = args::count(count, what)?;
-                Ok((0..p).map(|r| (r * n, n)).collect::<Vec<_>>())
-            }
-            Some((counts, displs)) => {
-                // SAFETY: arrays of the communicator's size (MPI contract).
-                let (cs, ds) = unsafe { (cmem::ints(counts, p), cmem::ints(displs, p)) };
-                if cs.len() < p || ds.len() < p {
-                    return Err(MpiError::new(
-                        MPI_ERR_ARG,
-                        format!("the {what}s or their displacements are NULL"),
-                    ));
-                }
-                cs.iter()
-                    .zip(&ds)
-                    .map(|(&n, &d)| Ok((args::count(d, "displacement")?, args::count(n, what)?)))
-                    .collect::<MpiResult<Vec<_>>>()
-            }
-        }
-    };
     let rt = m.types.usable(recv.datatype)?;
-    let rblocks = blocks(recv.count, v.map(|x| x.1), "recvcount")?;
+    // SAFETY: arrays of the communicator's size (MPI contract).
+    let rblocks = unsafe { blocks(p, recv.count, v.map(|x| x.1), "recvcount")? };
     let rspan = rblocks.iter().map(|&(d, n)| d + n).max().unwrap_or(0);
     // SAFETY: the receive buffer spans every block (MPI contract).
     let rbuf = unsafe { args::buffer(recv.ptr, rspan, &rt, "recvbuf")? };
@@ -592,7 +561,8 @@ unsafe fn alltoall(
         (rt.clone(), rblocks.clone(), rbuf)
     } else {
         let st = m.types.usable(send.datatype)?;
-        let sblocks = blocks(send.count, v.map(|x| x.0), "sendcount")?;
+        // SAFETY: arrays of the communicator's size (MPI contract).
+        let sblocks = unsafe { blocks(p, send.count, v.map(|x| x.0), "sendcount")? };
         let sspan = sblocks.iter().map(|&(d, n)| d + n).max().unwrap_or(0);
         // SAFETY: the send buffer spans every block (MPI contract).
         let sbuf = unsafe { args::buffer(send.ptr, sspan, &st, "sendbuf")? };

@@ -212,11 +212,17 @@ impl Mpi {
         Ok(got.expect("waited for"))
     }
 
-    /// Waits for request slot `i` and takes its completion.
-    pub fn wait_slot(&mut self, i: usize) -> MpiResult<Completion> {
+    /// Waits until request slot `i` is complete (it stays registered).
+    pub fn wait_done(&mut self, i: usize) -> MpiResult {
         let Mpi { coll, requests, .. } = self;
         coll.wait_for(|c| requests.try_complete(i, c))?;
         self.requests.sweep(&mut self.coll);
+        Ok(())
+    }
+
+    /// Waits for request slot `i` and takes its completion.
+    pub fn wait_slot(&mut self, i: usize) -> MpiResult<Completion> {
+        self.wait_done(i)?;
         self.requests
             .take(i)
             .ok_or_else(|| MpiError::new(MPI_ERR_INTERN, "a completed request vanished"))
@@ -365,126 +371,64 @@ unsafe fn isend(
     })
 }
 
-/// `MPI_Send`.
-///
-/// # Safety
-/// The C caller's MPI contract: `buf` holds `count` elements of `datatype`.
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Send(
-    buf: *const c_void,
-    count: c_int,
-    datatype: MPI_Datatype,
-    dest: c_int,
-    tag: c_int,
-    comm: MPI_Comm,
-) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe {
-        send(
-            "MPI_Send",
-            Mode::Standard,
-            buf,
-            count,
-            datatype,
-            dest,
-            tag,
-            comm,
-        )
-    }
+macro_rules! blocking_send {
+    ($name:ident, $mode:expr, $doc:literal) => {
+        #[doc = concat!("`", stringify!($name), "`", $doc)]
+        ///
+        /// # Safety
+        /// The C caller's MPI contract: `buf` holds `count` elements of
+        /// `datatype`.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            buf: *const c_void,
+            count: c_int,
+            datatype: MPI_Datatype,
+            dest: c_int,
+            tag: c_int,
+            comm: MPI_Comm,
+        ) -> c_int {
+            // SAFETY: forwarded contract.
+            unsafe {
+                send(
+                    stringify!($name),
+                    $mode,
+                    buf,
+                    count,
+                    datatype,
+                    dest,
+                    tag,
+                    comm,
+                )
+            }
+        }
+    };
 }
 
-/// `MPI_Ssend`.
-///
-/// # Safety
-/// As [`MPI_Send`].
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Ssend(
-    buf: *const c_void,
-    count: c_int,
-    datatype: MPI_Datatype,
-    dest: c_int,
-    tag: c_int,
-    comm: MPI_Comm,
-) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe {
-        send(
-            "MPI_Ssend",
-            Mode::Sync,
-            buf,
-            count,
-            datatype,
-            dest,
-            tag,
-            comm,
-        )
-    }
-}
-
-/// `MPI_Rsend`: a standard send (the receive is posted, as the program
-/// promises; nothing is gained by relying on it here).
-///
-/// # Safety
-/// As [`MPI_Send`].
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Rsend(
-    buf: *const c_void,
-    count: c_int,
-    datatype: MPI_Datatype,
-    dest: c_int,
-    tag: c_int,
-    comm: MPI_Comm,
-) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe {
-        send(
-            "MPI_Rsend",
-            Mode::Standard,
-            buf,
-            count,
-            datatype,
-            dest,
-            tag,
-            comm,
-        )
-    }
-}
-
-/// `MPI_Bsend`.
-///
-/// # Safety
-/// As [`MPI_Send`].
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Bsend(
-    buf: *const c_void,
-    count: c_int,
-    datatype: MPI_Datatype,
-    dest: c_int,
-    tag: c_int,
-    comm: MPI_Comm,
-) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe {
-        send(
-            "MPI_Bsend",
-            Mode::Buffered,
-            buf,
-            count,
-            datatype,
-            dest,
-            tag,
-            comm,
-        )
-    }
-}
+blocking_send!(MPI_Send, Mode::Standard, ".");
+blocking_send!(
+    MPI_Ssend,
+    Mode::Sync,
+    ": complete once a receive matched it."
+);
+blocking_send!(
+    MPI_Rsend,
+    Mode::Standard,
+    ": a standard send (the program promises the receive is posted; nothing is gained by relying on it here)."
+);
+blocking_send!(
+    MPI_Bsend,
+    Mode::Buffered,
+    ": returns at once, holding room in the attached buffer until the message is out."
+);
 
 macro_rules! nonblocking_send {
     ($name:ident, $mode:expr) => {
         #[doc = concat!("`", stringify!($name), "`.")]
         ///
         /// # Safety
-        /// As [`MPI_Send`]; `buf` stays valid and unchanged until the
-        /// request completes; `request` is valid for a write.
+        /// `buf` holds `count` elements of `datatype` and stays valid and
+        /// unchanged until the request completes; `request` is valid for a
+        /// write.
         #[no_mangle]
         pub unsafe extern "C" fn $name(
             buf: *const c_void,

@@ -49,6 +49,47 @@ impl Mpi {
     }
 }
 
+/// The request array of an array call (`count` requests at `requests`) and
+/// the slot of each (`None`: `MPI_REQUEST_NULL`).
+///
+/// # Safety
+/// `requests` is valid for `count` requests for the lifetime `'a`.
+unsafe fn request_array<'a>(
+    m: &Mpi,
+    count: c_int,
+    requests: *mut MPI_Request,
+) -> MpiResult<(&'a mut [MPI_Request], Vec<Option<usize>>)> {
+    let n = args::count(count, "count")?;
+    // SAFETY: valid for `n` requests (this function's contract).
+    let reqs = unsafe { cmem::array_mut(requests, n) };
+    let slots = m.slots(reqs)?;
+    Ok((reqs, slots))
+}
+
+/// Takes the completions of every request of an array whose requests are
+/// all complete, sets them to `MPI_REQUEST_NULL`, and writes the statuses.
+///
+/// # Safety
+/// As [`finish_all`].
+unsafe fn take_all(
+    m: &mut Mpi,
+    reqs: &mut [MPI_Request],
+    slots: &[Option<usize>],
+    statuses: *mut MPI_Status,
+) -> MpiResult {
+    let mut done = Vec::with_capacity(slots.len());
+    for (k, s) in slots.iter().enumerate() {
+        let c = match s {
+            Some(i) => m.requests.take(*i).unwrap_or_else(null_status),
+            None => null_status(),
+        };
+        reqs[k] = MPI_REQUEST_NULL;
+        done.push((k, c));
+    }
+    // SAFETY: this function's contract.
+    unsafe { finish_all(done, statuses) }
+}
+
 /// Writes the statuses of an array call and gives its result: the error
 /// itself when statuses are ignored, else `MPI_ERR_IN_STATUS` with each
 /// status's `MPI_ERROR` set.
@@ -154,21 +195,13 @@ pub unsafe extern "C" fn MPI_Waitall(
     statuses: *mut MPI_Status,
 ) -> c_int {
     call("MPI_Waitall", None, |m| {
-        let n = args::count(count, "count")?;
-        // SAFETY: valid for `n` requests (MPI contract).
-        let reqs = unsafe { cmem::array_mut(requests, n) };
-        let slots = m.slots(reqs)?;
-        let mut done = Vec::with_capacity(n);
-        for (k, s) in slots.iter().enumerate() {
-            let c = match s {
-                Some(i) => m.wait_slot(*i)?,
-                None => null_status(),
-            };
-            reqs[k] = MPI_REQUEST_NULL;
-            done.push((k, c));
+        // SAFETY: the C caller's MPI contract.
+        let (reqs, slots) = unsafe { request_array(m, count, requests)? };
+        for &i in slots.iter().flatten() {
+            m.wait_done(i)?;
         }
         // SAFETY: the C caller's MPI contract.
-        unsafe { finish_all(done, statuses) }
+        unsafe { take_all(m, reqs, &slots, statuses) }
     })
 }
 
@@ -184,10 +217,8 @@ pub unsafe extern "C" fn MPI_Testall(
     statuses: *mut MPI_Status,
 ) -> c_int {
     call("MPI_Testall", None, |m| {
-        let n = args::count(count, "count")?;
-        // SAFETY: valid for `n` requests (MPI contract).
-        let reqs = unsafe { cmem::array_mut(requests, n) };
-        let slots = m.slots(reqs)?;
+        // SAFETY: the C caller's MPI contract.
+        let (reqs, slots) = unsafe { request_array(m, count, requests)? };
         m.progress()?;
         let mut all = true;
         for &i in slots.iter().flatten() {
@@ -198,17 +229,8 @@ pub unsafe extern "C" fn MPI_Testall(
         if !all {
             return Ok(());
         }
-        let mut done = Vec::with_capacity(n);
-        for (k, s) in slots.iter().enumerate() {
-            let c = match s {
-                Some(i) => m.requests.take(*i).unwrap_or_else(null_status),
-                None => null_status(),
-            };
-            reqs[k] = MPI_REQUEST_NULL;
-            done.push((k, c));
-        }
         // SAFETY: the C caller's MPI contract.
-        unsafe { finish_all(done, statuses) }
+        unsafe { take_all(m, reqs, &slots, statuses) }
     })
 }
 
@@ -225,10 +247,8 @@ pub unsafe extern "C" fn MPI_Waitany(
     status: *mut MPI_Status,
 ) -> c_int {
     call("MPI_Waitany", None, |m| {
-        let n = args::count(count, "count")?;
-        // SAFETY: valid for `n` requests (MPI contract).
-        let reqs = unsafe { cmem::array_mut(requests, n) };
-        let slots = m.slots(reqs)?;
+        // SAFETY: the C caller's MPI contract.
+        let (reqs, slots) = unsafe { request_array(m, count, requests)? };
         m.wait_any_slot(&slots)?;
         take_first(m, reqs, &slots, index, status)
     })
@@ -247,10 +267,8 @@ pub unsafe extern "C" fn MPI_Testany(
     status: *mut MPI_Status,
 ) -> c_int {
     call("MPI_Testany", None, |m| {
-        let n = args::count(count, "count")?;
-        // SAFETY: valid for `n` requests (MPI contract).
-        let reqs = unsafe { cmem::array_mut(requests, n) };
-        let slots = m.slots(reqs)?;
+        // SAFETY: the C caller's MPI contract.
+        let (reqs, slots) = unsafe { request_array(m, count, requests)? };
         m.progress()?;
         let mut any = slots.iter().all(Option::is_none);
         for &i in slots.iter().flatten() {
@@ -342,10 +360,8 @@ pub unsafe extern "C" fn MPI_Waitsome(
     statuses: *mut MPI_Status,
 ) -> c_int {
     call("MPI_Waitsome", None, |m| {
-        let n = args::count(incount, "incount")?;
-        // SAFETY: valid for `n` requests (MPI contract).
-        let reqs = unsafe { cmem::array_mut(requests, n) };
-        let slots = m.slots(reqs)?;
+        // SAFETY: the C caller's MPI contract.
+        let (reqs, slots) = unsafe { request_array(m, incount, requests)? };
         m.wait_any_slot(&slots)?;
         // SAFETY: the C caller's MPI contract.
         unsafe { take_some(m, reqs, &slots, outcount, indices, statuses) }
@@ -365,10 +381,8 @@ pub unsafe extern "C" fn MPI_Testsome(
     statuses: *mut MPI_Status,
 ) -> c_int {
     call("MPI_Testsome", None, |m| {
-        let n = args::count(incount, "incount")?;
-        // SAFETY: valid for `n` requests (MPI contract).
-        let reqs = unsafe { cmem::array_mut(requests, n) };
-        let slots = m.slots(reqs)?;
+        // SAFETY: the C caller's MPI contract.
+        let (reqs, slots) = unsafe { request_array(m, incount, requests)? };
         m.progress()?;
         for &i in slots.iter().flatten() {
             m.requests.try_complete(i, &mut m.coll);

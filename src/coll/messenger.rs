@@ -617,22 +617,20 @@ impl Messenger {
             return Err(peer_failed(dst, why));
         }
         self.stats.eager_sent += 1;
-        let token = self.token();
-        let mut msg = std::mem::take(&mut self.scratch);
-        Msg::Sync {
-            context,
-            tag,
-            token,
-            data,
-        }
-        .encode(&mut msg);
-        self.send_system(dst, msg)?;
-        let id = self.sends.insert(SendState::AwaitCts {
+        let state = SendState::AwaitCts {
             dst,
             data: Vec::new(),
-        });
-        self.awaiting_cts.insert((dst, token), id);
-        Ok(id)
+        };
+        self.send_awaiting(
+            dst,
+            |token| Msg::Sync {
+                context,
+                tag,
+                token,
+                data,
+            },
+            state,
+        )
     }
 
     /// Sends the message in `region` (bytes of this process's memory, which
@@ -658,19 +656,13 @@ impl Messenger {
             return Err(peer_failed(dst, why));
         }
         self.stats.regions_sent += 1;
-        let token = self.token();
-        let mut msg = std::mem::take(&mut self.scratch);
-        Msg::RtsRemote {
+        let make = |token| Msg::RtsRemote {
             context,
             tag,
             token,
             region,
-        }
-        .encode(&mut msg);
-        self.send_system(dst, msg)?;
-        let id = self.sends.insert(SendState::AwaitRead { dst });
-        self.awaiting_cts.insert((dst, token), id);
-        Ok(id)
+        };
+        self.send_awaiting(dst, make, SendState::AwaitRead { dst })
     }
 
     /// Whether send `id` (a region the receiver could not read) waits for
@@ -719,18 +711,33 @@ impl Messenger {
         data: &[u8],
     ) -> Result<SendId, CollError> {
         self.stats.rendezvous_sent += 1;
-        let token = self.token();
-        let mut msg = std::mem::take(&mut self.scratch);
-        Msg::Rts {
+        let len = data.len() as u64;
+        let state = SendState::AwaitCts {
+            dst,
+            data: self.pool.copy_of(data),
+        };
+        let make = |token| Msg::Rts {
             context,
             tag,
-            len: data.len() as u64,
+            len,
             token,
-        }
-        .encode(&mut msg);
+        };
+        self.send_awaiting(dst, make, state)
+    }
+
+    /// Sends the message `make` builds around a fresh token, and keeps the
+    /// send in `state` until the receiver answers with that token.
+    fn send_awaiting<'a>(
+        &mut self,
+        dst: ProcessAddr,
+        make: impl FnOnce(u32) -> Msg<'a>,
+        state: SendState,
+    ) -> Result<SendId, CollError> {
+        let token = self.token();
+        let mut msg = std::mem::take(&mut self.scratch);
+        make(token).encode(&mut msg);
         self.send_system(dst, msg)?;
-        let data = self.pool.copy_of(data);
-        let id = self.sends.insert(SendState::AwaitCts { dst, data });
+        let id = self.sends.insert(state);
         self.awaiting_cts.insert((dst, token), id);
         Ok(id)
     }

@@ -97,31 +97,35 @@ fn include_dir() -> PathBuf {
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("include"))
 }
 
-/// The library directory beside this executable (`bclmpi/lib` next to
-/// `libbclmpi.so`), made on first use: links named as MPI programs expect
-/// (`libmpi.so`, `libmpi.so.12`, `libmpich.so`, `libmpich.so.12`) to the
-/// library cargo built.
+/// The library directory beside this executable (`bclmpi/lib`), made on
+/// first use: links named as MPI programs expect (`libmpi.so`,
+/// `libmpi.so.12`, `libmpich.so`, `libmpich.so.12`) to the library cargo
+/// built.
 fn library_dir() -> Result<PathBuf, String> {
     let exe = std::env::current_exe().map_err(|e| format!("where am I: {e}"))?;
     let here = exe
         .parent()
         .ok_or("the executable has no directory")?
         .to_path_buf();
-    let lib = here.join("libbclmpi.so");
-    if !lib.exists() {
-        return Err(format!(
-            "{} is missing: build it with `cargo build -p bcl-mpi` (same profile as bclcc)",
-            lib.display()
-        ));
-    }
+    // `cargo build` puts the library beside bclcc; `cargo test` leaves it
+    // in deps/ (it uplifts only what a build asks for).
+    let target = ["libbclmpi.so", "deps/libbclmpi.so"]
+        .into_iter()
+        .find(|p| here.join(p).exists())
+        .ok_or_else(|| {
+            format!(
+                "{} is missing: build it with `cargo build -p bcl-mpi` (same profile as bclcc)",
+                here.join("libbclmpi.so").display()
+            )
+        })?;
+    let target = Path::new("../..").join(target);
     let dir = here.join("bclmpi").join("lib");
     std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     for name in ["libmpi.so", "libmpi.so.12", "libmpich.so", "libmpich.so.12"] {
         let link = dir.join(name);
-        let target = Path::new("../../libbclmpi.so");
-        if std::fs::read_link(&link).ok().as_deref() != Some(target) {
+        if std::fs::read_link(&link).ok().as_deref() != Some(target.as_path()) {
             let _ = std::fs::remove_file(&link);
-            std::os::unix::fs::symlink(target, &link)
+            std::os::unix::fs::symlink(&target, &link)
                 .map_err(|e| format!("linking {}: {e}", link.display()))?;
         }
     }
