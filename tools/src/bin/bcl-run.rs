@@ -465,10 +465,11 @@ fn run(args: Args, mut forwarded: Signals) -> Result<ExitCode, String> {
     // Stops the ranks still running: with `sig` locally; over ssh by
     // closing their sessions' input, then, the second time, by killing
     // the ssh processes.
+    let stops = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
     let stop = {
         let alive = alive.clone();
         let inputs = session_inputs.clone();
-        let stops = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let stops = stops.clone();
         move |sig: Signal| {
             let list = alive.lock().map(|l| l.clone()).unwrap_or_default();
             let n = stops.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -510,9 +511,14 @@ fn run(args: Args, mut forwarded: Signals) -> Result<ExitCode, String> {
             _ => 1,
         };
         if code != 0 && first_failure.is_none() {
-            eprintln!("bcl-run: rank {rank} failed ({status}); stopping the other ranks");
             first_failure = Some((rank, code));
-            stop(Signal::SIGTERM);
+            // Unless a stop is under way already (a forwarded signal: over
+            // ssh, a second stop would kill the sessions, cutting the
+            // ranks' last output).
+            if stops.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+                eprintln!("bcl-run: rank {rank} failed ({status}); stopping the other ranks");
+                stop(Signal::SIGTERM);
+            }
         }
     }
     for o in outputs {
