@@ -540,7 +540,10 @@ fn a_collective_with_a_dead_peer_fails_naming_it() {
         w.jump();
     };
     match err {
-        bcl::coll::CollError::PeerFailed { peer, .. } => assert_eq!(peer, SimCluster::addr(1)),
+        bcl::coll::CollError::PeerFailed { peer, rank, .. } => {
+            assert_eq!(peer, SimCluster::addr(1));
+            assert_eq!(rank, Some(1), "the error names the peer's rank too");
+        }
         e => panic!("expected the peer's failure, got {e}"),
     }
     // Later operations with it fail at once.

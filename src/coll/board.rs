@@ -224,7 +224,8 @@ impl Liveness {
                     node: bcl_core::NodeId(0),
                     port: bcl_core::PortId(0),
                 }),
-                why: format!("rank {rank} (pid {pid}) died during a collective on the node's shared-memory board"),
+                rank: None,
+                why: format!("its process (pid {pid}) died during a collective on the node's shared-memory board"),
             }),
             None => Ok(()),
         }

@@ -11,10 +11,14 @@ pub enum CollError {
     #[error(transparent)]
     Endpoint(#[from] crate::endpoint::Error),
     /// A peer the operation needs cannot be reached.
-    #[error("peer {peer} failed: {why}")]
+    #[error("peer {peer}{} failed: {why}", rank_note(.rank))]
     PeerFailed {
         /// The peer.
         peer: ProcessAddr,
+        /// Its rank in the communicator of the operation that failed, once
+        /// that operation has seen the failure (the messenger underneath
+        /// knows addresses only).
+        rank: Option<usize>,
         /// What was seen.
         why: String,
     },
@@ -47,4 +51,21 @@ pub enum CollError {
     /// The request is unknown (already completed and taken, or never made).
     #[error("no such request")]
     NoSuchRequest,
+}
+
+fn rank_note(rank: &Option<usize>) -> String {
+    rank.map(|r| format!(" (rank {r})")).unwrap_or_default()
+}
+
+impl CollError {
+    /// This error as seen by an operation on `comm`: a failed peer is
+    /// named by its rank there too.
+    pub(crate) fn in_comm(mut self, comm: &super::comm::Comm) -> CollError {
+        if let CollError::PeerFailed { peer, rank, .. } = &mut self {
+            if rank.is_none() {
+                *rank = comm.rank_of(*peer);
+            }
+        }
+        self
+    }
 }

@@ -1472,6 +1472,7 @@ const SPARE_QUEUES: usize = 64;
 fn peer_failed(peer: ProcessAddr, why: &str) -> CollError {
     CollError::PeerFailed {
         peer,
+        rank: None,
         why: why.to_string(),
     }
 }

@@ -67,6 +67,11 @@ impl Running {
         }
     }
 
+    /// The communicator it runs on.
+    pub fn comm(&self) -> &Comm {
+        &self.comm
+    }
+
     /// Moves the operation as far as the messages that arrived allow.
     pub fn advance(&mut self, msg: &mut Messenger) -> Result<Advance, CollError> {
         loop {

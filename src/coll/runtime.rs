@@ -308,7 +308,13 @@ impl Coll {
             match r {
                 Ok(None) => {}
                 Ok(Some(out)) => done.push((id, Ok(out))),
-                Err(e) => done.push((id, Err(e))),
+                Err(e) => {
+                    let comm = match run {
+                        InFlight::Messages(run) => run.comm(),
+                        InFlight::Board(run) => run.comm(),
+                    };
+                    done.push((id, Err(e.in_comm(comm))));
+                }
             }
         }
         for (id, comm, call, tag) in fallbacks {
@@ -351,7 +357,10 @@ impl Coll {
         {
             return None;
         }
-        Some(self.run_on_board(comm, call, data))
+        Some(
+            self.run_on_board(comm, call, data)
+                .map_err(|e| e.in_comm(comm)),
+        )
     }
 
     /// The fast paths of a blocking call on bytes: through the node
@@ -363,7 +372,10 @@ impl Coll {
         data: &mut [u8],
     ) -> Option<Result<(), CollError>> {
         if let Some(h) = self.hierarchy_for(comm, call.collective, call.reduction) {
-            return Some(self.run_hierarchical(comm, &h, call, data));
+            return Some(
+                self.run_hierarchical(comm, &h, call, data)
+                    .map_err(|e| e.in_comm(comm)),
+            );
         }
         self.on_board_now(comm, call, data)
     }
@@ -701,7 +713,8 @@ impl Coll {
                 }
                 let red = call.reduction.take();
                 let in_place = InPlace::new(call.collective, call.root, red.as_ref());
-                self.run_hierarchical(comm, &h, in_place, &mut data)?;
+                self.run_hierarchical(comm, &h, in_place, &mut data)
+                    .map_err(|e| e.in_comm(comm))?;
                 return Ok(data);
             }
         }
@@ -1340,7 +1353,7 @@ impl Coll {
         let id = self.isend(comm, to, tag, data)?;
         loop {
             if let Some(r) = self.msg.take_send(id) {
-                return r;
+                return r.map_err(|e| e.in_comm(comm));
             }
             self.msg.progress_or_wait(None)?;
             self.advance_all();
@@ -1350,7 +1363,7 @@ impl Coll {
     /// Receives the next message from rank `from` of `comm` under `tag`.
     pub fn recv(&mut self, comm: &Comm, from: usize, tag: u32) -> Result<Vec<u8>, CollError> {
         let id = self.irecv(comm, from, tag)?;
-        self.wait_recv(id)
+        self.wait_recv(id).map_err(|e| e.in_comm(comm))
     }
 
     /// Makes progress until receive `id` completes.
