@@ -29,8 +29,31 @@ use bcl::coll::Datatype as Elem;
 use std::ffi::c_int;
 use std::sync::{Arc, OnceLock};
 
-/// A datatype as calls hold it: shared, so taking one costs no copy.
-pub type Type = Arc<TypeInfo>;
+/// A datatype as calls and requests hold it. A predefined type is a
+/// reference into a table made once, so taking one costs nothing; a made
+/// type is shared, so a request keeps it alive after `MPI_Type_free`.
+///
+/// The predefined case matters on the latency path: an `Arc`'s reference
+/// count is a locked instruction, which waits until the stores before it
+/// (a message just written into a shared-memory ring) have reached the
+/// other core, a few tens of nanoseconds per call.
+#[derive(Clone, Debug)]
+pub enum Type {
+    /// Predefined (or otherwise made once for the process's life).
+    Static(&'static TypeInfo),
+    /// Made by the program.
+    Shared(Arc<TypeInfo>),
+}
+
+impl std::ops::Deref for Type {
+    type Target = TypeInfo;
+    fn deref(&self) -> &TypeInfo {
+        match self {
+            Type::Static(t) => t,
+            Type::Shared(t) => t,
+        }
+    }
+}
 
 /// One datatype.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -166,7 +189,7 @@ impl TypeInfo {
 fn predefined(h: MPI_Datatype) -> Option<Type> {
     // Built-in handles are 0x4c00SSNN (NN below 0x80), the pair types
     // 0x8c00000N: one table of 256 entries covers both.
-    static TABLE: OnceLock<Vec<Option<Type>>> = OnceLock::new();
+    static TABLE: OnceLock<Vec<Option<TypeInfo>>> = OnceLock::new();
     let slot = match decode(h) {
         (0b01, KIND_DATATYPE, i) if (h as u32 & 0x00ff_0000) == 0 => i & 0x7f,
         (0b10, KIND_DATATYPE, i) if i < 0x80 => 0x80 | i,
@@ -180,14 +203,14 @@ fn predefined(h: MPI_Datatype) -> Option<Type> {
                     (0b01, _, i) => i & 0x7f,
                     (_, _, i) => 0x80 | i,
                 };
-                t[slot] = Some(Arc::new(info));
+                t[slot] = Some(info);
             }
         }
         t
     });
     let t = table[slot].as_ref()?;
     // Another handle with the same slot is not this type.
-    (t.basic.map(|b| b.0) == Some(h)).then(|| t.clone())
+    (t.basic.map(|b| b.0) == Some(h)).then_some(Type::Static(t))
 }
 
 /// Every predefined datatype handle.
@@ -342,7 +365,7 @@ impl Types {
 
     /// Registers a new (uncommitted) type and gives its handle.
     pub fn add(&mut self, t: TypeInfo) -> MPI_Datatype {
-        let t = Arc::new(t);
+        let t = Type::Shared(Arc::new(t));
         let i = match self.made.iter().position(Option::is_none) {
             Some(i) => {
                 self.made[i] = Some(t);
@@ -363,7 +386,7 @@ impl Types {
         }
         let (_, _, index) = decode(h);
         self.get(h)?;
-        if let Some(Some(t)) = self.made.get_mut(index) {
+        if let Some(Some(Type::Shared(t))) = self.made.get_mut(index) {
             Arc::make_mut(t).committed = true;
         }
         Ok(())

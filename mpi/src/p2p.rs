@@ -16,7 +16,9 @@ use crate::args;
 use crate::cmem::{self, CBuf};
 use crate::datatype::{count_of, TypeInfo};
 use crate::error::{MpiError, MpiResult};
-use crate::request::{copied, land, status_bytes, Completion, Pending, UserBuffer};
+use crate::request::{
+    copied, land, rank_in, status_bytes, Completion, Pending, Source, UserBuffer,
+};
 use crate::state::{call, comm_in, Mpi};
 use bcl::coll::messenger::{Envelope, Pattern, RecvId, RecvNow};
 use bcl::shm::cma::Region;
@@ -123,11 +125,11 @@ impl Mpi {
         tag: c_int,
         comm: MPI_Comm,
     ) -> MpiResult<Pending> {
-        let c = self.comm(comm)?.comm.clone();
+        let c = &self.comm(comm)?.comm;
         let n = args::count(count, "count")?;
         let t = self.types.usable(datatype)?;
         let tag = args::recv_tag(tag)?;
-        let Some(from) = args::source(&c, source)? else {
+        let Some(from) = args::source(c, source)? else {
             return Ok(Pending::Done(Completion::proc_null()));
         };
         // SAFETY: `buf` is writable for `count` elements by this
@@ -138,10 +140,22 @@ impl Mpi {
             from: from.map(|r| c.members()[r]),
             tag,
         };
+        let source = match from {
+            Some(r) => Source::Rank(r as c_int),
+            None => Source::Any(c.clone()),
+        };
         let m = self.coll.messenger();
         let id = if t.contiguous() {
             let len = n * t.wire();
-            m.irecv_into(pattern, Box::new(UserBuffer { buf, len }))
+            let into = UserBuffer { buf, len };
+            let boxed = match m.spare_buffer::<UserBuffer>() {
+                Some(mut b) => {
+                    *b = into;
+                    b
+                }
+                None => Box::new(into),
+            };
+            m.irecv_into(pattern, boxed)
         } else {
             m.irecv_matching(pattern)
         };
@@ -150,7 +164,7 @@ impl Mpi {
             buf,
             t,
             count: n,
-            comm: c,
+            source,
         })
     }
 
@@ -199,11 +213,14 @@ impl Mpi {
         coll.wait_polling(|coll| {
             let m = coll.messenger();
             if let Some(id) = posted.as_mut() {
-                got = land(m, id, &mut buf, &t, n, c);
+                got = land(m, id, &mut buf, &t, n, |a| rank_in(c, a));
                 return Ok(got.is_some());
             }
             match m.recv_now(&pattern, &mut buf.bytes_mut()[..cap])? {
-                RecvNow::Got(e) => got = Some(copied(e, cap, n, c)),
+                RecvNow::Got(e) => {
+                    let source = rank_in(c, e.from);
+                    got = Some(copied(e, cap, n, source));
+                }
                 RecvNow::Posted(id) => posted = Some(id),
                 RecvNow::Nothing => {}
             }
@@ -337,6 +354,12 @@ unsafe fn send(
             m.requests.release(i);
             m.requests.sweep(&mut m.coll);
             return Ok(());
+        }
+        if let Pending::Send { id, .. } = &p {
+            if id.completed_at_once() {
+                // An inline message: out of the buffer already.
+                return Ok(());
+            }
         }
         match m.complete(p)?.error {
             Some(e) => Err(e),

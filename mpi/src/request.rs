@@ -7,8 +7,9 @@ use crate::datatype::{Type, TypeInfo};
 use crate::error::{MpiError, MpiResult};
 use bcl::coll::messenger::{Envelope, Incoming, Messenger, Received, RecvBuffer, RecvId, SendId};
 use bcl::coll::{Coll, Comm, Request as CollRequest};
+use bcl::ProcessAddr;
 use std::ffi::c_int;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 /// What a completed operation reports (its status).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -86,20 +87,18 @@ pub struct Unpack {
 impl Unpack {
     /// Nothing to write.
     pub fn none() -> Unpack {
-        static EMPTY: OnceLock<Type> = OnceLock::new();
-        let t = EMPTY.get_or_init(|| {
-            Arc::new(TypeInfo {
-                size: 0,
-                extent: 0,
-                lb: 0,
-                runs: Vec::new(),
-                basic: None,
-                committed: true,
-            })
+        static EMPTY: OnceLock<TypeInfo> = OnceLock::new();
+        let t = EMPTY.get_or_init(|| TypeInfo {
+            size: 0,
+            extent: 0,
+            lb: 0,
+            runs: Vec::new(),
+            basic: None,
+            committed: true,
         });
         Unpack {
             buf: CBuf::EMPTY,
-            t: t.clone(),
+            t: Type::Static(t),
             blocks: Vec::new(),
         }
     }
@@ -166,8 +165,8 @@ pub enum Pending {
         t: Type,
         /// How many elements fit.
         count: usize,
-        /// The communicator (for the sender's rank).
-        comm: Comm,
+        /// How the status names the sender.
+        source: Source,
     },
     /// A collective.
     Coll {
@@ -206,8 +205,8 @@ impl Pending {
                 buf,
                 t,
                 count,
-                comm,
-            } => land(coll.messenger(), id, buf, t, *count, comm)?,
+                source,
+            } => land(coll.messenger(), id, buf, t, *count, |a| source.rank(a))?,
             Pending::Coll { req, out } => match coll.test(req) {
                 Ok(None) => return None,
                 Ok(Some(bytes)) => match out.write(&bytes) {
@@ -358,13 +357,45 @@ pub fn land(
     buf: &mut CBuf,
     t: &TypeInfo,
     count: usize,
-    comm: &Comm,
+    rank_of: impl Fn(ProcessAddr) -> c_int,
 ) -> Option<Completion> {
     Some(match m.take_incoming(*id)? {
-        Ok(Incoming::Data(r)) => deliver(r, buf, t, count, comm),
-        Ok(Incoming::Landed(e)) => copied(e, count * t.wire(), count, comm),
+        Ok(Incoming::Data(r)) => {
+            let source = rank_of(r.from);
+            deliver(r, buf, t, count, source)
+        }
+        Ok(Incoming::Landed(e)) => {
+            let source = rank_of(e.from);
+            copied(e, count * t.wire(), count, source)
+        }
         Err(e) => Completion::failed(e.into()),
     })
+}
+
+/// How a receive's status names the sender's rank.
+#[derive(Debug)]
+pub enum Source {
+    /// Posted for one rank: the status names it, no lookup (and no shared
+    /// communicator held, whose reference counts are locked instructions).
+    Rank(c_int),
+    /// Posted for any source: the sender's address looked up in the
+    /// communicator.
+    Any(Comm),
+}
+
+impl Source {
+    /// The rank of the sender at `from`.
+    pub fn rank(&self, from: ProcessAddr) -> c_int {
+        match self {
+            Source::Rank(r) => *r,
+            Source::Any(c) => rank_in(c, from),
+        }
+    }
+}
+
+/// The rank of `from` in `c` (`MPI_ANY_SOURCE` if it is no member).
+pub fn rank_in(c: &Comm, from: ProcessAddr) -> c_int {
+    c.rank_of(from).map_or(MPI_ANY_SOURCE, |r| r as c_int)
 }
 
 /// The first `len` bytes of a contiguous receive buffer, for the messenger
@@ -384,8 +415,7 @@ impl RecvBuffer for UserBuffer {
 
 /// The status of a message copied into a receive of `count` elements
 /// (`cap` bytes): its envelope, and a truncation error if it was longer.
-pub fn copied(e: Envelope, cap: usize, count: usize, c: &Comm) -> Completion {
-    let source = c.rank_of(e.from).map_or(MPI_ANY_SOURCE, |r| r as c_int);
+pub fn copied(e: Envelope, cap: usize, count: usize, source: c_int) -> Completion {
     let tag = c_int::try_from(e.tag).unwrap_or(MPI_ANY_TAG);
     let error = (e.len > cap).then(|| {
         MpiError::new(
@@ -407,8 +437,13 @@ pub fn copied(e: Envelope, cap: usize, count: usize, c: &Comm) -> Completion {
 
 /// Puts received message `r` into the receive buffer: as much as fits, and
 /// a truncation error if it did not all fit.
-pub fn deliver(r: Received, buf: &mut CBuf, t: &TypeInfo, count: usize, comm: &Comm) -> Completion {
-    let source = comm.rank_of(r.from).map_or(MPI_ANY_SOURCE, |s| s as c_int);
+pub fn deliver(
+    r: Received,
+    buf: &mut CBuf,
+    t: &TypeInfo,
+    count: usize,
+    source: c_int,
+) -> Completion {
     let tag = c_int::try_from(r.tag).unwrap_or(MPI_ANY_TAG);
     let cap = count * t.wire();
     let n = r.data.len().min(cap);

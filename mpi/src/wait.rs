@@ -77,15 +77,14 @@ unsafe fn take_all(
     slots: &[Option<usize>],
     statuses: *mut MPI_Status,
 ) -> MpiResult {
-    let mut done = Vec::with_capacity(slots.len());
-    for (k, s) in slots.iter().enumerate() {
+    let done = slots.iter().enumerate().map(|(k, s)| {
         let c = match s {
             Some(i) => m.requests.take(*i).unwrap_or_else(null_status),
             None => null_status(),
         };
         reqs[k] = MPI_REQUEST_NULL;
-        done.push((k, c));
-    }
+        (k, c)
+    });
     // SAFETY: this function's contract.
     unsafe { finish_all(done, statuses) }
 }
@@ -97,22 +96,31 @@ unsafe fn take_all(
 /// # Safety
 /// `statuses` is `MPI_STATUSES_IGNORE` (or null) or valid for writes of
 /// `done.len()` statuses.
-unsafe fn finish_all(done: Vec<(usize, Completion)>, statuses: *mut MPI_Status) -> MpiResult {
-    let first_error = done.iter().find_map(|(_, c)| c.error.clone());
-    if !args::ignored(statuses) {
-        for (k, c) in &done {
+unsafe fn finish_all(
+    done: impl IntoIterator<Item = (usize, Completion)>,
+    statuses: *mut MPI_Status,
+) -> MpiResult {
+    // Streamed, not collected: a Waitall of a window of requests then
+    // allocates nothing.
+    let ignored = args::ignored(statuses);
+    let mut first_error = None;
+    for (k, c) in done {
+        if !ignored {
             // SAFETY: valid for writes of the array's length (MPI contract).
-            unsafe { cmem::put(statuses.add(*k), c.status()) };
+            unsafe { cmem::put(statuses.add(k), c.status()) };
         }
-        if let Some(e) = first_error {
-            return Err(MpiError {
-                class: MPI_ERR_IN_STATUS,
-                ..e
-            });
+        if first_error.is_none() {
+            first_error = c.error;
         }
-        return Ok(());
     }
-    first_error.map_or(Ok(()), Err)
+    match first_error {
+        Some(e) if !ignored => Err(MpiError {
+            class: MPI_ERR_IN_STATUS,
+            ..e
+        }),
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 /// `MPI_Wait`.

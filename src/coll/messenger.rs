@@ -86,7 +86,7 @@ pub struct Envelope {
 /// Memory a receive's message is written into as soon as it matches,
 /// during any progress round: the receiver's own buffer, so a message never
 /// waits for its receiver to ask for it, and lands with one copy.
-pub trait RecvBuffer: Send {
+pub trait RecvBuffer: Send + std::any::Any {
     /// The buffer (a message longer than it is cut to it).
     fn bytes(&mut self) -> &mut [u8];
 }
@@ -139,6 +139,12 @@ impl SendId {
     /// A send complete when accepted (inline messages, pieces, messages to
     /// oneself): nothing to keep track of.
     pub(crate) const COMPLETE: SendId = SendId(usize::MAX);
+
+    /// Whether the send was complete when accepted (nothing to wait for:
+    /// [`Messenger::take_send`] gives `Ok` at once).
+    pub fn completed_at_once(&self) -> bool {
+        *self == SendId::COMPLETE
+    }
 }
 
 /// Largest message sent in pieces on the system channel by default: none
@@ -276,7 +282,7 @@ impl Owned {
             Ok(Msg::Eager { context, tag, data }) => Owned::Eager {
                 context,
                 tag,
-                data: data.to_vec(),
+                data: pool.copy_of(data),
             },
             Ok(Msg::Rts {
                 context,
@@ -424,6 +430,10 @@ pub struct Messenger {
     /// Empty queues of the two maps, for reuse.
     spare_posts: Vec<VecDeque<(u64, RecvId)>>,
     spare_arrivals: Vec<VecDeque<(u64, Arrival)>>,
+    /// Receive buffers whose message landed, for the caller to reuse
+    /// ([`Messenger::spare_buffer`]): a stream of receives then allocates
+    /// no box per message.
+    spare_buffers: Vec<Box<dyn RecvBuffer>>,
     /// Orders posts among themselves and arrivals among themselves.
     next_seq: u64,
     recvs: Slab<RecvState>,
@@ -442,6 +452,10 @@ pub struct Messenger {
     /// Peers this process has sent to (so its link to them exists, and
     /// their methods report if they die).
     contacted: rustc_hash::FxHashSet<ProcessAddr>,
+    /// The peer contacted last (in `contacted`): a point-to-point stream
+    /// meets the same peer call after call, and a comparison is cheaper
+    /// than the set's lookup on every send and every waiting round.
+    last_contacted: Option<ProcessAddr>,
     next_token: u32,
     scratch: Vec<u8>,
     stats: MessengerStats,
@@ -470,6 +484,7 @@ impl Messenger {
             unexpected: HashMap::default(),
             spare_posts: Vec::new(),
             spare_arrivals: Vec::new(),
+            spare_buffers: Vec::new(),
             next_seq: 0,
             recvs: Slab::default(),
             sends: Slab::default(),
@@ -480,6 +495,7 @@ impl Messenger {
             backlog: VecDeque::new(),
             failed: HashMap::default(),
             contacted: Default::default(),
+            last_contacted: None,
             next_token: 1,
             scratch: Vec::new(),
             stats: MessengerStats::default(),
@@ -758,6 +774,21 @@ impl Messenger {
         self.irecv_with(pattern, None)
     }
 
+    /// A receive buffer of type `B` that an earlier receive is done with,
+    /// to refill and pass to [`Messenger::irecv_into`] again.
+    pub fn spare_buffer<B: RecvBuffer>(&mut self) -> Option<Box<B>> {
+        let b: Box<dyn std::any::Any> = self.spare_buffers.pop()?;
+        b.downcast().ok()
+    }
+
+    /// Keeps a receive's buffer, done with, for [`Messenger::spare_buffer`].
+    fn retire(&mut self, buffer: Option<Box<dyn RecvBuffer>>) {
+        const KEPT: usize = 64;
+        if let Some(b) = buffer.filter(|_| self.spare_buffers.len() < KEPT) {
+            self.spare_buffers.push(b);
+        }
+    }
+
     /// [`Messenger::irecv_matching`] with the buffer the message is to land
     /// in (the receive then completes as [`Incoming::Landed`], except for a
     /// message sent through a channel, which comes as data).
@@ -827,8 +858,8 @@ impl Messenger {
             self.watch(from);
         }
         let key = match pattern.exact() {
+            _ if self.unexpected.is_empty() => None,
             Some(key) => self.unexpected.contains_key(&key).then_some(key),
-            None if self.unexpected.is_empty() => None,
             None => self.earliest_unexpected(pattern),
         };
         if let Some(key) = key {
@@ -856,16 +887,20 @@ impl Messenger {
                     return Ok(RecvNow::Posted(id));
                 }
             };
-            let n = data.len().min(into.len());
+            let (n, len) = (data.len().min(into.len()), data.len());
             into[..n].copy_from_slice(&data[..n]);
+            self.pool.give(data);
             self.acknowledge(key.1, ack)?;
             return Ok(RecvNow::Got(Envelope {
                 from: key.1,
                 tag: key.2,
-                len: data.len(),
+                len,
             }));
         }
-        if let Some(f) = pattern.from.filter(|f| self.failed.contains_key(f)) {
+        if let Some(f) = pattern
+            .from
+            .filter(|f| !self.failed.is_empty() && self.failed.contains_key(f))
+        {
             return Err(self.peer_failure(f).expect("failed"));
         }
         if self.ep.mode() == crate::endpoint::ProgressMode::Blocking {
@@ -1172,7 +1207,10 @@ impl Messenger {
     /// a method reports the death of a peer it has a link with, and a
     /// network link fails when the peer stops acknowledging.
     fn watch(&mut self, peer: ProcessAddr) {
-        if peer == self.local() || self.contacted.contains(&peer) || self.failed.contains_key(&peer)
+        if self.last_contacted == Some(peer)
+            || peer == self.local()
+            || self.contacted.contains(&peer)
+            || self.failed.contains_key(&peer)
         {
             return;
         }
@@ -1185,7 +1223,10 @@ impl Messenger {
     /// Sends a system-channel message, or keeps it until the port has
     /// room.
     fn send_system(&mut self, dst: ProcessAddr, msg: Vec<u8>) -> Result<(), CollError> {
-        self.contacted.insert(dst);
+        if self.last_contacted != Some(dst) {
+            self.contacted.insert(dst);
+            self.last_contacted = Some(dst);
+        }
         if !self.backlog.is_empty() {
             self.backlog.push_back((dst, msg));
             return Ok(());
@@ -1249,6 +1290,8 @@ impl Messenger {
                 let n = data.len().min(into.len());
                 into[..n].copy_from_slice(&data[..n]);
                 *self.recvs.get_mut(id.0) = landed(data.len());
+                self.pool.give(data);
+                self.retire(buffer);
                 self.acknowledge(from, ack)?;
             }
             Arrival::Eager(data) => {
@@ -1278,6 +1321,7 @@ impl Messenger {
                     Ok(state) => {
                         self.stats.read_remote += 1;
                         *self.recvs.get_mut(id.0) = state;
+                        self.retire(buffer);
                         self.acknowledge(from, Some(token))?;
                     }
                     // Not readable from here: the sender sends it.
