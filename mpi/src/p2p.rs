@@ -72,11 +72,13 @@ impl Mpi {
                 let id = self
                     .coll
                     .messenger()
-                    .isend_region(addr, context, tag, region)?;
+                    .isend_region(addr, context, tag, region)
+                    .map_err(|e| e.naming_rank(|_| Some(dest)))?;
                 return Ok(Pending::Send {
                     id,
                     bsend: 0,
                     region: buf,
+                    to: dest,
                 });
             }
         }
@@ -100,14 +102,16 @@ impl Mpi {
         };
         let m = self.coll.messenger();
         let id = match mode {
-            Mode::Sync => m.isend_sync(addr, context, tag, data)?,
-            _ => m.isend(addr, context, tag, data)?,
-        };
+            Mode::Sync => m.isend_sync(addr, context, tag, data),
+            _ => m.isend(addr, context, tag, data),
+        }
+        .map_err(|e| e.naming_rank(|_| Some(dest)))?;
         self.requests.bsend_in_use += bsend;
         Ok(Pending::Send {
             id,
             bsend,
             region: CBuf::EMPTY,
+            to: dest,
         })
     }
 
@@ -225,7 +229,8 @@ impl Mpi {
                 RecvNow::Nothing => {}
             }
             Ok(got.is_some())
-        })?;
+        })
+        .map_err(|e| e.in_comm(c))?;
         Ok(got.expect("waited for"))
     }
 
@@ -769,15 +774,30 @@ pub unsafe extern "C" fn MPI_Get_elements(
 ) -> c_int {
     call("MPI_Get_elements", None, |m| {
         let t = m.types.any(datatype)?;
-        let basic = match t.basic {
-            Some((b, _)) => m.types.any(b)?,
-            None => t,
+        let (basic, parts) = match t.basic {
+            Some((b, _)) => (m.types.any(b)?, pair_parts(b)),
+            None => (t, 1),
         };
         // SAFETY: valid for a read (MPI contract).
         let s = unsafe { cmem::get(status) }
             .ok_or_else(|| MpiError::new(MPI_ERR_ARG, "status is NULL"))?;
+        let n = match count_of(&basic, status_bytes(&s)) {
+            MPI_UNDEFINED => MPI_UNDEFINED,
+            n => n.saturating_mul(parts),
+        };
         // SAFETY: valid for a write (MPI contract).
-        unsafe { cmem::put(count, count_of(&basic, status_bytes(&s))) };
+        unsafe { cmem::put(count, n) };
         Ok(())
     })
+}
+
+/// Basic elements in one element of predefined type `h`: two for the pair
+/// types of `MPI_MINLOC`/`MPI_MAXLOC` (a value and an index, as MPICH
+/// counts them in `MPI_Get_elements`), else one.
+fn pair_parts(h: MPI_Datatype) -> c_int {
+    match h {
+        MPI_FLOAT_INT | MPI_DOUBLE_INT | MPI_LONG_INT | MPI_SHORT_INT | MPI_2INT
+        | MPI_LONG_DOUBLE_INT => 2,
+        _ => 1,
+    }
 }

@@ -154,6 +154,8 @@ pub enum Pending {
         /// read in place, in case it cannot and they must be sent
         /// ([`Messenger::supply`](bcl::coll::messenger::Messenger::supply)).
         region: CBuf,
+        /// The destination's rank (its failure is named by it).
+        to: usize,
     },
     /// A receive posted.
     Recv {
@@ -186,18 +188,23 @@ impl Pending {
     pub fn poll(&mut self, coll: &mut Coll, bsend_in_use: &mut usize) -> Option<Completion> {
         Some(match self {
             Pending::Done(c) => c.clone(),
-            Pending::Send { id, bsend, region } => {
+            Pending::Send {
+                id,
+                bsend,
+                region,
+                to,
+            } => {
                 let m = coll.messenger();
                 if !region.is_empty() && m.needs_data(*id) {
                     if let Err(e) = m.supply(*id, region.bytes()) {
-                        return Some(Completion::failed(e.into()));
+                        return Some(Completion::failed(e.naming_rank(|_| Some(*to)).into()));
                     }
                 }
                 let r = m.take_send(*id)?;
                 *bsend_in_use -= std::mem::take(bsend);
                 match r {
                     Ok(()) => Completion::empty(),
-                    Err(e) => Completion::failed(e.into()),
+                    Err(e) => Completion::failed(e.naming_rank(|_| Some(*to)).into()),
                 }
             }
             Pending::Recv {
@@ -368,7 +375,10 @@ pub fn land(
             let source = rank_of(e.from);
             copied(e, count * t.wire(), count, source)
         }
-        Err(e) => Completion::failed(e.into()),
+        Err(e) => Completion::failed(
+            e.naming_rank(|peer| usize::try_from(rank_of(peer)).ok())
+                .into(),
+        ),
     })
 }
 

@@ -60,10 +60,16 @@ fn rank_note(rank: &Option<usize>) -> String {
 impl CollError {
     /// This error as seen by an operation on `comm`: a failed peer is
     /// named by its rank there too.
-    pub(crate) fn in_comm(mut self, comm: &super::comm::Comm) -> CollError {
+    pub fn in_comm(self, comm: &super::comm::Comm) -> CollError {
+        self.naming_rank(|peer| comm.rank_of(peer))
+    }
+
+    /// This error with a failed peer named by the rank `rank_of` gives
+    /// it (unless it already has one).
+    pub fn naming_rank(mut self, rank_of: impl FnOnce(ProcessAddr) -> Option<usize>) -> CollError {
         if let CollError::PeerFailed { peer, rank, .. } = &mut self {
             if rank.is_none() {
-                *rank = comm.rank_of(*peer);
+                *rank = rank_of(*peer);
             }
         }
         self

@@ -108,10 +108,18 @@ fn library_dir() -> Result<PathBuf, String> {
         .ok_or("the executable has no directory")?
         .to_path_buf();
     // `cargo build` puts the library beside bclcc; `cargo test` leaves it
-    // in deps/ (it uplifts only what a build asks for).
+    // in deps/ (it uplifts only what a build asks for), so the copy beside
+    // bclcc may be an older build's: take the newer of the two.
+    let modified = |p: &str| {
+        std::fs::metadata(here.join(p))
+            .and_then(|m| m.modified())
+            .ok()
+    };
     let target = ["libbclmpi.so", "deps/libbclmpi.so"]
         .into_iter()
-        .find(|p| here.join(p).exists())
+        .filter_map(|p| Some((modified(p)?, p)))
+        .max()
+        .map(|(_, p)| p)
         .ok_or_else(|| {
             format!(
                 "{} is missing: build it with `cargo build -p bcl-mpi` (same profile as bclcc)",

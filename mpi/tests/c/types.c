@@ -228,6 +228,35 @@ static void test_p2p(void)
         }
     }
 
+    /* A pair type counts its two parts as basic elements: 3 MPI_DOUBLE_INT
+     * are 3 by Get_count and 6 by Get_elements, as MPICH counts them (Open
+     * MPI counts a pair as one element). */
+    {
+#ifdef OPEN_MPI
+        const int pair_parts = 1;
+#else
+        const int pair_parts = 2;
+#endif
+        struct {
+            double d;
+            int i;
+        } p_out[3], p_in[3];
+        for (i = 0; i < 3; i++) {
+            p_out[i].d = rank + i * 0.5;
+            p_out[i].i = rank * 10 + i;
+        }
+        CHECK_MPI(MPI_Sendrecv(p_out, 3, MPI_DOUBLE_INT, right(), 7, p_in, 3, MPI_DOUBLE_INT,
+                               left(), 7, MPI_COMM_WORLD, &st));
+        CHECK_MPI(MPI_Get_count(&st, MPI_DOUBLE_INT, &count));
+        CHECK_MPI(MPI_Get_elements(&st, MPI_DOUBLE_INT, &elements));
+        CHECK(count == 3 && elements == 3 * pair_parts,
+              "3 MPI_DOUBLE_INT: Get_count expected 3 and Get_elements %d, got %d and %d",
+              3 * pair_parts, count, elements);
+        for (i = 0; i < 3; i++)
+            CHECK(p_in[i].d == left() + i * 0.5 && p_in[i].i == left() * 10 + i,
+                  "MPI_DOUBLE_INT pair %d: got (%g, %d)", i, p_in[i].d, p_in[i].i);
+    }
+
     CHECK_MPI(MPI_Type_free(&vec));
     CHECK_MPI(MPI_Type_free(&negvec));
     CHECK_MPI(MPI_Type_free(&vpair));

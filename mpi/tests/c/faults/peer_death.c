@@ -3,7 +3,8 @@
  * hanging (MPI_ERRORS_RETURN): the last rank exits without MPI_Finalize
  * after a barrier; the others see MPIX_ERR_PROC_FAILED from a receive from
  * it, a non-blocking receive from it, a large send to it and a barrier
- * with it, and go on talking among themselves.
+ * with it, with an error string that names the failed rank, and go on
+ * talking among themselves.
  *
  * BCL only (MPIX_ERR_PROC_FAILED is MPICH's extension class; launchers
  * such as hydra stop the whole job when a rank exits without finalizing,
@@ -17,10 +18,10 @@
 
 static int rank, size;
 
-static void expect_failed(int rc, const char *what)
+static void expect_failed(int rc, const char *what, int named)
 {
     int cls = -1;
-    char msg[MPI_MAX_ERROR_STRING];
+    char msg[MPI_MAX_ERROR_STRING], want[32];
     int len = 0;
     if (rc == MPI_SUCCESS) {
         fprintf(stderr, "FAIL peer_death rank=%d: %s succeeded with its peer dead\n", rank, what);
@@ -31,6 +32,17 @@ static void expect_failed(int rc, const char *what)
     if (cls != MPIX_ERR_PROC_FAILED) {
         fprintf(stderr, "FAIL peer_death rank=%d: %s: expected MPIX_ERR_PROC_FAILED (%d), got class %d: %s\n",
                 rank, what, MPIX_ERR_PROC_FAILED, cls, msg);
+        exit(1);
+    }
+    /* The message names the failed rank: the dead one, or (collectives,
+     * whose survivors may leave once they see the failure) one of them. */
+    if (named >= 0)
+        snprintf(want, sizeof want, "(rank %d)", named);
+    else
+        snprintf(want, sizeof want, "(rank ");
+    if (!strstr(msg, want)) {
+        fprintf(stderr, "FAIL peer_death rank=%d: %s: the error does not name %s: %s\n", rank, what,
+                want, msg);
         exit(1);
     }
 }
@@ -53,21 +65,21 @@ int main(int argc, char **argv)
     if (rank == dead)
         _exit(0);
 
-    expect_failed(MPI_Recv(&x, 1, MPI_INT, dead, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv");
+    expect_failed(MPI_Recv(&x, 1, MPI_INT, dead, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv", dead);
     {
         MPI_Request r;
         int rc = MPI_Irecv(&x, 1, MPI_INT, dead, 1, MPI_COMM_WORLD, &r);
         if (rc == MPI_SUCCESS)
             rc = MPI_Wait(&r, MPI_STATUS_IGNORE);
-        expect_failed(rc, "MPI_Irecv + MPI_Wait");
+        expect_failed(rc, "MPI_Irecv + MPI_Wait", dead);
     }
     {
         size_t n = 1 << 20;
         char *big = calloc(n, 1);
-        expect_failed(MPI_Send(big, (int)n, MPI_BYTE, dead, 2, MPI_COMM_WORLD), "a 1 MiB MPI_Send");
+        expect_failed(MPI_Send(big, (int)n, MPI_BYTE, dead, 2, MPI_COMM_WORLD), "a 1 MiB MPI_Send", dead);
         free(big);
     }
-    expect_failed(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+    expect_failed(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier", -1);
 
     /* The survivors still talk. */
     if (size > 2) {
