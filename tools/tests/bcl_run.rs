@@ -472,3 +472,42 @@ fn sigterm_reaches_ranks_started_over_ssh() {
     // The ranks' own exit status comes back through ssh.
     sigterm_reaches_both_ranks(&d.two_hosts());
 }
+
+/// A rank killed outright leaves its shared-memory segment and doorbell in
+/// /dev/shm (nothing of it runs to remove them); bcl-run removes what the
+/// job left once every rank has ended, and says what. Each rank runs under
+/// `sh`, which exits 0 whatever happens to it, so the job ends by itself.
+#[test]
+fn what_a_killed_rank_leaves_in_dev_shm_is_removed_at_the_end() {
+    let script = r#""$0" --ops barrier --iters 1000000000 --warmup 0 & p=$!; if [ "$BCL_RANK" = 1 ]; then sleep 2; kill -9 $p; fi; wait; exit 0"#;
+    let out = bcl_run()
+        .args(["-n", "2", "--timeout", "60", "--", "sh", "-c", script])
+        .arg(env!("CARGO_BIN_EXE_bcl-coll"))
+        .env_remove("BCL_COLL_BOARD")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let removed: Vec<&str> = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("bcl-run: removed what the job left in /dev/shm: "))
+        .unwrap_or_else(|| panic!("nothing removed:\n{stderr}"))
+        .split(", ")
+        .collect();
+    assert!(
+        removed.iter().any(|f| f.ends_with(".bell")),
+        "no doorbell among {removed:?}"
+    );
+    assert!(
+        removed
+            .iter()
+            .any(|f| f.starts_with("bcl-") && f.matches('-').count() == 3 && !f.contains('.')),
+        "no segment among {removed:?}"
+    );
+    for f in &removed {
+        assert!(
+            !std::path::Path::new("/dev/shm").join(f).exists(),
+            "{f} is still there"
+        );
+    }
+}

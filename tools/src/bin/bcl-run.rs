@@ -16,7 +16,10 @@
 //! with `[RANK] `. The exit status is the first failing rank's (128 + signal
 //! for a rank killed by a signal); when a rank fails, the others are sent
 //! SIGTERM. SIGINT and SIGTERM are forwarded to every rank (each rank runs
-//! in its own process group, which gets the signal).
+//! in its own process group, which gets the signal). When every rank has
+//! ended, the job's files left in /dev/shm (a killed rank's segment and
+//! doorbell, a board not every member mapped) and the statistics pages of
+//! dead processes are removed, and listed on stderr (local and lab jobs).
 //!
 //! Over ssh, each rank runs under a small remote shell wrapper
 //! ([`REMOTE_WRAPPER`]): the job secret travels on the ssh session's
@@ -36,7 +39,7 @@ use nix::sys::signal::Signal;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -524,10 +527,52 @@ fn run(args: Args, mut forwarded: Signals) -> Result<ExitCode, String> {
     for o in outputs {
         let _ = o.join();
     }
+    if matches!(place, Place::Local | Place::Lab(..)) {
+        remove_leftovers(Path::new(SHM_DIR), &job_id);
+    }
     Ok(match first_failure {
         Some((_, code)) => ExitCode::from(code.max(1)),
         None => ExitCode::SUCCESS,
     })
+}
+
+/// Where the ranks' shared-memory files live (the shm method's default).
+const SHM_DIR: &str = "/dev/shm";
+
+/// Removes the shared-memory files of job `job_id` from `dir` once all its
+/// ranks have ended: a rank killed while it had a segment (or a board that
+/// not every member mapped yet) leaves its file behind. Statistics pages
+/// are named by process, not job: those of dead processes go too (the
+/// sweep every page writer does at its start). Local and lab ranks share
+/// this host's `dir`; over ssh every host has its own.
+fn remove_leftovers(dir: &Path, job_id: &str) {
+    let key = bcl::cluster::join::job_key(job_id).0;
+    let prefixes = [format!("bcl-{key:08x}-"), format!("bcl-board-{key:08x}-")];
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut removed = Vec::new();
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if prefixes.iter().any(|p| name.starts_with(p)) && std::fs::remove_file(e.path()).is_ok() {
+            removed.push(name);
+        }
+    }
+    if let Ok(scan) = bcl::shm::stats_page::scan(dir, true) {
+        removed.extend(
+            scan.removed
+                .iter()
+                .filter_map(|(p, _)| Some(p.file_name()?.to_string_lossy().into_owned())),
+        );
+    }
+    if !removed.is_empty() {
+        removed.sort();
+        eprintln!(
+            "bcl-run: removed what the job left in {}: {}",
+            dir.display(),
+            removed.join(", ")
+        );
+    }
 }
 
 /// Copies `from` line by line to our stdout (or stderr), prefixed `[RANK] `.
