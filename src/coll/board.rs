@@ -95,6 +95,8 @@ pub(crate) struct CommBoard {
     /// The phase the next call starts at (phases start at 1: every
     /// counter is 0 on a fresh board).
     next_phase: u64,
+    /// Calls started on the board (their numbers, for the call words).
+    calls: u64,
     /// Board calls not finished, in start order (request ids).
     queue: VecDeque<usize>,
     scratch: Vec<u8>,
@@ -198,6 +200,32 @@ struct Liveness {
     members: Vec<ProcessAddr>,
     idle_looks: u32,
     last_check: Option<Instant>,
+    /// The number of the call this member is in (counted from 1 on this
+    /// board) and the word it announced for it.
+    call: (u64, u64),
+}
+
+/// Bits of a call word that hold the call's number; the others hold a
+/// hash of its arguments ([`call_word`]).
+const NUMBER_BITS: u32 = 40;
+
+// A member waiting in call c has the others within BUFFERS phases, so
+// within BUFFERS calls: their words for call c are still on the board.
+const _: () = assert!(BUFFERS < bcl_shm::board::CALL_HISTORY);
+
+/// The word a member announces on the board for its call number `call`:
+/// members whose words for the same number differ started that call with
+/// different arguments (they would wait at different places forever).
+fn call_word(call: u64, task: &Task, len: usize) -> u64 {
+    let mut h = rustc_hash::FxHasher::default();
+    (
+        task.collective,
+        task.root,
+        len,
+        task.reduction.map(|(_, dt)| *dt),
+    )
+        .hash(&mut h);
+    (h.finish() << NUMBER_BITS) | (call & ((1 << NUMBER_BITS) - 1))
 }
 
 /// Fruitless looks at a board between two clock readings.
@@ -218,6 +246,19 @@ impl Liveness {
             return Ok(());
         }
         self.last_check = Some(now);
+        let (call, mine) = self.call;
+        if mine != 0 {
+            let number = |w: u64| w & ((1 << NUMBER_BITS) - 1);
+            for r in 0..self.members.len() {
+                let w = board.announced_call(r, call);
+                if w != mine && number(w) == number(mine) {
+                    let who = self.members.get(r).map_or("?".into(), |a| a.to_string());
+                    return Err(CollError::Invalid(format!(
+                        "peer {who} started this collective call with other arguments than this process (operation, root, length or datatype): every rank must pass the same"
+                    )));
+                }
+            }
+        }
         match board.first_dead() {
             Some((rank, pid)) => Err(CollError::PeerFailed {
                 peer: self.members.get(rank).copied().unwrap_or(ProcessAddr {
@@ -324,11 +365,19 @@ impl CommBoard {
         if c == Collective::Allreduce && data.len() >= SPLIT_MIN {
             return self.step_split(ph, task, data, chunk);
         }
-        let first = *ph.first.get_or_insert_with(|| {
-            let f = self.next_phase;
-            self.next_phase += chunks as u64;
-            f
-        });
+        let first = match ph.first {
+            Some(f) => f,
+            None => {
+                let f = self.next_phase;
+                self.next_phase += chunks as u64;
+                ph.first = Some(f);
+                self.calls += 1;
+                let word = call_word(self.calls, task, data.len());
+                self.liveness.call = (self.calls, word);
+                board.announce_call(me, self.calls, word);
+                f
+            }
+        };
         let mut moved = false;
         while ph.at < chunks {
             let phase = first + ph.at as u64;
@@ -425,11 +474,19 @@ impl CommBoard {
         let p = board.ranks();
         let me = task.me;
         let phases = 2 * data.len().div_ceil(chunk).max(1);
-        let first = *ph.first.get_or_insert_with(|| {
-            let f = self.next_phase;
-            self.next_phase += phases as u64;
-            f
-        });
+        let first = match ph.first {
+            Some(f) => f,
+            None => {
+                let f = self.next_phase;
+                self.next_phase += phases as u64;
+                ph.first = Some(f);
+                self.calls += 1;
+                let word = call_word(self.calls, task, data.len());
+                self.liveness.call = (self.calls, word);
+                board.announce_call(me, self.calls, word);
+                f
+            }
+        };
         let mut moved = false;
         macro_rules! wait {
             () => {{

@@ -138,3 +138,27 @@ fn a_member_killed_during_a_board_barrier_fails_the_others() {
         "no survivor named rank 2 (pid {victim}):\n{all}"
     );
 }
+
+/// Ranks that call the same collective with different lengths (8 bytes at
+/// the root, 64 KiB at the other: one waits in a lane line, the other in
+/// a slot) fail with an error that says so instead of waiting forever.
+#[test]
+fn a_board_call_with_different_lengths_fails_instead_of_hanging() {
+    let script = r#"if [ "$BCL_RANK" = 1 ]; then S=65536; else S=8; fi; exec "$0" --ops bcast --sizes $S --iters 100 --warmup 0"#;
+    let out = Command::new(env!("CARGO_BIN_EXE_bcl-run"))
+        .args(["-n", "2", "--timeout", "120", "--", "sh", "-c", script])
+        .arg(env!("CARGO_BIN_EXE_bcl-coll"))
+        .env_remove("BCL_COLL_BOARD")
+        .output()
+        .expect("run bcl-run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the job succeeded:\n{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("[1] bcl-coll: bcast of 65536 bytes:")
+                && l.contains("started this collective call with other arguments")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("timed out"), "{stderr}");
+}

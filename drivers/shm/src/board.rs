@@ -43,7 +43,11 @@
 //! Each member records its pid and start time on its line
 //! ([`Board::join`]), so a member waiting for a peer can tell a slow peer
 //! from a dead one ([`Board::first_dead`]) and fail instead of waiting
-//! forever.
+//! forever. On the same line it keeps one word for each of its last
+//! [`CALL_HISTORY`] calls ([`Board::announce_call`]): members that started
+//! the same call with different arguments wait at different places and
+//! would wait forever; a waiting member that reads another's word for that
+//! call can tell, even when the other has gone on to later calls.
 //!
 //! Like the rest of this crate, a board trusts its peers' protocol, not
 //! their data: lengths and indices come from our own side, so a buggy peer
@@ -60,7 +64,10 @@ use std::path::{Path, PathBuf};
 
 /// "BCLBOARD" in ASCII.
 const MAGIC: u64 = 0x4452_414f_424c_4342;
-const VERSION: u32 = 4;
+const VERSION: u32 = 5;
+/// Calls whose words a member's identity line keeps (see
+/// [`Board::announce_call`]): the rest of its 128-byte line.
+pub const CALL_HISTORY: usize = 13;
 /// Payloads up to this long go in a lane line, beside its stamp.
 pub const INLINE: usize = 56;
 /// Lines in each member's lane (at least `buffers`).
@@ -289,6 +296,35 @@ impl Board {
         }
     }
 
+    /// The word of call `call` of `rank` (on its identity line, after pid
+    /// and start time).
+    fn call_word(&self, rank: usize, call: u64) -> &AtomicU64 {
+        assert!(
+            rank < self.ranks,
+            "rank {rank} on a board of {}",
+            self.ranks
+        );
+        let slot = (call % CALL_HISTORY as u64) as usize;
+        let off = LINE * (1 + 2 * rank) + 24 + 8 * slot;
+        // SAFETY: off + 8 <= LINE * (1 + 2 * rank) + 24 + 8 * CALL_HISTORY
+        // = LINE * (2 + 2 * rank) <= slots_off (geometry); 8-aligned, and
+        // AtomicU64 is valid for any bit pattern.
+        unsafe { &*(self.map.ptr().add(off) as *const AtomicU64) }
+    }
+
+    /// Records `word` for member `rank`'s call number `call` (what the
+    /// word means is the caller's; 0 is "nothing recorded"). It stays
+    /// readable for the next [`CALL_HISTORY`] − 1 calls.
+    pub fn announce_call(&self, rank: usize, call: u64, word: u64) {
+        self.call_word(rank, call).store(word, Ordering::Release);
+    }
+
+    /// The word member `rank` recorded in the place of call number `call`
+    /// (a word of call `call` or of another call `CALL_HISTORY` apart).
+    pub fn announced_call(&self, rank: usize, call: u64) -> u64 {
+        self.call_word(rank, call).load(Ordering::Acquire)
+    }
+
     /// Records the calling process as member `rank`.
     pub fn join(&self, rank: usize) -> io::Result<()> {
         let start = crate::proc::self_start_time()?;
@@ -511,6 +547,37 @@ mod tests {
         child.kill().unwrap();
         child.wait().unwrap();
         assert_eq!(b.first_dead(), Some((2, pid)));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn call_words_are_per_member_and_leave_identity_and_done_alone() {
+        let d = dir("calls");
+        let name = board_name(JobKey(7), 0, 45);
+        let a = Board::open(&d, &name, 3, 2, 4096).unwrap();
+        let b = Board::open(&d, &name, 3, 2, 4096).unwrap();
+        assert_eq!(b.announced_call(1, 5), 0, "nothing announced yet");
+        a.join_as(1, 4242, 99);
+        a.set_done(1, 17);
+        for call in 0..CALL_HISTORY as u64 {
+            a.announce_call(1, call, 0x100 + call);
+        }
+        a.announce_call(2, 3, 0xdef);
+        for call in 0..CALL_HISTORY as u64 {
+            assert_eq!(b.announced_call(1, call), 0x100 + call);
+        }
+        assert_eq!(b.announced_call(2, 3), 0xdef);
+        assert_eq!(b.announced_call(0, 3), 0);
+        // Call CALL_HISTORY takes the place of call 0.
+        a.announce_call(1, CALL_HISTORY as u64, 0x999);
+        assert_eq!(b.announced_call(1, 0), 0x999);
+        assert_eq!(b.announced_call(1, 1), 0x101);
+        assert_eq!(b.done(1), 17);
+        let (pid, start) = b.identity(1);
+        assert_eq!(
+            (pid.load(Ordering::Relaxed), start.load(Ordering::Relaxed)),
+            (4242, 99)
+        );
         std::fs::remove_dir_all(&d).unwrap();
     }
 
