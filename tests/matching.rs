@@ -406,3 +406,39 @@ fn messages_land_in_the_receives_own_buffer_and_regions_are_read_in_place() {
     let stats = c[0].messenger().stats();
     assert_eq!(stats.read_remote, 2);
 }
+
+/// A buffer that says it is reusable: kept once its message landed.
+struct Reusable(Vec<u8>);
+
+impl bcl::coll::messenger::RecvBuffer for Reusable {
+    fn bytes(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
+
+    fn reusable(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn a_reusable_buffer_comes_back_after_its_message_landed_and_others_are_dropped() {
+    let (mut cluster, mut colls) = coll_common::sim_job(2, FaultProfile::default());
+    let c = &mut colls;
+    // A buffer that is not reusable is dropped (it gives its bytes back).
+    let (buf, mem) = collect(8);
+    let r = c[0].messenger().irecv_into(any(None, None), buf);
+    send(&mut cluster, c, 1, 3, b"dropped");
+    assert!(c[0].messenger().take_incoming(r).is_some());
+    assert_eq!(&mem.recv().unwrap()[..7], b"dropped");
+    assert!(c[0].messenger().spare_buffer::<Collect>().is_none());
+    // A reusable one comes back, with the message in it, for the next
+    // receive.
+    let r = c[0]
+        .messenger()
+        .irecv_into(any(None, None), Box::new(Reusable(vec![0; 8])));
+    send(&mut cluster, c, 1, 4, b"kept");
+    assert!(c[0].messenger().take_incoming(r).is_some());
+    let back = c[0].messenger().spare_buffer::<Reusable>().expect("kept");
+    assert_eq!(&back.0[..4], b"kept");
+    assert!(c[0].messenger().spare_buffer::<Reusable>().is_none());
+}

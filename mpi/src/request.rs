@@ -421,6 +421,12 @@ impl RecvBuffer for UserBuffer {
     fn bytes(&mut self) -> &mut [u8] {
         &mut self.buf.bytes_mut()[..self.len]
     }
+
+    /// Kept for the next receive: it only points into the program's
+    /// memory, and every receive sets it anew.
+    fn reusable(&self) -> bool {
+        true
+    }
 }
 
 /// The status of a message copied into a receive of `count` elements

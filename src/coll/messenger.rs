@@ -89,6 +89,14 @@ pub struct Envelope {
 pub trait RecvBuffer: Send + std::any::Any {
     /// The buffer (a message longer than it is cut to it).
     fn bytes(&mut self) -> &mut [u8];
+
+    /// Whether the messenger may keep this buffer once its message landed,
+    /// for [`Messenger::spare_buffer`] to hand back (a buffer that only
+    /// borrows memory its owner refills). Otherwise (the default) it is
+    /// dropped then, so a buffer that gives its bytes back on drop does.
+    fn reusable(&self) -> bool {
+        false
+    }
 }
 
 impl std::fmt::Debug for dyn RecvBuffer {
@@ -784,7 +792,7 @@ impl Messenger {
     /// Keeps a receive's buffer, done with, for [`Messenger::spare_buffer`].
     fn retire(&mut self, buffer: Option<Box<dyn RecvBuffer>>) {
         const KEPT: usize = 64;
-        if let Some(b) = buffer.filter(|_| self.spare_buffers.len() < KEPT) {
+        if let Some(b) = buffer.filter(|b| b.reusable() && self.spare_buffers.len() < KEPT) {
             self.spare_buffers.push(b);
         }
     }
