@@ -703,19 +703,23 @@ impl Messenger {
             return Err(CollError::NoSuchRequest);
         };
         let data = self.pool.copy_of(data);
-        match self.ep.send_on_channel(dst, channel, data) {
+        self.send_on_channel(id, dst, channel, data);
+        Ok(())
+    }
+
+    /// Starts send `id`'s data to `dst` on the channel its receiver
+    /// posted: `OnChannel` until the transfer's event, or `Failed`.
+    fn send_on_channel(&mut self, id: SendId, dst: ProcessAddr, ch: ChannelId, data: Vec<u8>) {
+        *self.sends.get_mut(id.0) = match self.ep.send_on_channel(dst, ch, data) {
             Ok(h) => {
                 self.channel_sends.insert(h, id);
-                *self.sends.get_mut(id.0) = SendState::OnChannel { dst };
+                SendState::OnChannel { dst }
             }
-            Err(r) => {
-                *self.sends.get_mut(id.0) = SendState::Failed(CollError::Invalid(format!(
-                    "sending a large message to {dst}: {}",
-                    r.error
-                )));
-            }
-        }
-        Ok(())
+            Err(r) => SendState::Failed(CollError::Invalid(format!(
+                "sending a large message to {dst}: {}",
+                r.error
+            ))),
+        };
     }
 
     /// A fresh token for a message that waits for its receiver.
@@ -1392,17 +1396,7 @@ impl Messenger {
             *self.sends.get_mut(id.0) = state;
             return Ok(());
         };
-        match self.ep.send_on_channel(dst, ch, data) {
-            Ok(h) => {
-                self.channel_sends.insert(h, id);
-            }
-            Err(r) => {
-                *self.sends.get_mut(id.0) = SendState::Failed(CollError::Invalid(format!(
-                    "sending a large message to {dst}: {}",
-                    r.error
-                )));
-            }
-        }
+        self.send_on_channel(id, dst, ch, data);
         Ok(())
     }
 
