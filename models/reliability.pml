@@ -20,9 +20,11 @@
  * that no complete execution shows the events in the `seen` bits, so pan's
  * counterexample is one that does) into the traces that
  * bcl-core/tests/trace_replay.rs replays on the Rust ports. -DREPLAY
- * leaves out the one choice the replay cannot reproduce by setting the
- * clock: skipping a NAK-requested frame as sent too recently (the age of
- * each frame is a time the model does not track).
+ * leaves out the one choice the replay cannot reproduce: a frame sent
+ * before one that was delivered, whose reordering window has not passed
+ * yet (the model does not track time), is judged lost later, by the
+ * reorder timer; with -DREPLAY it is judged lost at once, and the replay
+ * runs the code's reorder timer to the same effect.
  */
 
 #include "generated/core_constants.h"
@@ -88,6 +90,11 @@
 byte una = ISEQ;          /* oldest unacknowledged */
 byte nxt = ISEQ;          /* next sequence number to assign */
 unsigned sacked : SEQM;   /* TxSlot::sacked, indexed by sequence number */
+unsigned lost : SEQM;     /* TxSlot::lost: judged lost by time and sequence */
+unsigned evid : SEQM;     /* a frame sent after this one's last sending was
+                           * delivered (loss.rs: sent before the RACK mark) */
+byte ord[W];              /* frames in flight in the order of their last
+                           * sending (TxSlot::sent_order), NONE = free */
 byte retx_from = ISEQ;    /* the retransmission sweep [retx_from, retx_to) */
 byte retx_to = ISEQ;
 bool retx_all;            /* resend regardless of age */
@@ -100,7 +107,7 @@ byte completed;           /* ghost: messages completed at A, in order */
 #define SEEN_RENEGE     1         /* the receiver dropped held messages */
 #define SEEN_RING_FULL  2         /* a ring-full NAK made the sender back off */
 #define SEEN_FULL_RESEND 4        /* a timeout resent the whole window */
-#define SEEN_GAP_RETX   8         /* a NAK for a gap made the sender resend */
+#define SEEN_GAP_RETX   8         /* a frame judged lost was resent */
 #define SEEN_EARLY_RTO  16        /* a timeout fired while frames travelled */
 #define SEEN_DUP_DATA   32        /* a duplicated DATA frame arrived */
 #define SEEN_DUP_ACK    64        /* a duplicated ACK or NAK arrived */
@@ -221,6 +228,84 @@ inline add_retx(from, to, all) {
   f = 0
 }
 
+/* Frame x leaves (first sending or resend): it moves to the end of the
+ * sending order, and nothing sent after it has been delivered yet. */
+inline order_sent(x) {
+  i = 0;
+  do
+  :: i < W && ord[i] != x && ord[i] != NONE -> i++
+  :: else -> break
+  od;
+  if
+  :: i < W && ord[i] == x ->
+     do
+     :: i < W - 1 && ord[i+1] != NONE -> ord[i] = ord[i+1]; i++
+     :: else -> break
+     od;
+     ord[i] = NONE
+  :: else -> skip
+  fi;
+  i = 0;
+  do
+  :: i < W && ord[i] != NONE -> i++
+  :: else -> break
+  od;
+  assert(i < W);
+  ord[i] = x;
+  i = 0;
+  evid = evid & ~(1 << x);
+  lost = lost & ~(1 << x)
+}
+
+/* loss::note_delivered: frame y is newly known delivered, so every frame
+ * whose last sending came before y's is sent before the mark. */
+inline note_delivered(y) {
+  i = 0;
+  do
+  :: i < W && ord[i] != NONE && ord[i] != y -> evid = evid | (1 << ord[i]); i++
+  :: else -> break
+  od;
+  assert(i < W && ord[i] == y);
+  i = 0
+}
+
+#define LOSS_DUE(x)  (BIT(evid, x) && !BIT(sacked, x) && !BIT(lost, x))
+
+/* Port::detect_losses after an ACK or NAK: a frame sent before the mark is
+ * judged lost once its reordering window has passed, which may be now or
+ * later (the reorder timer); -DREPLAY: now. */
+inline detect_losses() {
+  s = una;
+  do
+  :: s != nxt ->
+     if
+     :: LOSS_DUE(s) -> lost = lost | (1 << s); add_retx(s, NEXT(s), false)
+#ifndef REPLAY
+     :: LOSS_DUE(s) -> skip
+#endif
+     :: !LOSS_DUE(s) -> skip
+     fi;
+     s = NEXT(s)
+  :: else -> break
+  od;
+  s = 0
+}
+
+/* The reorder timer fires: the frames still waiting are judged lost. */
+inline reorder_timer() {
+  s = una;
+  do
+  :: s != nxt ->
+     if
+     :: LOSS_DUE(s) -> lost = lost | (1 << s); add_retx(s, NEXT(s), false)
+     :: else -> skip
+     fi;
+     s = NEXT(s)
+  :: else -> break
+  od;
+  s = 0
+}
+
 /* A sweep that is over keeps stale bounds in the code; every later use
  * overwrites them (add_retx_range) or ignores them, so the model resets
  * them to keep equivalent states one state. */
@@ -231,10 +316,9 @@ inline canon_retx() {
   fi
 }
 
-/* emit_retransmission: resends the next frame of the sweep that needs it.
- * A frame named by a NAK (retx_all false) is skipped if it was sent less
- * than half an RTT ago: the model does not track time, so either may
- * happen. */
+/* emit_retransmission: resends the next frame of the sweep that needs it:
+ * any frame not selectively acknowledged (retx_all: a timeout, a full
+ * ring), or only those judged lost. */
 inline emit_retx() {
   do
   :: !RETX_PENDING -> break
@@ -249,10 +333,8 @@ inline emit_retx() {
         :: else ->
            if
            :: retx_all -> sent = true
-           :: !retx_all -> sent = true
-#ifndef REPLAY
-           :: !retx_all -> skip          /* too young: not resent now */
-#endif
+           :: !retx_all && BIT(lost, s) -> sent = true
+           :: !retx_all && !BIT(lost, s) -> skip
            fi;
            if
            :: sent ->
@@ -260,7 +342,7 @@ inline emit_retx() {
               :: !retx_all -> SEE(SEEN_GAP_RETX)
               :: else -> skip
               fi;
-              TR_SEND_D(s, 1); put_data(s, ABS(s)); break
+              TR_SEND_D(s, 1); put_data(s, ABS(s)); order_sent(s); break
            :: else -> skip
            fi
         fi
@@ -296,6 +378,7 @@ inline emit() {
      sacked = sacked & ~(1 << nxt);     /* a fresh TxSlot */
      TR_SEND_D(nxt, 0);
      put_data(nxt, ABS(nxt));
+     order_sent(nxt);
      nxt = NEXT(nxt)
   :: else -> skip
   fi;
@@ -309,13 +392,29 @@ inline canon_sacked() {
   do
   :: s < SEQM ->
      if
-     :: BEFORE(s, una) || !BEFORE(s, nxt) -> sacked = sacked & ~(1 << s)
+     :: BEFORE(s, una) || !BEFORE(s, nxt) ->
+        sacked = sacked & ~(1 << s); lost = lost & ~(1 << s); evid = evid & ~(1 << s)
      :: else -> skip
      fi;
      s++
   :: else -> break
   od;
-  s = 0
+  /* frames acknowledged leave the sending order */
+  s = 0; i = 0;
+  do
+  :: i < W ->
+     if
+     :: ord[i] != NONE && !BEFORE(ord[i], una) -> ord[s] = ord[i]; s++
+     :: else -> skip
+     fi;
+     i++
+  :: else -> break
+  od;
+  do
+  :: s < W -> ord[s] = NONE; s++
+  :: else -> break
+  od;
+  s = 0; i = 0
 }
 
 /* Port::handle_frame for an ACK or NAK at A: on_cumulative_ack, then
@@ -331,6 +430,10 @@ inline on_ack(a, b, r) {
       * delivered it. */
      do
      :: una != a ->
+        if
+        :: !BIT(sacked, una) -> note_delivered(una)
+        :: else -> skip
+        fi;
         assert(ABS(una) == completed);
         assert(completed < delivered);
         printf("TRACE A completes %d\n", completed);
@@ -360,7 +463,12 @@ inline on_ack(a, b, r) {
         if
         :: !BEFORE(s, una) ->
            if
-           :: BIT(b, DIFF(s, a)) -> sacked = sacked | (1 << s); hi = s
+           :: BIT(b, DIFF(s, a)) ->
+              if
+              :: !BIT(sacked, s) -> note_delivered(s)
+              :: else -> skip
+              fi;
+              sacked = sacked | (1 << s); hi = s
            :: else -> sacked = sacked & ~(1 << s)
            fi
         :: else -> skip
@@ -370,7 +478,7 @@ inline on_ack(a, b, r) {
      od;
      s = 0;
      if
-     :: r == NAK_GAP && hi != NONE -> add_retx(a, hi, false)
+     :: r != NAK_RING_FULL && una != nxt -> detect_losses()
      :: r == NAK_RING_FULL ->
         ctimeouts = 0;
         busy = true;                            /* back off (if not already) */
@@ -392,12 +500,14 @@ inline on_rto() {
   :: else -> skip
   fi;
   sacked = 0;                                   /* SACKs are not trusted */
+  evid = 0;                                     /* nor the mark */
   if
   :: ctimeouts >= FULL_RESEND_AFTER_TIMEOUTS ->
      SEE(SEEN_FULL_RESEND);
      add_retx(una, nxt, true)
   :: else ->
-     add_retx(una, NEXT(una), true);
+     lost = lost | (1 << una);                  /* resent as if judged lost */
+     add_retx(una, NEXT(una), false);
      probe_newest = (PREV(nxt) != una)
   fi
 }
@@ -413,6 +523,9 @@ proctype Sender() {
               early++; SEE(SEEN_EARLY_RTO);
               printf("TRACE timeout\n"); on_rto() }
   :: atomic { timeout && una != nxt && !busy -> d_step { printf("TRACE timeout\n"); on_rto() } }
+#ifndef REPLAY
+  :: d_step { (evid & ~sacked & ~lost) != 0 -> reorder_timer() }
+#endif
   :: atomic { una == nxt && ABS(nxt) == NMSG -> break }
   od;
   assert(completed == NMSG && delivered == NMSG);
@@ -501,6 +614,8 @@ inline on_data(sq, m) {
            fi
         :: got ->
            assert(m == ABS(sq));                /* the right frame */
+           /* it skipped over frames not missing before it came */
+           newgap = (off > 0 && (rbits >> (off - 1)) == 0);
            held[off] = m;
            rbits = rbits | (1 << off);
            if
@@ -521,21 +636,18 @@ inline on_data(sq, m) {
                  expected = NEXT(expected)
               :: else -> break
               od;
-              ack_armed = true;
-              if
-              :: rbits != 0 && nak == NAK_NONE -> nak = NAK_GAP
-              :: else -> skip
-              fi
-           :: else ->
+              ack_armed = true
+           :: off > 0 && newgap ->
               if
               :: nak == NAK_NONE -> nak = NAK_GAP
               :: else -> skip
               fi
+           :: off > 0 && !newgap -> ack_armed = true   /* a hole filled, a run grew */
            fi
         fi
      fi
   fi;
-  off = 0; got = false
+  off = 0; got = false; newgap = false
 }
 
 proctype Receiver() {
@@ -564,7 +676,7 @@ end:
 
 proctype Wire() {
   byte i, k, j, off, s, f, hi, sq, m;
-  bool got, reneged, valid;
+  bool got, reneged, valid, newgap;
 end:
   do
   :: atomic { ndata > 0 ->
@@ -621,7 +733,13 @@ init {
     do
     :: i < CAP -> dseq[i] = NONE; aack[i] = NONE; i++
     :: else -> break
-    od
+    od;
+    i = 0;
+    do
+    :: i < W -> ord[i] = NONE; i++
+    :: else -> break
+    od;
+    i = 0
   };
   atomic {
     run Sender(); run Receiver(); run Wire(); run App()

@@ -29,6 +29,10 @@ impl Default for RtoConfig {
 pub struct RttEstimator {
     srtt: u32,
     rttvar: u32,
+    /// The least recent sample: a floor that drifts up by 1/256 of the
+    /// difference per larger sample, so a path that became slower is
+    /// followed within a few thousand samples.
+    min_rtt: u32,
     backoff_shift: u8,
     has_sample: bool,
 }
@@ -44,6 +48,7 @@ impl RttEstimator {
         RttEstimator {
             srtt: 0,
             rttvar: 0,
+            min_rtt: 0,
             backoff_shift: 0,
             has_sample: false,
         }
@@ -56,8 +61,14 @@ impl RttEstimator {
         if !self.has_sample {
             self.srtt = r;
             self.rttvar = r / 2;
+            self.min_rtt = r;
             self.has_sample = true;
         } else {
+            self.min_rtt = if r <= self.min_rtt {
+                r
+            } else {
+                self.min_rtt + (r - self.min_rtt) / 256
+            };
             // RTTVAR = 3/4 RTTVAR + 1/4 |SRTT - R|; SRTT = 7/8 SRTT + 1/8 R.
             let delta = self.srtt.abs_diff(r);
             self.rttvar = ((u64::from(self.rttvar) * 3 + u64::from(delta)) / 4) as u32;
@@ -85,6 +96,13 @@ impl RttEstimator {
     pub fn srtt(&self) -> Option<Duration> {
         self.has_sample
             .then(|| Duration::from_nanos(u64::from(self.srtt)))
+    }
+
+    /// The least round-trip time seen lately, if there has been a sample
+    /// (the floor that reordering and spurious resends are judged by).
+    pub fn min_rtt(&self) -> Option<Duration> {
+        self.has_sample
+            .then(|| Duration::from_nanos(u64::from(self.min_rtt)))
     }
 
     /// The current retransmission timeout: SRTT + 4·RTTVAR, clamped to
@@ -141,6 +159,23 @@ mod tests {
         e.sample(Duration::from_micros(200)); // var = (150 + 100)/4 = 62.5; srtt = (700 + 200)/8 = 112.5
         assert_eq!(e.srtt(), Some(Duration::from_nanos(112_500)));
         assert_eq!(e.rto(&cfg()), Duration::from_nanos(112_500 + 4 * 62_500));
+    }
+
+    #[test]
+    fn min_rtt_takes_smaller_samples_at_once_and_drifts_up_slowly() {
+        let mut e = RttEstimator::new();
+        assert_eq!(e.min_rtt(), None);
+        e.sample(Duration::from_micros(100));
+        e.sample(Duration::from_micros(60));
+        assert_eq!(e.min_rtt(), Some(Duration::from_micros(60)));
+        // One larger sample moves the floor by 1/256 of the difference.
+        e.sample(Duration::from_nanos(60_000 + 25_600));
+        assert_eq!(e.min_rtt(), Some(Duration::from_nanos(60_100)));
+        // A path that became slower for good is followed.
+        for _ in 0..3000 {
+            e.sample(Duration::from_micros(200));
+        }
+        assert!(e.min_rtt().unwrap() > Duration::from_micros(190));
     }
 
     #[test]

@@ -89,6 +89,12 @@ pub struct PortStats {
     pub timeouts: u64,
     /// DATA frames received again and dropped.
     pub duplicates: u64,
+    /// DATA frames judged lost by time and sequence (a later-sent frame
+    /// arrived and the reordering window passed), and so resent.
+    pub frames_judged_lost: u64,
+    /// Duplicates the peers reported in their acknowledgements: frames
+    /// resent that had arrived after all (or copies the network made).
+    pub duplicates_reported: u64,
     /// DATA frames dropped because the ring was full.
     pub ring_full_drops: u64,
     /// NAK(ring full) received: times this port had to back off.

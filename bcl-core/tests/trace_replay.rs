@@ -17,11 +17,12 @@
 //!
 //! Time is virtual and each port has its own clock, moved only where the
 //! model has an event that needs it: A's to its retransmission deadline
-//! for a timeout and past any back-off for the end of one (and, for a
-//! frame resent on a NAK, past the minimum age the port waits before
-//! resending a frame; traces are made with `-DREPLAY`, in which the model
-//! always resends such a frame), B's to its delayed-acknowledgement
-//! deadline when the model sends an acknowledgement that B holds back.
+//! for a timeout and past any back-off for the end of one (and, before a
+//! frame is resent, past the reorder checks A waits for: traces are made
+//! with `-DREPLAY`, in which the model judges a frame sent before a
+//! delivered one lost at once, where the port may wait for the frame's
+//! reordering window), B's to its delayed-acknowledgement deadline when the
+//! model sends an acknowledgement that B holds back.
 //!
 //! The parameters at the top of every trace include the constants the
 //! model was built from (`models/generated/core_constants.h`); they must
@@ -175,8 +176,6 @@ struct Replay<'t> {
     /// Frames on their way, oldest first.
     to_b: Vec<(u32, Vec<u8>)>,
     to_a: Vec<((u32, u32, u8), Vec<u8>)>,
-    /// When A last sent each message's frame (A's clock).
-    last_sent: HashMap<u32, Time>,
     handles: HashMap<SendHandle, u32>,
     held: VecDeque<RingSlot>,
     model_delivered: Vec<u32>,
@@ -256,7 +255,6 @@ impl<'t> Replay<'t> {
             rx_window: trace.param("RXW") as u32,
             to_b: Vec::new(),
             to_a: Vec::new(),
-            last_sent: HashMap::new(),
             handles,
             held: VecDeque::new(),
             model_delivered: Vec::new(),
@@ -295,18 +293,11 @@ impl<'t> Replay<'t> {
 
     fn send_data(&mut self, msg: u32, resent: bool) {
         if resent {
-            // A frame named by a NAK is resent only once it is at least half
-            // a round trip old (the minimum timeout before any sample).
-            let min_age = self
-                .a
-                .peer_info(addr_b())
-                .and_then(|p| p.srtt)
-                .map_or(self.a.config().rto.min, |s| s / 2);
-            if let Some(&t) = self.last_sent.get(&msg) {
-                if self.now_a.saturating_since(t) < min_age {
-                    self.now_a = t + min_age;
-                }
-            }
+            // The model (with -DREPLAY) judges a frame sent before a
+            // delivered one lost at once; the port may wait for the
+            // frame's reordering window: run its reorder timer to the end
+            // (no retransmission timeout may fire on the way).
+            self.run_loss_checks();
         }
         let retransmits = self.a.stats().retransmits;
         let mut buf = vec![0u8; MTU];
@@ -329,7 +320,6 @@ impl<'t> Replay<'t> {
                 "DATA {msg}: model resent {resent}, port resent {resent_here}"
             ));
         }
-        self.last_sent.insert(msg, self.now_a);
         self.to_b.push((msg, buf));
     }
 
@@ -466,6 +456,21 @@ impl<'t> Replay<'t> {
                 "the model times out once, A {} times",
                 self.a.stats().timeouts - before
             ));
+        }
+    }
+
+    /// A's clock moves past every reorder check it waits for, and the
+    /// checks run (no retransmission timeout may fire).
+    fn run_loss_checks(&mut self) {
+        for _ in 0..4 {
+            let at = self.a.peer_info(addr_b()).and_then(|p| p.loss_check_at);
+            let Some(at) = at else { return };
+            self.now_a = self.now_a.max(at);
+            let before = self.a.stats().timeouts;
+            self.a.handle_timeout(self.now_a);
+            if self.a.stats().timeouts != before {
+                self.diverge("A timed out while waiting for a reorder check".into());
+            }
         }
     }
 

@@ -18,6 +18,7 @@
 
 mod bulk;
 mod channels;
+mod loss;
 
 pub use bulk::{BulkKind, BulkToken, OutboundBulk};
 pub use channels::{ChannelError, Refused};
@@ -103,6 +104,14 @@ pub struct PeerInfo {
     /// When the back-off after its last ring-full NAK ends (sends to it
     /// wait until then), if it ever sent one.
     pub backoff_until: Option<Time>,
+    /// When the port looks again for frames to it lost by time and
+    /// sequence (a frame overtaken by a later one, whose reordering window
+    /// has not passed yet), if it waits for one.
+    pub loss_check_at: Option<Time>,
+    /// How long a frame overtaken by a later one may still arrive before it
+    /// is judged lost (zero until the path is seen to reorder; it grows
+    /// when the peer reports duplicates).
+    pub reorder_window: std::time::Duration,
     /// Its counters.
     pub stats: PeerStats,
 }
@@ -362,6 +371,8 @@ impl Port {
             rto: p.rtt.rto(&self.cfg.rto),
             srtt: p.rtt.srtt(),
             backoff_until: (p.busy_until != Time::ZERO).then_some(p.busy_until),
+            loss_check_at: (p.reorder.deadline != Time::NEVER).then_some(p.reorder.deadline),
+            reorder_window: p.reorder.window(&p.rtt),
             stats: p.stats,
         }
     }
@@ -674,5 +685,7 @@ mod bulk_tests;
 mod bundle_tests;
 #[cfg(test)]
 mod channel_tests;
+#[cfg(test)]
+mod loss_tests;
 #[cfg(test)]
 mod tests;

@@ -9,6 +9,7 @@
 //! ([`RxWindow`]) — is borrowed from port-wide pools while needed and handed
 //! back when the peer goes idle.
 
+use super::loss::{RackMark, ReorderState};
 use crate::addr::ProcessAddr;
 use crate::method::Route;
 use crate::ring::RingSlot;
@@ -46,6 +47,8 @@ pub(crate) struct TxSlot {
     pub last_of_msg: bool,
     /// Selectively acknowledged: do not resend.
     pub sacked: bool,
+    /// Judged lost by time and sequence: resend at the next opportunity.
+    pub lost: bool,
     /// The frame is a bundle: `msg` is its first message, and the others
     /// follow it through their `next` links (ended by [`NO_MSG`]).
     pub bundle: bool,
@@ -53,18 +56,25 @@ pub(crate) struct TxSlot {
     pub msg_seq: Seq,
     /// When it was last sent.
     pub last_sent: Time,
+    /// The peer's transmission count when it was last sent: orders frames
+    /// by sending, which sequence numbers (resends) and times (one clock
+    /// reading per burst) cannot.
+    pub sent_order: u32,
 }
 
 /// The sender's window: frames in flight to one peer, indexed by sequence
 /// number modulo the window.
 pub(crate) struct TxWindow {
     pub slots: [TxSlot; RX_WINDOW as usize],
+    /// The most recently sent frame known delivered.
+    pub rack: RackMark,
 }
 
 impl TxWindow {
     pub fn new() -> Box<Self> {
         Box::new(TxWindow {
             slots: [TxSlot::default(); RX_WINDOW as usize],
+            rack: RackMark::default(),
         })
     }
 
@@ -179,11 +189,17 @@ pub(crate) struct Peer {
     /// Frames in `[retx_from, retx_to)` are candidates for resending.
     pub retx_from: Seq,
     pub retx_to: Seq,
-    /// Resend candidates regardless of when they were last sent (timeout,
-    /// ring full) rather than only if they are older than half an RTT (NAK).
+    /// Resend every candidate not selectively acknowledged (timeout, ring
+    /// full) rather than only those judged lost.
     pub retx_all: bool,
     /// A timeout asked to resend the newest frame in flight too.
     pub probe_newest: bool,
+    /// DATA frames sent to it, first sendings and resends (wrapping): the
+    /// next frame's [`TxSlot::sent_order`].
+    pub transmissions: u32,
+    /// How much reordering this peer's path shows, and when to look for
+    /// losses again.
+    pub reorder: ReorderState,
 
     // ---- receiving ----
     pub rx: Option<Box<RxWindow>>,
@@ -210,6 +226,9 @@ pub(crate) struct Peer {
     pub ack_deadline: Time,
     /// The highest cumulative acknowledgement sent to this peer so far.
     pub last_ack_sent: Seq,
+    /// Duplicate DATA frames from it since our last ACK or NAK frame (the
+    /// next one reports them).
+    pub dups_unreported: u8,
 
     /// Earliest instant for which a timer entry is queued.
     pub timer_armed: Time,
@@ -248,6 +267,8 @@ impl Peer {
             retx_to: Seq(initial_seq),
             retx_all: false,
             probe_newest: false,
+            transmissions: 0,
+            reorder: ReorderState::new(Seq(initial_seq)),
 
             rx: None,
             rx_known: false,
@@ -261,6 +282,7 @@ impl Peer {
             nak_dropped: Seq(0),
             ack_deadline: Time::NEVER,
             last_ack_sent: Seq(0),
+            dups_unreported: 0,
             timer_armed: Time::NEVER,
             stats: PeerStats::default(),
         }
@@ -306,7 +328,10 @@ impl Peer {
 
     /// The earliest instant something about this peer must happen.
     pub fn next_deadline(&self) -> Time {
-        let mut t = self.rto_deadline.min(self.ack_deadline);
+        let mut t = self
+            .rto_deadline
+            .min(self.ack_deadline)
+            .min(self.reorder.deadline);
         if self.busy_until != Time::ZERO
             && (self.retx_pending() || self.probe_newest || self.has_unframed())
         {
@@ -317,8 +342,10 @@ impl Peer {
 
     /// A duplicate arrived: the sender resent something, perhaps a probe
     /// after a timeout. Answer at once, with a NAK if frames are missing
-    /// (so the sender resends exactly those), else with an ACK.
+    /// (so the sender resends exactly those), else with an ACK; either
+    /// counts the duplicate for the sender.
     pub fn answer_duplicate(&mut self) {
+        self.dups_unreported = self.dups_unreported.saturating_add(1);
         let holes = self.rx.as_ref().is_some_and(|w| !w.bitmap.is_empty());
         if holes && self.nak == NakReason::None {
             self.nak = NakReason::Gap;

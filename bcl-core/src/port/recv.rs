@@ -315,6 +315,9 @@ impl Port {
         }
         let p = &mut self.peers[idx as usize];
         let Some(w) = p.rx.as_mut() else { return };
+        // Frames are missing right before this one that were not missing
+        // before it came: it skipped over them.
+        let new_gap = offset > 0 && w.bitmap.highest().is_none_or(|h| offset > h + 1);
         w.bitmap.set(offset);
         if offset == 0 {
             let run = w.bitmap.leading_run();
@@ -326,12 +329,18 @@ impl Port {
             } else if p.ack_deadline == Time::NEVER {
                 p.ack_deadline = now + self.cfg.ack_delay;
             }
-            if !w.bitmap.is_empty() && p.nak == NakReason::None {
-                // A gap remains ahead: say so, so the sender fills it.
+        } else if new_gap {
+            // Say at once that frames are missing.
+            if p.nak == NakReason::None {
                 p.nak = NakReason::Gap;
             }
-        } else if p.nak == NakReason::None {
-            p.nak = NakReason::Gap;
+        } else if p.ack_deadline == Time::NEVER {
+            // An overtaken frame filled a hole, or the run after a hole
+            // grew: nothing new is missing. The next acknowledgement, at
+            // most the ACK delay away, tells the sender (within its
+            // reordering window); a NAK per frame would double the frames
+            // on a path that reorders much.
+            p.ack_deadline = now + self.cfg.ack_delay;
         }
         self.deliver(idx, now);
     }

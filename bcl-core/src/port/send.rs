@@ -1,6 +1,7 @@
 //! The sending side: accepting messages, framing them into the window,
 //! retransmission, and what acknowledgements do to the window.
 
+use super::loss::{self, RackMark};
 use super::peer::{PeerIdx, TxSlot, TxWindow, NO_MSG, RX_MSGS};
 use super::{OnDone, OutBody, OutMessage, Port, SendError};
 use crate::addr::ProcessAddr;
@@ -148,7 +149,9 @@ impl Port {
     fn ensure_tx_window(&mut self, idx: PeerIdx) {
         let p = &mut self.peers[idx as usize];
         if p.tx.is_none() {
-            p.tx = Some(self.tx_windows.pop().unwrap_or_else(TxWindow::new));
+            let mut w = self.tx_windows.pop().unwrap_or_else(TxWindow::new);
+            w.rack = RackMark::default();
+            p.tx = Some(w);
         }
     }
 
@@ -349,10 +352,13 @@ impl Port {
             sent_count: 1,
             last_of_msg: last,
             sacked: false,
+            lost: false,
             bundle: false,
             msg_seq: first_seq,
             last_sent: now,
+            sent_order: p.transmissions,
         };
+        p.transmissions = p.transmissions.wrapping_add(1);
         p.next_seq = seq.next();
         self.advance_framing(idx, m, last, transfer);
         let p = &mut self.peers[idx as usize];
@@ -551,10 +557,13 @@ impl Port {
             sent_count: 1,
             last_of_msg: true,
             sacked: false,
+            lost: false,
             bundle: true,
             msg_seq: seq,
             last_sent: now,
+            sent_order: p.transmissions,
         };
+        p.transmissions = p.transmissions.wrapping_add(1);
         p.next_seq = seq.next();
         p.framing = NO_MSG;
         if p.rto_deadline == Time::NEVER {
@@ -671,10 +680,6 @@ impl Port {
 
     /// Resends the next frame of the sweep that still needs it.
     fn emit_retransmission(&mut self, idx: PeerIdx, now: Time, buf: &mut [u8]) -> Option<usize> {
-        let min_age = {
-            let p = &self.peers[idx as usize];
-            p.rtt.srtt().map_or(self.cfg.rto.min, |s| s / 2)
-        };
         loop {
             let p = &mut self.peers[idx as usize];
             if !p.retx_pending() {
@@ -687,7 +692,7 @@ impl Port {
             }
             let all = p.retx_all;
             let slot = *p.tx.as_ref()?.slot(seq);
-            if slot.sacked || (!all && now.saturating_since(slot.last_sent) < min_age) {
+            if slot.sacked || (!all && !slot.lost) {
                 continue;
             }
             let msg = self.messages[slot.msg as usize].as_ref()?;
@@ -714,6 +719,9 @@ impl Port {
                 let s = w.slot_mut(seq);
                 s.sent_count = s.sent_count.saturating_add(1);
                 s.last_sent = now;
+                s.lost = false;
+                s.sent_order = p.transmissions;
+                p.transmissions = p.transmissions.wrapping_add(1);
             }
             p.stats.retransmits += 1;
             self.stats.retransmits += 1;
@@ -743,10 +751,12 @@ impl Port {
             body.sack_bits = U16::new(rx.bitmap.to_wire(&mut body.bitmap));
         }
         body.dropped_seq = U32::new(p.nak_dropped.0);
+        body.duplicates = p.dups_unreported;
         let fields = self.fields_to(idx, kind);
         let len = wire::encode(buf, &fields, body.as_bytes(), self.peer_crc(idx)).ok()?;
         let p = &mut self.peers[idx as usize];
         p.nak = NakReason::None;
+        p.dups_unreported = 0;
         self.ack_carried(idx);
         if kind == FrameType::Ack {
             self.stats.acks_sent += 1;
@@ -816,9 +826,19 @@ impl Port {
         } else {
             now + p.rtt.rto(&self.cfg.rto)
         };
+        if p.una == p.next_seq {
+            p.reorder.deadline = Time::NEVER;
+        }
         let mut s = old_una;
         while s != ack {
-            let slot = self.peers[idx as usize].tx.as_ref().map(|w| *w.slot(s));
+            let p = &mut self.peers[idx as usize];
+            let slot = p.tx.as_mut().map(|w| {
+                let slot = *w.slot(s);
+                if !slot.sacked {
+                    loss::note_delivered(&mut w.rack, &mut p.reorder, &p.rtt, &slot, now);
+                }
+                slot
+            });
             match slot {
                 Some(slot) if slot.bundle => self.bundle_acknowledged(slot.msg),
                 Some(slot) => self.frame_acknowledged(slot.msg, slot.last_of_msg),
@@ -872,7 +892,10 @@ impl Port {
         // room) are un-marked, so they are sent again.
         let p = &mut self.peers[idx as usize];
         let (una, next) = (p.una, p.next_seq);
-        let mut highest_sacked = None;
+        // The newest frame sent once that this body newly shows delivered:
+        // a round-trip sample free of Karn's ambiguity, which matters when
+        // reordering makes every cumulative acknowledgement cover a resend.
+        let mut sample = None;
         if let Some(w) = p.tx.as_mut() {
             // The frame at the cumulative acknowledgement is by definition
             // missing at the receiver.
@@ -883,24 +906,37 @@ impl Port {
             while s.before(next) && s.since(ack).is_some_and(|d| d <= SACK_BITS as u32) {
                 if !s.before(una) {
                     let held = body.is_set((s.since(ack).unwrap_or(1) - 1) as usize);
-                    w.slot_mut(s).sacked = held;
-                    if held {
-                        highest_sacked = Some(s);
+                    let slot = w.slot_mut(s);
+                    let newly = held && !slot.sacked;
+                    slot.sacked = held;
+                    if newly {
+                        let slot = *slot;
+                        if loss::note_delivered(&mut w.rack, &mut p.reorder, &p.rtt, &slot, now)
+                            && slot.sent_count == 1
+                        {
+                            sample = Some(now.saturating_since(slot.last_sent));
+                        }
                     }
                 }
                 s = s.next();
             }
         }
+        if let Some(round_trip) = sample {
+            p.rtt.sample(round_trip);
+        }
+        self.on_duplicates_reported(idx, body.duplicates);
         match body.reason() {
-            NakReason::None => {}
-            NakReason::Gap => {
-                if let Some(h) = highest_sacked {
-                    p.add_retx_range(ack, h, false);
+            NakReason::None | NakReason::Gap => {
+                // Frames sent before one that arrived may be lost, or only
+                // overtaken (a scan that stops at the first frame sent
+                // after the mark: one step when nothing is missing).
+                if una != next {
+                    self.detect_losses(idx, now);
                 }
             }
             NakReason::RingFull => {
-                self.stats.ring_full_backoffs += 1;
                 let p = &mut self.peers[idx as usize];
+                self.stats.ring_full_backoffs += 1;
                 // The peer answers: it is alive, only full.
                 p.consecutive_timeouts = 0;
                 if now >= p.busy_until {
@@ -939,14 +975,20 @@ impl Port {
         p.rtt.back_off();
         let (una, next) = (p.una, p.next_seq);
         // After a timeout, selective acknowledgements are not trusted: the
-        // receiver may have dropped what it held (RFC 2018, RFC 6675).
+        // receiver may have dropped what it held (RFC 2018, RFC 6675). Nor
+        // is the mark of loss detection: with the selective flags gone,
+        // every frame sent before it would look lost, while the receiver
+        // may hold them all. The next acknowledgement sets both again.
         if let Some(w) = p.tx.as_mut() {
             let mut s = una;
             while s != next {
                 w.slot_mut(s).sacked = false;
                 s = s.next();
             }
+            w.rack = RackMark::default();
         }
+        p.reorder.deadline = Time::NEVER;
+        p.reorder.after_timeout = true;
         // The timeout may be a receiver that stalled (a vCPU taken away for
         // a few ms), not a loss, and resending the whole window would double
         // the traffic for nothing. So probe: resend the oldest frame (if it
@@ -957,7 +999,12 @@ impl Port {
         if u32::from(p.consecutive_timeouts) >= FULL_RESEND_AFTER_TIMEOUTS {
             p.add_retx_range(una, next, true);
         } else {
-            p.add_retx_range(una, una.next(), true);
+            // The oldest frame is resent as if judged lost, so that a sweep
+            // already pending (frames judged lost) stays selective.
+            if let Some(w) = p.tx.as_mut() {
+                w.slot_mut(una).lost = true;
+            }
+            p.add_retx_range(una, una.next(), false);
             p.probe_newest = next.plus(u32::MAX) != una;
         }
         p.rto_deadline = now + p.rtt.rto(&self.cfg.rto);
@@ -1027,6 +1074,7 @@ impl Port {
         p.xfer_tail = NO_MSG;
         p.framing = NO_MSG;
         p.rto_deadline = Time::NEVER;
+        p.reorder.deadline = Time::NEVER;
         p.busy_until = Time::ZERO;
         p.consecutive_timeouts = 0;
         p.rtt.reset_backoff();

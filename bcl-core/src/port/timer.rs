@@ -1,5 +1,6 @@
-//! Timers: retransmission timeouts, delayed acknowledgements and ring-full
-//! back-off, one lazily maintained heap entry per peer.
+//! Timers: retransmission timeouts, reorder checks, delayed
+//! acknowledgements and ring-full back-off, one lazily maintained heap entry
+//! per peer.
 //!
 //! A peer's deadlines change often (every acknowledgement restarts the
 //! retransmission timer), so the heap is not updated on every change. Each
@@ -45,6 +46,10 @@ impl Port {
                     p.ack_now = true;
                 }
             }
+            if p.reorder.deadline <= now {
+                self.detect_losses(idx, now);
+            }
+            let p = &mut self.peers[idx as usize];
             if p.rto_deadline <= now {
                 if p.una != p.next_seq && !p.reliable {
                     self.on_retransmission_timeout(idx, now);

@@ -40,8 +40,11 @@ impl NakReason {
 pub struct AckBody {
     /// [`NakReason`] code.
     pub reason: u8,
-    /// Zero.
-    pub reserved: u8,
+    /// DATA frames this receiver got again since its previous ACK or NAK
+    /// to the same sender (saturating at 255): resends that were not
+    /// needed, or copies the network made. A sender widens its reordering
+    /// window on them. (Zero from receivers older than this field.)
+    pub duplicates: u8,
     /// How many bits of `bitmap` are meaningful.
     pub sack_bits: U16,
     /// For [`NakReason::RingFull`]: the sequence number that was dropped.
@@ -55,7 +58,7 @@ impl AckBody {
     pub fn new(reason: NakReason) -> Self {
         AckBody {
             reason: reason as u8,
-            reserved: 0,
+            duplicates: 0,
             sack_bits: U16::new(0),
             dropped_seq: U32::new(0),
             bitmap: [0; SACK_BITS / 8],

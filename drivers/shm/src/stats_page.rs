@@ -144,7 +144,7 @@ pub fn page_len(peers: u32) -> usize {
 }
 
 /// The port counters in page order, by the names `bcl-stat --json` uses.
-pub const PORT_COUNTERS: [&str; 35] = [
+pub const PORT_COUNTERS: [&str; 37] = [
     "frames_sent",
     "frames_received",
     "data_frames_sent",
@@ -180,6 +180,8 @@ pub const PORT_COUNTERS: [&str; 35] = [
     "bad_ack",
     "too_many_peers",
     "bad_bundle",
+    "frames_judged_lost",
+    "duplicates_reported",
 ];
 
 /// `s` as words in [`PORT_COUNTERS`] order.
@@ -221,6 +223,8 @@ pub fn port_words(s: &PortStats) -> [u64; PORT_COUNTERS.len()] {
         b.bad_ack,
         b.too_many_peers,
         b.bad_bundle,
+        s.frames_judged_lost,
+        s.duplicates_reported,
     ]
 }
 
@@ -249,6 +253,8 @@ pub fn port_from_words(w: &[u64; PORT_COUNTERS.len()]) -> PortStats {
         transfers_received: w[19],
         transfer_frames_dropped: w[20],
         channel_events: w[21],
+        frames_judged_lost: w[35],
+        duplicates_reported: w[36],
         bad_frames: BadFrames {
             truncated: w[22],
             bad_version: w[23],

@@ -1,0 +1,226 @@
+//! Loss detection by time and sequence, in the spirit of TCP's RACK
+//! (RFC 8985).
+//!
+//! A frame is not lost just because a later one arrived first: multi-queue
+//! NICs, several rails, bridges with jitter and routed paths all reorder.
+//! The sender remembers the most recently *sent* frame known to be delivered
+//! (the RACK mark: its send time, sequence number and the round trip of that
+//! delivery). A frame still unacknowledged is judged lost when it was sent
+//! before the mark and the mark's round trip plus a *reordering window* have
+//! passed since it was sent; until then a timer waits for it. A resent frame
+//! has a new send time, so a lost resend is found the same way, and a frame
+//! is never resent twice on the same evidence.
+//!
+//! The reordering window is zero until the path has been seen to reorder (a
+//! frame sent once was delivered after a later-sent one), so a plain loss is
+//! repaired as soon as the receiver's bitmap shows a later frame. After
+//! that the window is a quarter of the minimum round trip times a
+//! multiplier. The multiplier rises at once to cover how late an overtaken
+//! frame arrived (measured when it arrives before being resent), doubles,
+//! at most once per round trip, whenever the receiver reports
+//! duplicates in its acknowledgements (resends that were not needed, like
+//! TCP's D-SACK; not those a timeout's resends explain), and falls back to
+//! one after 16 loss recoveries without either. The window is capped at two
+//! smoothed round trips: a path may hold a frame back by more than one round
+//! trip (a reordering bridge, the simulated fabric's hold-back), and a true
+//! loss on such a path is still found within about three round trips; the
+//! retransmission timeout remains the backstop.
+
+use super::peer::{PeerIdx, TxSlot};
+use super::Port;
+use crate::rtt::RttEstimator;
+use crate::seq::Seq;
+use crate::time::Time;
+use std::time::Duration;
+
+/// Loss recoveries after which a widened reordering window shrinks back.
+const REORDER_WINDOW_PERSIST: u8 = 16;
+
+/// The most recently sent frame known to be delivered.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct RackMark {
+    /// Its [`TxSlot::sent_order`].
+    pub order: u32,
+    /// The round trip of its delivery, in nanoseconds.
+    pub rtt_ns: u32,
+    /// A frame has been delivered since the window was taken.
+    pub known: bool,
+}
+
+/// What the sender knows about reordering on the path to one peer.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ReorderState {
+    /// Look for losses again at this instant (a frame sent before the mark
+    /// whose window has not passed yet).
+    pub deadline: Time,
+    /// The path has delivered a frame after a later-sent one.
+    pub seen: bool,
+    /// The window in quarters of the minimum round trip.
+    pub multiplier: u8,
+    /// Loss recoveries left before the multiplier falls back to one.
+    pub recoveries_left: u8,
+    /// The multiplier grows again only once the cumulative acknowledgement
+    /// passes this point (once per round trip).
+    pub round_end: Seq,
+    /// A timeout resent frames the receiver may hold (its probes, or the
+    /// whole window): duplicates reported until an acknowledgement reports
+    /// none are those, not reordering.
+    pub after_timeout: bool,
+}
+
+impl ReorderState {
+    /// No reordering seen on a path whose first frame is `initial_seq`.
+    pub const fn new(initial_seq: Seq) -> Self {
+        ReorderState {
+            deadline: Time::NEVER,
+            seen: false,
+            multiplier: 1,
+            recoveries_left: 0,
+            round_end: initial_seq,
+            after_timeout: false,
+        }
+    }
+
+    /// Widens the window to at least `late` (a frame arrived that much
+    /// after it would have without reordering), in quarters of the minimum
+    /// round trip; it stays at least that wide for the next recoveries.
+    fn cover(&mut self, late: Duration, rtt: &RttEstimator) {
+        let Some(quarter) = rtt.min_rtt().map(|m| m / 4) else {
+            return;
+        };
+        if late.is_zero() || quarter.is_zero() {
+            return;
+        }
+        let needed = (late.as_nanos() / quarter.as_nanos() + 1).min(u128::from(u8::MAX)) as u8;
+        if needed > self.multiplier {
+            self.multiplier = needed;
+            self.recoveries_left = REORDER_WINDOW_PERSIST;
+        }
+    }
+
+    /// The current reordering window.
+    pub fn window(&self, rtt: &RttEstimator) -> Duration {
+        if !self.seen {
+            return Duration::ZERO;
+        }
+        match (rtt.min_rtt(), rtt.srtt()) {
+            (Some(min), Some(srtt)) => (min / 4 * u32::from(self.multiplier)).min(srtt * 2),
+            _ => Duration::ZERO,
+        }
+    }
+}
+
+/// Whether the transmission numbered `order` left before the one numbered
+/// `other` (wrapping, like sequence numbers: everything compared is in
+/// flight, far less than 2^31 sendings apart).
+fn sent_before(order: u32, other: u32) -> bool {
+    (order.wrapping_sub(other) as i32) < 0
+}
+
+/// Frame `slot` is newly known delivered at `now`: moves the mark, and
+/// returns true if it did. A frame sent once that arrived after a
+/// later-sent one shows the path reorders, and how late it was: the window
+/// grows at once to cover that lateness.
+pub(super) fn note_delivered(
+    mark: &mut RackMark,
+    reorder: &mut ReorderState,
+    rtt: &RttEstimator,
+    slot: &TxSlot,
+    now: Time,
+) -> bool {
+    let round_trip = now.saturating_since(slot.last_sent);
+    if mark.known && sent_before(slot.sent_order, mark.order) {
+        if slot.sent_count == 1 {
+            reorder.seen = true;
+            let expected =
+                Duration::from_nanos(u64::from(mark.rtt_ns)).max(rtt.min_rtt().unwrap_or_default());
+            reorder.cover(round_trip.saturating_sub(expected), rtt);
+        }
+        return false;
+    }
+    *mark = RackMark {
+        order: slot.sent_order,
+        rtt_ns: u32::try_from(round_trip.as_nanos()).unwrap_or(u32::MAX),
+        known: true,
+    };
+    true
+}
+
+impl Port {
+    /// Marks as lost, and queues for resending, every frame to peer `idx`
+    /// sent before the mark whose reordering window has passed; sets the
+    /// reorder timer for the earliest of the others.
+    pub(super) fn detect_losses(&mut self, idx: PeerIdx, now: Time) {
+        let p = &mut self.peers[idx as usize];
+        p.reorder.deadline = Time::NEVER;
+        let wait = {
+            let Some(w) = p.tx.as_ref() else { return };
+            if !w.rack.known {
+                return;
+            }
+            // Never less than the least round trip: a mark set by a resend
+            // whose first copy had arrived carries a round trip too short to
+            // judge older frames by.
+            let rtt = Duration::from_nanos(u64::from(w.rack.rtt_ns));
+            rtt.max(p.rtt.min_rtt().unwrap_or_default()) + p.reorder.window(&p.rtt)
+        };
+        let (una, next) = (p.una, p.next_seq);
+        let Some(w) = p.tx.as_mut() else { return };
+        let mark = w.rack;
+        let mut lost: Option<(Seq, Seq)> = None;
+        let mut deadline = Time::NEVER;
+        let mut s = una;
+        while s != next {
+            let slot = w.slot_mut(s);
+            if !sent_before(slot.sent_order, mark.order) {
+                if slot.sent_count == 1 {
+                    // Frames after this one went out later still: none of
+                    // them can be before the mark.
+                    break;
+                }
+            } else if !slot.sacked && !slot.lost {
+                let due = slot.last_sent + wait;
+                if now >= due {
+                    slot.lost = true;
+                    self.stats.frames_judged_lost += 1;
+                    lost = Some(lost.map_or((s, s), |(first, _)| (first, s)));
+                } else {
+                    deadline = deadline.min(due);
+                }
+            }
+            s = s.next();
+        }
+        p.reorder.deadline = deadline;
+        if let Some((first, last)) = lost {
+            p.add_retx_range(first, last.next(), false);
+            if p.reorder.recoveries_left > 0 {
+                p.reorder.recoveries_left -= 1;
+                if p.reorder.recoveries_left == 0 {
+                    p.reorder.multiplier = 1;
+                }
+            }
+        }
+    }
+
+    /// Peer `idx` reported `count` duplicate frames: resends that were not
+    /// needed (or copies the network made). Widens the reordering window,
+    /// at most once per round trip, unless a timeout's resends explain them.
+    pub(super) fn on_duplicates_reported(&mut self, idx: PeerIdx, count: u8) {
+        let p = &mut self.peers[idx as usize];
+        if count == 0 {
+            p.reorder.after_timeout = false;
+            return;
+        }
+        self.stats.duplicates_reported += u64::from(count);
+        if p.reorder.after_timeout {
+            return;
+        }
+        let r = &mut p.reorder;
+        r.seen = true;
+        if !p.una.before(r.round_end) {
+            r.multiplier = r.multiplier.saturating_mul(2);
+            r.round_end = p.next_seq;
+        }
+        r.recoveries_left = REORDER_WINDOW_PERSIST;
+    }
+}
