@@ -280,6 +280,7 @@ impl Transport for RawTransport {
         TransportCounters {
             retransmits: 0,
             bad_frames: self.bad,
+            data_frames: 0,
         }
     }
 

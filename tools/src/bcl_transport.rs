@@ -122,6 +122,7 @@ impl Transport for BclTransport {
         TransportCounters {
             retransmits: s.retransmits,
             bad_frames: s.bad_frames.total() + dropped,
+            data_frames: s.data_frames_sent,
         }
     }
 

@@ -194,6 +194,7 @@ impl Transport for KernelUdp {
         TransportCounters {
             retransmits: 0,
             bad_frames: self.bad,
+            data_frames: 0,
         }
     }
 

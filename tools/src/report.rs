@@ -204,6 +204,10 @@ pub struct BwCounters {
     /// Frames dropped as malformed, corrupted or foreign (both ends when
     /// known).
     pub bad_frames: u64,
+    /// DATA frames the transport sent for the first time (both ends when
+    /// known; BCL only): the base of a retransmission rate.
+    #[serde(default)]
+    pub data_frames: u64,
 }
 
 /// The `--json` output of `bcl-bw`.

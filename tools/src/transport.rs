@@ -27,6 +27,8 @@ pub struct TransportCounters {
     pub retransmits: u64,
     /// Frames dropped as malformed, corrupted or foreign.
     pub bad_frames: u64,
+    /// DATA frames sent for the first time (BCL only).
+    pub data_frames: u64,
 }
 
 /// Messages to and from one peer.

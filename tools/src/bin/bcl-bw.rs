@@ -422,6 +422,7 @@ fn finish(
     let counters = BwCounters {
         retransmits: out.receiver.retransmits + own.retransmits,
         bad_frames: out.receiver.bad_frames + own.bad_frames,
+        data_frames: out.receiver.data_frames + own.data_frames,
     };
     let v = out.verify;
     let verify = cli.verify.then_some(VerifyReport {

@@ -372,6 +372,7 @@ pub fn run_sender_observed(
         receiver: TransportCounters {
             retransmits: w(5),
             bad_frames: w(6),
+            data_frames: 0,
         },
     })
 }
