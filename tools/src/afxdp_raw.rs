@@ -32,7 +32,7 @@ use std::time::Instant;
 /// Descriptor prefix of `afxdp-raw` servers.
 pub const RAW_NAME: &str = "afxdp-raw";
 /// Bytes of the `afxdp-raw` header after the Ethernet header (the length).
-const RAW_HEADER: usize = 2;
+pub(crate) const RAW_HEADER: usize = 2;
 /// Idle polling rounds between two looks at the clock.
 const CLOCK_EVERY: u32 = 64;
 
@@ -89,20 +89,19 @@ pub fn open_server(spec: &EndSpec) -> Result<(String, BoxTransport), String> {
 
 /// Opens the connecting end of `--method afxdp-raw` towards `descriptor`.
 pub fn open_client(spec: &EndSpec, descriptor: &str) -> Result<BoxTransport, String> {
-    let peer = parse_raw_descriptor(descriptor)?;
+    let peer = parse_raw_descriptor(RAW_NAME, descriptor)?;
     Ok(Box::new(RawTransport::open(spec, Some(peer))?))
 }
 
-/// The peer MAC of an `afxdp-raw:MAC[/IFINDEX]` descriptor.
-fn parse_raw_descriptor(text: &str) -> Result<Mac, String> {
+/// The peer MAC of a `NAME:MAC[/IFINDEX]` descriptor of a bare-frame
+/// baseline named `name` (`afxdp-raw`, `packet-raw`).
+pub(crate) fn parse_raw_descriptor(name: &str, text: &str) -> Result<Mac, String> {
     let bad = || {
         format!(
-            "--connect {text:?}: expected {RAW_NAME}:MAC/IFINDEX as printed by the server's `listening:` line"
+            "--connect {text:?}: expected {name}:MAC/IFINDEX as printed by the server's `listening:` line"
         )
     };
-    let rest = text
-        .strip_prefix(RAW_NAME)
-        .and_then(|r| r.strip_prefix(':'));
+    let rest = text.strip_prefix(name).and_then(|r| r.strip_prefix(':'));
     let mac = rest.ok_or_else(bad)?.split('/').next().unwrap_or_default();
     match mac.parse::<Mac>() {
         Ok(m) if m.is_unicast() => Ok(m),
@@ -154,7 +153,13 @@ impl RawTransport {
 /// start of `buf` and returns its length. `buf` must hold
 /// `HEADER_LEN + RAW_HEADER + msg.len()` bytes, which the transport's
 /// `max_message` ensures.
-fn write_raw_frame(buf: &mut [u8], dst: Mac, src: Mac, ethertype: u16, msg: &[u8]) -> usize {
+pub(crate) fn write_raw_frame(
+    buf: &mut [u8],
+    dst: Mac,
+    src: Mac,
+    ethertype: u16,
+    msg: &[u8],
+) -> usize {
     let len = HEADER_LEN + RAW_HEADER + msg.len();
     let (header, rest) = buf[..len]
         .split_first_chunk_mut::<HEADER_LEN>()
@@ -170,7 +175,7 @@ fn write_raw_frame(buf: &mut [u8], dst: Mac, src: Mac, ethertype: u16, msg: &[u8
 
 /// What a received frame holds: its source and message, if it is one of
 /// ours for `mac` of EtherType `ethertype`.
-fn parse_raw_frame(frame: &[u8], mac: Mac, ethertype: u16) -> Option<(Mac, &[u8])> {
+pub(crate) fn parse_raw_frame(frame: &[u8], mac: Mac, ethertype: u16) -> Option<(Mac, &[u8])> {
     let frame = Frame::new_checked(frame).ok()?;
     if frame.ethertype() != ethertype || frame.dst_addr() != mac {
         return None;
@@ -306,11 +311,11 @@ mod tests {
     #[test]
     fn raw_descriptors_parse() {
         assert_eq!(
-            parse_raw_descriptor("afxdp-raw:02:00:00:00:02:01/3").unwrap(),
+            parse_raw_descriptor(RAW_NAME, "afxdp-raw:02:00:00:00:02:01/3").unwrap(),
             Mac([2, 0, 0, 0, 2, 1])
         );
         assert_eq!(
-            parse_raw_descriptor("afxdp-raw:02:00:00:00:02:01").unwrap(),
+            parse_raw_descriptor(RAW_NAME, "afxdp-raw:02:00:00:00:02:01").unwrap(),
             Mac([2, 0, 0, 0, 2, 1])
         );
         for bad in [
@@ -321,7 +326,7 @@ mod tests {
             "02:00:00:00:02:01",
         ] {
             assert!(
-                parse_raw_descriptor(bad)
+                parse_raw_descriptor(RAW_NAME, bad)
                     .unwrap_err()
                     .contains("listening:"),
                 "{bad} accepted"

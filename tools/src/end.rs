@@ -27,16 +27,20 @@ pub enum Baseline {
     /// Bare AF_XDP frames, one message per frame, no BCL protocol: the
     /// floor of BCL over AF_XDP.
     AfxdpRaw,
+    /// Bare frames on the packet method's AF_PACKET rings, one message per
+    /// frame, no BCL protocol: the floor of BCL over packet.
+    PacketRaw,
 }
 
 impl Baseline {
     /// Every baseline.
-    pub const ALL: [Baseline; 5] = [
+    pub const ALL: [Baseline; 6] = [
         Baseline::KernelUdp,
         Baseline::KernelTcp,
         Baseline::Unix,
         Baseline::Spin,
         Baseline::AfxdpRaw,
+        Baseline::PacketRaw,
     ];
 
     /// The name on the command line and in reports.
@@ -47,6 +51,7 @@ impl Baseline {
             Baseline::Unix => "unix",
             Baseline::Spin => "spin",
             Baseline::AfxdpRaw => "afxdp-raw",
+            Baseline::PacketRaw => "packet-raw",
         }
     }
 
@@ -58,6 +63,9 @@ impl Baseline {
             Baseline::Unix => "a Unix-domain stream socket between processes of one node",
             Baseline::Spin => "the shared-memory floor: two cache lines ping-ponged (<= 40 B)",
             Baseline::AfxdpRaw => "the AF_XDP floor: bare frames, one message each, no BCL",
+            Baseline::PacketRaw => {
+                "the AF_PACKET floor: bare frames on packet's rings, one message each, no BCL"
+            }
         }
     }
 }

@@ -3,7 +3,8 @@
 //! - [`transport`]: the message [`Transport`](transport::Transport) the
 //!   tools measure; [`bcl_transport`] (BCL on any method) and the
 //!   baselines — [`kernel`] (kernel UDP/TCP), [`local`] (Unix socket, the
-//!   shared-memory floor), [`afxdp_raw`] (the AF_XDP floor) — implement it.
+//!   shared-memory floor), [`afxdp_raw`] (the AF_XDP floor),
+//!   [`packet_raw`] (the AF_PACKET floor) — implement it.
 //! - [`end`]: the `--method` value (a method of the registry or a
 //!   baseline) and an end's settings.
 //! - [`methods`]: opening an end of a chosen method, as server or client.
@@ -31,6 +32,7 @@ pub mod launch;
 pub mod local;
 pub mod loggp;
 pub mod methods;
+pub mod packet_raw;
 pub mod pingpong;
 pub mod plot;
 pub mod progress;

@@ -18,6 +18,7 @@ use crate::end::{
 };
 use crate::kernel::{KernelTcp, KernelUdp, TcpServer};
 use crate::local::{open_unix_client, SpinTransport, UnixServer};
+use crate::packet_raw;
 use crate::transport::BoxTransport;
 use bcl::core::method::{Attachment, MethodKind, OpenSpec};
 use bcl::sim::{FabricConfig, RealClock, SimClock, SimFabric};
@@ -111,6 +112,10 @@ pub fn open_server(spec: &EndSpec) -> Result<Served, String> {
             let (d, t) = afxdp_raw::open_server(spec)?;
             (d, Pending::Ready(t))
         }
+        MethodArg::Baseline(Baseline::PacketRaw) => {
+            let (d, t) = packet_raw::open_server(spec)?;
+            (d, Pending::Ready(t))
+        }
     };
     Ok(Served {
         descriptor,
@@ -150,6 +155,7 @@ pub fn open_client(
         MethodArg::Baseline(Baseline::Unix) => open_unix_client(busy, descriptor, deadline),
         MethodArg::Baseline(Baseline::Spin) => Ok(Box::new(SpinTransport::connect(descriptor)?)),
         MethodArg::Baseline(Baseline::AfxdpRaw) => afxdp_raw::open_client(spec, descriptor),
+        MethodArg::Baseline(Baseline::PacketRaw) => packet_raw::open_client(spec, descriptor),
     }
 }
 
@@ -160,7 +166,8 @@ pub fn open_local_pair(spec: &EndSpec) -> Result<(Served, BoxTransport), String>
     let name = spec.method.name();
     match (spec.method.attachment(), spec.method) {
         (Some(Attachment::InProcess), _) => sim_pair(spec),
-        (Some(Attachment::Interface), _) | (None, MethodArg::Baseline(Baseline::AfxdpRaw)) => {
+        (Some(Attachment::Interface), _)
+        | (None, MethodArg::Baseline(Baseline::AfxdpRaw | Baseline::PacketRaw)) => {
             Err(format!(
                 "the {name} method needs two interfaces, one per end: use --lab configs/lab/pair.toml --nodes a,b (or --serve/--connect in two namespaces)"
             ))

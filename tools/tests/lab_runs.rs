@@ -93,6 +93,56 @@ fn pingpong_over_packet_in_a_lab_writes_the_contract_json() {
 }
 
 #[test]
+fn pingpong_over_the_bare_packet_floor_writes_the_contract_json() {
+    if !require_privileges("pingpong_over_the_bare_packet_floor") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for busy in [false, true] {
+        let out = dir.path().join(format!("raw-{busy}.json"));
+        let p = prefix(&format!("tool-raw{}", u8::from(busy)));
+        let mut args = vec![
+            "--method",
+            "packet-raw",
+            "--nodes",
+            "b,a",
+            "--sizes",
+            "64,1400",
+            "--iters",
+            "300",
+            "--warmup",
+            "20",
+        ];
+        if busy {
+            args.push("--busy-poll");
+        }
+        let status = Command::new(PINGPONG)
+            .arg("--lab")
+            .arg(config("pair.toml"))
+            .args(&args)
+            .arg("--json")
+            .arg(&out)
+            .env("BCL_LAB_PREFIX", &p)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let v = json(&out);
+        assert_eq!(v["method"], "packet-raw");
+        assert_eq!(v["mode"], if busy { "busy-poll" } else { "blocking" });
+        let results = v["results"].as_array().unwrap();
+        assert_eq!(results[1]["size"], 1400);
+        assert!(results[1]["p50_ns"].as_u64().unwrap() > 0);
+        // First contact, then 2 sizes x (20 warm-up + 300 timed), and no
+        // BCL protocol underneath: nothing resent.
+        assert_eq!(v["counters"]["received"], 641, "{v}");
+        assert_eq!(v["counters"]["lost"], 0);
+        assert_eq!(v["counters"]["corrupt"], 0);
+        assert_eq!(v["counters"]["retransmits"], 0);
+        assert!(namespaces_of(&p).is_empty());
+    }
+}
+
+#[test]
 fn bw_with_verify_reports_the_same_counts_on_both_sides() {
     if !require_privileges("bw_with_verify_reports_the_same_counts") {
         return;

@@ -30,12 +30,14 @@
 
 pub mod kind;
 mod method;
+mod raw;
 mod sys;
 
 pub use kind::{PacketKind, JOB_ETHERTYPE};
 pub use method::{
     parse_address, probe, PacketConfig, PacketCounters, PacketMethod, PacketStats, METHOD_NAME,
 };
+pub use raw::RawPacket;
 
 #[cfg(test)]
 mod tests;

@@ -157,59 +157,68 @@ fn not_usable(reason: String) -> MethodError {
     }
 }
 
+/// Opens the AF_PACKET socket and rings of `cfg` on its interface: what
+/// the method and the bare-frame floor ([`crate::RawPacket`]) share.
+/// Returns the socket, the interface and its MTU.
+pub(crate) fn open_socket(
+    cfg: &PacketConfig,
+) -> Result<(PacketSocket, Interface, usize), MethodError> {
+    let iface = choose_interface(cfg.ifname.as_deref()).map_err(|e| not_usable(e.to_string()))?;
+    if !iface.up {
+        return Err(not_usable(format!("interface {} is down", iface.name)));
+    }
+    let if_mtu = interface_mtu(&iface.name).map_err(|e| MethodError::Io {
+        method: METHOD_NAME,
+        context: format!("MTU of {}", iface.name),
+        source: e,
+    })?;
+    if if_mtu <= HEADER_LEN {
+        return Err(not_usable(format!(
+            "interface {} has MTU {if_mtu}, too small for a BCL frame",
+            iface.name
+        )));
+    }
+    if cfg.ethertype < MIN_ETHERTYPE {
+        return Err(MethodError::Other {
+            method: METHOD_NAME,
+            reason: format!(
+                "EtherType {:#06x} is below 0x0600 (that is an 802.3 length)",
+                cfg.ethertype
+            ),
+        });
+    }
+    // Room for the ring header, the MAC header (and a VLAN tag) and the
+    // largest frame.
+    let frame_size = (RX_MAX_MAC_OFFSET + bcl_ether::HEADER_LEN + VLAN_TAG_LEN + if_mtu)
+        .next_power_of_two()
+        .max(2048);
+    let sock = PacketSocket::open(
+        iface.index,
+        cfg.ethertype,
+        frame_size,
+        cfg.rx_frames.max(8),
+        cfg.tx_frames.max(8),
+    )
+    .map_err(|e| match e {
+        OpenError::NoCapability => not_usable("needs CAP_NET_RAW".into()),
+        OpenError::Io(source) => MethodError::Io {
+            method: METHOD_NAME,
+            context: format!("AF_PACKET socket on {}", iface.name),
+            source,
+        },
+    })?;
+    Ok((sock, iface, if_mtu))
+}
+
 impl PacketMethod {
     /// Opens the method on the configured interface.
     pub fn open(cfg: PacketConfig) -> Result<PacketMethod, MethodError> {
-        let iface =
-            choose_interface(cfg.ifname.as_deref()).map_err(|e| not_usable(e.to_string()))?;
-        if !iface.up {
-            return Err(not_usable(format!("interface {} is down", iface.name)));
-        }
-        let if_mtu = interface_mtu(&iface.name).map_err(|e| MethodError::Io {
-            method: METHOD_NAME,
-            context: format!("MTU of {}", iface.name),
-            source: e,
-        })?;
-        if if_mtu <= HEADER_LEN {
-            return Err(not_usable(format!(
-                "interface {} has MTU {if_mtu}, too small for a BCL frame",
-                iface.name
-            )));
-        }
-        if cfg.ethertype < MIN_ETHERTYPE {
-            return Err(MethodError::Other {
-                method: METHOD_NAME,
-                reason: format!(
-                    "EtherType {:#06x} is below 0x0600 (that is an 802.3 length)",
-                    cfg.ethertype
-                ),
-            });
-        }
-        // Room for the ring header, the MAC header (and a VLAN tag) and the
-        // largest frame.
-        let frame_size = (RX_MAX_MAC_OFFSET + bcl_ether::HEADER_LEN + VLAN_TAG_LEN + if_mtu)
-            .next_power_of_two()
-            .max(2048);
-        let sock = PacketSocket::open(
-            iface.index,
-            cfg.ethertype,
-            frame_size,
-            cfg.rx_frames.max(8),
-            cfg.tx_frames.max(8),
-        )
-        .map_err(|e| match e {
-            OpenError::NoCapability => not_usable("needs CAP_NET_RAW".into()),
-            OpenError::Io(source) => MethodError::Io {
-                method: METHOD_NAME,
-                context: format!("AF_PACKET socket on {}", iface.name),
-                source,
-            },
-        })?;
+        let (sock, iface, mtu) = open_socket(&cfg)?;
         Ok(PacketMethod {
             sock,
             station: Station::new(iface.mac, cfg.ethertype),
             iface,
-            mtu: if_mtu,
+            mtu,
             counters: Arc::default(),
             closed: false,
         })

@@ -380,6 +380,26 @@ impl Drop for PacketSocket {
     }
 }
 
+/// `poll(fd, POLLIN, timeout_ms)`: whether `fd` became readable.
+pub(crate) fn wait_readable(fd: RawFd, timeout_ms: i32) -> io::Result<bool> {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the duration of the call.
+    let n = unsafe { libc::poll(&mut p, 1, timeout_ms) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::Interrupted {
+            Ok(false)
+        } else {
+            Err(e)
+        };
+    }
+    Ok(n > 0 && p.revents & libc::POLLIN != 0)
+}
+
 /// The MTU of interface `name`, asked with SIOCGIFMTU on `fd`.
 pub(crate) fn interface_mtu(name: &str) -> io::Result<usize> {
     let sock = raw_dgram_socket()?;

@@ -33,7 +33,7 @@ static HEAP: bcl::shm::heap::SharedHeap = bcl::shm::heap::SharedHeap::new();
 /// them), with its data messages on the system channel (eager), on normal
 /// channels (rendezvous into buffers the receiver posts) or on an open
 /// channel (RMA puts into a region the receiver registered): --channel. The
-/// baselines (kernel-udp, kernel-tcp, unix, spin, afxdp-raw) run the very
+/// baselines (kernel-udp, kernel-tcp, unix, spin, afxdp-raw, packet-raw) run the very
 /// same loop without BCL. Prints an
 /// OSU-style table (MB/s = 10^6 bytes per second). With --verify every
 /// message carries a sequence number and a CRC32C, and the receiver counts

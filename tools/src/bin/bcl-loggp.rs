@@ -287,7 +287,7 @@ fn check_args(cli: &Cli) -> Result<(), String> {
     let m = cli.common.method;
     if matches!(
         m,
-        MethodArg::Baseline(Baseline::KernelUdp | Baseline::AfxdpRaw)
+        MethodArg::Baseline(Baseline::KernelUdp | Baseline::AfxdpRaw | Baseline::PacketRaw)
     ) {
         return Err(format!(
             "{} may drop messages, and the LogGP phases count every one (the server acknowledges bursts and streams once all arrived); measure it with bcl-pingpong or bcl-bw",

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 /// echoes it, and every round trip is recorded in an HDR histogram.
 ///
 /// BCL is measured over any method of the registry (--method; --help lists
-/// them); the baselines (kernel-udp, kernel-tcp, unix, spin, afxdp-raw) run
+/// them); the baselines (kernel-udp, kernel-tcp, unix, spin, afxdp-raw, packet-raw) run
 /// the very same timing loop without BCL.
 /// Prints an OSU-style table of round-trip percentiles per message size (in
 /// microseconds; one-way latency is half). With --json the same figures are
