@@ -327,6 +327,11 @@ pub(crate) struct Task<'a> {
     pub reduction: Option<&'a (Op, Datatype)>,
 }
 
+/// The error of a call on a board that is not set up yet.
+fn not_set_up() -> CollError {
+    CollError::Invalid("a board call before its board is set up".into())
+}
+
 /// How far one board call got through its phases.
 #[derive(Default)]
 pub(crate) struct Phases {
@@ -353,11 +358,6 @@ impl CommBoard {
         task: &Task,
         data: &mut [u8],
     ) -> Result<(bool, bool), CollError> {
-        let State::Ready(board) = &self.state else {
-            return Err(CollError::Invalid(
-                "a board call before its board is set up".into(),
-            ));
-        };
         let elem = task.reduction.map_or(1, |(op, dt)| op.element_size(*dt));
         let chunk = SLOT_LEN - SLOT_LEN % elem;
         let chunks = data.len().div_ceil(chunk).max(1);
@@ -365,18 +365,9 @@ impl CommBoard {
         if c == Collective::Allreduce && data.len() >= SPLIT_MIN {
             return self.step_split(ph, task, data, chunk);
         }
-        let first = match ph.first {
-            Some(f) => f,
-            None => {
-                let f = self.next_phase;
-                self.next_phase += chunks as u64;
-                ph.first = Some(f);
-                self.calls += 1;
-                let word = call_word(self.calls, task, data.len());
-                self.liveness.call = (self.calls, word);
-                board.announce_call(me, self.calls, word);
-                f
-            }
+        let first = self.first_phase(ph, task, data.len(), chunks)?;
+        let State::Ready(board) = &self.state else {
+            return Err(not_set_up());
         };
         let mut moved = false;
         while ph.at < chunks {
@@ -448,6 +439,33 @@ impl CommBoard {
         Ok((true, moved))
     }
 
+    /// The first phase of the call `ph` tracks. On the call's first step it
+    /// takes `phases` phases for it and announces the call (its number and
+    /// arguments) on the board, so that a member calling with other
+    /// arguments is caught instead of hanging.
+    fn first_phase(
+        &mut self,
+        ph: &mut Phases,
+        task: &Task,
+        len: usize,
+        phases: usize,
+    ) -> Result<u64, CollError> {
+        if let Some(first) = ph.first {
+            return Ok(first);
+        }
+        let State::Ready(board) = &self.state else {
+            return Err(not_set_up());
+        };
+        let first = self.next_phase;
+        self.next_phase += phases as u64;
+        ph.first = Some(first);
+        self.calls += 1;
+        let word = call_word(self.calls, task, len);
+        self.liveness.call = (self.calls, word);
+        board.announce_call(task.me, self.calls, word);
+        Ok(first)
+    }
+
     /// A large allreduce in two phases per chunk, so that no member reads
     /// every member's whole chunk: in the first each member publishes its
     /// chunk and reduces its share (1/P of the elements) from all of them;
@@ -462,31 +480,17 @@ impl CommBoard {
         data: &mut [u8],
         chunk: usize,
     ) -> Result<(bool, bool), CollError> {
-        let State::Ready(board) = &self.state else {
-            return Err(CollError::Invalid(
-                "a board call before its board is set up".into(),
-            ));
-        };
         let (op, dt) = task
             .reduction
             .ok_or_else(|| CollError::Invalid("a reduction without an operation".into()))?;
         let elem = op.element_size(*dt);
-        let p = board.ranks();
         let me = task.me;
         let phases = 2 * data.len().div_ceil(chunk).max(1);
-        let first = match ph.first {
-            Some(f) => f,
-            None => {
-                let f = self.next_phase;
-                self.next_phase += phases as u64;
-                ph.first = Some(f);
-                self.calls += 1;
-                let word = call_word(self.calls, task, data.len());
-                self.liveness.call = (self.calls, word);
-                board.announce_call(me, self.calls, word);
-                f
-            }
+        let first = self.first_phase(ph, task, data.len(), phases)?;
+        let State::Ready(board) = &self.state else {
+            return Err(not_set_up());
         };
+        let p = board.ranks();
         let mut moved = false;
         macro_rules! wait {
             () => {{
