@@ -109,6 +109,31 @@ pub(crate) fn parse_raw_descriptor(name: &str, text: &str) -> Result<Mac, String
     }
 }
 
+/// One idle round of a bare-frame transport that waits for a frame until
+/// `deadline`: a spin (busy-poll; the clock is read every [`CLOCK_EVERY`]
+/// rounds) or a wait of at most 50 ms in `wait_readable`. False once the
+/// deadline has passed.
+pub(crate) fn idle_round(
+    busy: bool,
+    round: u32,
+    deadline: Instant,
+    wait_readable: impl FnOnce(i32) -> std::io::Result<bool>,
+) -> std::io::Result<bool> {
+    if busy {
+        if round.is_multiple_of(CLOCK_EVERY) && Instant::now() >= deadline {
+            return Ok(false);
+        }
+        std::hint::spin_loop();
+        return Ok(true);
+    }
+    let now = Instant::now();
+    if now >= deadline {
+        return Ok(false);
+    }
+    wait_readable(deadline.duration_since(now).as_millis().clamp(1, 50) as i32)?;
+    Ok(true)
+}
+
 /// Bare AF_XDP frames to one peer (see the module documentation).
 pub struct RawTransport {
     xsk: RawXsk,
@@ -258,19 +283,13 @@ impl Transport for RawTransport {
                 return Ok(true);
             }
             idle = idle.wrapping_add(1);
-            if self.busy {
-                if idle.is_multiple_of(CLOCK_EVERY) && Instant::now() >= deadline {
-                    return Ok(false);
-                }
-                std::hint::spin_loop();
-            } else {
-                let now = Instant::now();
-                if now >= deadline {
-                    return Ok(false);
-                }
-                let ms = deadline.duration_since(now).as_millis().clamp(1, 50) as i32;
-                bcl_afxdp::wait_readable(self.xsk.readiness_fd(), ms)
-                    .map_err(|e| TransportError::new("afxdp-raw poll", e))?;
+            let fd = self.xsk.readiness_fd();
+            let waiting = idle_round(self.busy, idle, deadline, |ms| {
+                bcl_afxdp::wait_readable(fd, ms)
+            })
+            .map_err(|e| TransportError::new("afxdp-raw poll", e))?;
+            if !waiting {
+                return Ok(false);
             }
         }
     }

@@ -11,7 +11,9 @@
 //! from the first frame. Descriptor: `packet-raw:MAC/IFINDEX`.
 
 use crate::afxdp_raw::RAW_HEADER;
-use crate::afxdp_raw::{interface, parse_raw_descriptor, parse_raw_frame, write_raw_frame};
+use crate::afxdp_raw::{
+    idle_round, interface, parse_raw_descriptor, parse_raw_frame, write_raw_frame,
+};
 use crate::end::EndSpec;
 use crate::transport::{BoxTransport, Transport, TransportCounters, TransportError};
 use bcl::ether::Mac;
@@ -138,20 +140,11 @@ impl Transport for PacketRawTransport {
                 return Ok(true);
             }
             idle = idle.wrapping_add(1);
-            if self.busy {
-                if idle.is_multiple_of(CLOCK_EVERY) && Instant::now() >= deadline {
-                    return Ok(false);
-                }
-                std::hint::spin_loop();
-            } else {
-                let now = Instant::now();
-                if now >= deadline {
-                    return Ok(false);
-                }
-                let ms = deadline.duration_since(now).as_millis().clamp(1, 50) as i32;
-                self.sock
-                    .wait_readable(ms)
-                    .map_err(|e| TransportError::new("packet-raw poll", e))?;
+            let sock = &self.sock;
+            let waiting = idle_round(self.busy, idle, deadline, |ms| sock.wait_readable(ms))
+                .map_err(|e| TransportError::new("packet-raw poll", e))?;
+            if !waiting {
+                return Ok(false);
             }
         }
     }
