@@ -75,6 +75,48 @@ struct SwitchCfg {
     /// Ports (interfaces) per member where more than one: `{ a1 = 2 }`.
     #[serde(default)]
     ports: BTreeMap<String, Spanned<u32>>,
+    /// `[switch.shape]`: a token bucket on every port's egress.
+    shape: Option<ShapeCfg>,
+}
+
+/// `[switch.shape]`: `tc ... tbf` on each port of the switch (the bridge's
+/// egress towards each member).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ShapeCfg {
+    rate: Spanned<String>,
+    burst: Option<Spanned<SizeCfg>>,
+    limit: Option<Spanned<SizeCfg>>,
+}
+
+/// A byte count as the file gives it: an integer (bytes) or text with a
+/// unit (`"16kb"`).
+#[derive(Debug, Clone)]
+enum SizeCfg {
+    Bytes(i64),
+    Text(String),
+}
+
+impl<'de> Deserialize<'de> for SizeCfg {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = SizeCfg;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a size in bytes (16384) or a number with a unit (\"16kb\")")
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<SizeCfg, E> {
+                Ok(SizeCfg::Bytes(v))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<SizeCfg, E> {
+                Ok(SizeCfg::Bytes(i64::try_from(v).unwrap_or(i64::MAX)))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<SizeCfg, E> {
+                Ok(SizeCfg::Text(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// Most ports one node may have on one switch.
@@ -283,6 +325,70 @@ pub(crate) struct Switch {
     pub segment: usize,
     /// Links attached, in port order (port `k` is interface `p{k}`).
     pub ports: Vec<usize>,
+    /// Egress shaping of every port, if any.
+    pub shape: Option<SwitchShape>,
+}
+
+/// The Ethernet header that a frame adds to the MTU: what a qdisc counts.
+pub const ETH_HEADER: u32 = 14;
+/// Default `burst` of a shaped switch, unless two frames are larger.
+pub const DEFAULT_SHAPE_BURST: u64 = 16 * 1024;
+/// Default `limit` of a shaped switch: queued bytes per port.
+pub const DEFAULT_SHAPE_LIMIT: u64 = 256 * 1024;
+
+/// Shaping of a switch (`[switch.shape]`): a token bucket filter (`tc
+/// qdisc replace dev pK root tbf ...`) on the egress of every port `pK` in
+/// the switch namespace, so that everything a member receives through the
+/// switch passes it. Numbers are exact, as `tc` is given them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SwitchShape {
+    /// Rate, bits per second (`tc ... rate {rate_bps}bit`).
+    pub rate_bps: u64,
+    /// Bucket depth, bytes (`burst`).
+    pub burst_bytes: u64,
+    /// Queue per port, bytes; beyond it frames are dropped at the tail (`limit`).
+    pub limit_bytes: u64,
+}
+
+impl SwitchShape {
+    /// The `tbf` part of the `tc qdisc replace dev pK root` command line,
+    /// with plain numbers so that `tc`'s own unit parsing has nothing to decide.
+    pub fn tc_args(&self) -> Vec<String> {
+        vec![
+            "tbf".into(),
+            "rate".into(),
+            format!("{}bit", self.rate_bps),
+            "burst".into(),
+            self.burst_bytes.to_string(),
+            "limit".into(),
+            self.limit_bytes.to_string(),
+        ]
+    }
+
+    /// One line for `bcl-lab show`: `tbf rate 200mbit burst 16384 B limit 262144 B`.
+    pub fn describe(&self) -> String {
+        format!(
+            "tbf rate {} burst {} B limit {} B",
+            format_rate(self.rate_bps),
+            self.burst_bytes,
+            self.limit_bytes
+        )
+    }
+}
+
+/// A rate in the largest decimal unit that states it exactly (`200mbit`, `1500bit`).
+pub fn format_rate(bps: u64) -> String {
+    for (unit, scale) in [
+        ("tbit", 1_000_000_000_000u64),
+        ("gbit", 1_000_000_000),
+        ("mbit", 1_000_000),
+        ("kbit", 1_000),
+    ] {
+        if bps >= scale && bps.is_multiple_of(scale) {
+            return format!("{}{unit}", bps / scale);
+        }
+    }
+    format!("{bps}bit")
 }
 
 /// A link: a veth pair, or two veth pairs through an impairment namespace.
@@ -479,6 +585,107 @@ pub fn parse_rate(s: &str) -> Result<u64, String> {
     Ok(bps as u64)
 }
 
+/// `num` (decimal digits with an optional fraction: "200", "1.5", ".5")
+/// times `scale`, exactly: an error when the product is not a whole number
+/// or does not fit in a `u64`.
+fn exact_scaled(num: &str, scale: u64) -> Result<u64, &'static str> {
+    let (int, frac) = num.split_once('.').unwrap_or((num, ""));
+    let digits = |t: &str| t.bytes().all(|b| b.is_ascii_digit());
+    if (int.is_empty() && frac.is_empty()) || !digits(int) || !digits(frac) || frac.len() > 18 {
+        return Err("not a number");
+    }
+    let too_large = "too large";
+    let i: u128 = if int.is_empty() {
+        0
+    } else {
+        int.parse().map_err(|_| too_large)?
+    };
+    let f: u128 = if frac.is_empty() {
+        0
+    } else {
+        frac.parse().map_err(|_| too_large)?
+    };
+    let den = 10u128.pow(frac.len() as u32);
+    let scaled_frac = f * u128::from(scale);
+    if !scaled_frac.is_multiple_of(den) {
+        return Err("not a whole number in the base unit");
+    }
+    let v = i
+        .checked_mul(u128::from(scale))
+        .and_then(|w| w.checked_add(scaled_frac / den))
+        .ok_or(too_large)?;
+    u64::try_from(v).map_err(|_| too_large)
+}
+
+/// Most a shaped switch's `rate` may be: 10 tbit/s.
+pub const SHAPE_RATE_MAX: u64 = 10_000_000_000_000;
+
+/// Parses a shaping rate, exactly, into bits per second: a number and one
+/// of `bit`, `kbit`, `mbit`, `gbit`, `tbit` (decimal, as tc reads them) or
+/// `kibit`, `mibit`, `gibit`, `tibit` (binary): "200mbit", "1.5gbit". A unit
+/// is required, since tc reads a bare number and its `bps` units as
+/// *bytes* per second. Must be above 0 and at most 10 tbit.
+pub fn parse_shape_rate(s: &str) -> Result<u64, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let (num, unit) = split_number(&t);
+    let scale: u64 = match unit.trim() {
+        "bit" => 1,
+        "kbit" => 1_000,
+        "mbit" => 1_000_000,
+        "gbit" => 1_000_000_000,
+        "tbit" => 1_000_000_000_000,
+        "kibit" => 1 << 10,
+        "mibit" => 1 << 20,
+        "gibit" => 1 << 30,
+        "tibit" => 1 << 40,
+        u if u.ends_with("bps") => {
+            return Err(format!(
+                "\"{s}\": tc's \"{u}\" means bytes per second; write the rate in bits (e.g. \"200mbit\")"
+            ))
+        }
+        _ => {
+            return Err(format!(
+                "bad rate \"{s}\" (use a number and one of bit, kbit, mbit, gbit, tbit: e.g. \"200mbit\", \"1gbit\")"
+            ))
+        }
+    };
+    let bps = exact_scaled(num, scale).map_err(|why| format!("bad rate \"{s}\" ({why})"))?;
+    if bps == 0 {
+        return Err(format!("rate \"{s}\" must be above 0"));
+    }
+    if bps > SHAPE_RATE_MAX {
+        return Err(format!("rate \"{s}\" is above 10tbit"));
+    }
+    Ok(bps)
+}
+
+/// Most a shaped switch's `burst` or `limit` may be: what tc's 32-bit fields hold.
+pub const SHAPE_SIZE_MAX: u64 = u32::MAX as u64;
+
+/// Parses a byte count, exactly: a number and one of `b` (or none), `k`,
+/// `kb`, `kib`, `m`, `mb`, `mib`, `g`, `gb`, `gib`. The multiples are
+/// binary, as in tc (`16kb` is 16384 bytes). At most 4 GiB - 1.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let (num, unit) = split_number(&t);
+    let scale: u64 = match unit.trim() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => {
+            return Err(format!(
+                "bad size \"{s}\" (bytes, or a number and one of b, kb, mb, gb, binary as in tc: e.g. \"16kb\" = 16384)"
+            ))
+        }
+    };
+    let bytes = exact_scaled(num, scale).map_err(|why| format!("bad size \"{s}\" ({why})"))?;
+    if bytes > SHAPE_SIZE_MAX {
+        return Err(format!("size \"{s}\" is above 4 GiB - 1 (tc's limit)"));
+    }
+    Ok(bytes)
+}
+
 fn line_of(src: &str, offset: usize) -> usize {
     src[..offset.min(src.len())]
         .bytes()
@@ -573,8 +780,11 @@ pub(crate) fn parse(file: &Path, src: &str) -> Result<Topology, LabError> {
                     .all(|b| b.is_ascii_alphanumeric() || b"_-.\"".contains(&b)))
             .then(|| k.to_string())
         });
+        // Messages that quote a field or key ("missing field `rate`") name it
+        // already; others ("invalid type: boolean `true`, ...") do not.
+        let names_key = msg.contains("field `") || msg.contains("key `");
         match key {
-            Some(k) if !msg.contains('`') => ctx.err(e.span(), format!("`{k}`: {msg}")),
+            Some(k) if !names_key => ctx.err(e.span(), format!("`{k}`: {msg}")),
             _ => ctx.err(e.span(), msg),
         }
     })?;
@@ -592,7 +802,7 @@ fn validate(ctx: &Ctx<'_>, cfg: FileCfg) -> Result<Topology, LabError> {
     let mut nodes = declare_nodes(ctx, &cfg.node, &mut names)?;
     at_least_one_node(ctx, &nodes)?;
     let mut segments = Vec::new();
-    let mut switches = declare_switches(ctx, &cfg.switch, &mut names, &mut segments)?;
+    let mut switches = declare_switches(ctx, &cfg.switch, mtu, &mut names, &mut segments)?;
     let raw = raw_links(ctx, &cfg, mtu)?;
     let links = attach_links(ctx, &raw, &names, &mut nodes, &mut switches, &mut segments)?;
     let settings = iface_settings(ctx, &cfg.node, &mut nodes, &links, &segments)?;
@@ -735,10 +945,13 @@ fn at_least_one_node(ctx: &Ctx<'_>, nodes: &[Node]) -> Result<(), LabError> {
 }
 
 /// The `[[switch]]`es, each under a name taken by [`claim_name`] and on a
-/// segment of its own (all links to a switch are on its segment).
+/// segment of its own (all links to a switch are on its segment), with its
+/// `[switch.shape]` checked by [`switch_shape`] against the switch's MTU
+/// (its `mtu`, else the file's, `default_mtu`).
 fn declare_switches(
     ctx: &Ctx<'_>,
     cfg: &[SwitchCfg],
+    default_mtu: u32,
     names: &mut HashMap<String, Named>,
     segments: &mut Vec<SegmentDraft>,
 ) -> Result<Vec<Switch>, LabError> {
@@ -747,13 +960,72 @@ fn declare_switches(
         let name = claim_name(ctx, names, &s.name, "switch", Named::Switch(i), |name| {
             format!("switch \"{name}\": the name is already used by a node or switch")
         })?;
+        let what = format!("switch \"{name}\"");
+        let shape = match &s.shape {
+            Some(c) => {
+                let mtu = mtu_setting(ctx, &s.mtu, &what, default_mtu)?;
+                Some(switch_shape(ctx, &what, c, mtu)?)
+            }
+            None => None,
+        };
         switches.push(Switch {
             segment: new_segment(segments, &name, &s.subnet),
             name,
             ports: Vec::new(),
+            shape,
         });
     }
     Ok(switches)
+}
+
+/// A switch's `[switch.shape]`: `rate` passes [`parse_shape_rate`]; `burst`
+/// and `limit` (integers of bytes, or text for [`parse_size`]) hold at least
+/// one whole frame of the switch (`mtu` + the 14-byte Ethernet header: tbf
+/// counts frames with their header, and drops a frame larger than its
+/// bucket). `burst` defaults to 16 KiB, or twice the MTU if larger; `limit`
+/// to 256 KiB. `limit` may be below `burst` (tbf allows it).
+fn switch_shape(
+    ctx: &Ctx<'_>,
+    what: &str,
+    c: &ShapeCfg,
+    mtu: u32,
+) -> Result<SwitchShape, LabError> {
+    let field = |name: &str| field_of(what, &format!("shape.{name}"));
+    let rate_bps = ctx.check(&c.rate, &field("rate"), |s| parse_shape_rate(s))?;
+    let frame = u64::from(mtu) + u64::from(ETH_HEADER);
+    let size = |v: &Spanned<SizeCfg>, name: &str| -> Result<u64, LabError> {
+        let bytes = ctx.check(v, &field(name), |v| match v {
+            SizeCfg::Bytes(b) if *b < 0 => Err(format!("{b} is negative")),
+            SizeCfg::Bytes(b) if *b as u64 > SHAPE_SIZE_MAX => {
+                Err(format!("{b} is above 4 GiB - 1 (tc's limit)"))
+            }
+            SizeCfg::Bytes(b) => Ok(*b as u64),
+            SizeCfg::Text(t) => parse_size(t),
+        })?;
+        if bytes < frame {
+            return Err(ctx.err_at(
+                v,
+                format!(
+                    "{} = {bytes} bytes is less than one frame of the switch (MTU {mtu} + {ETH_HEADER}-byte Ethernet header = {frame} bytes)",
+                    field(name)
+                ),
+            ));
+        }
+        Ok(bytes)
+    };
+    let burst_bytes = match &c.burst {
+        Some(b) => size(b, "burst")?,
+        None => DEFAULT_SHAPE_BURST.max(2 * u64::from(mtu)),
+    };
+    let limit_bytes = match &c.limit {
+        Some(l) => size(l, "limit")?,
+        None => DEFAULT_SHAPE_LIMIT,
+    };
+    Ok(SwitchShape {
+        rate_bps,
+        burst_bytes,
+        limit_bytes,
+    })
 }
 
 // ---------------------------------------------------------------- links
@@ -2079,5 +2351,190 @@ subnet = "10.2.0.0/24"
             "{PAIR}subnet = \"10.9.0.0/24\"\n[[node.iface]]\non = \"a-b\"\nipv4 = \"10.8.0.9\"\n"
         ));
         assert!(e.starts_with("x.toml:11:"), "{e}");
+    }
+
+    /// Two nodes on switch "sw" (line 8: `[switch.shape]`, line 9 on: `shape`).
+    fn shaped(shape: &str) -> String {
+        format!(
+            "[[node]]\nname = \"a\"\n[[node]]\nname = \"b\"\n[[switch]]\nname = \"sw\"\nmembers = [\"a\", \"b\"]\n[switch.shape]\n{shape}"
+        )
+    }
+
+    #[test]
+    fn shape_defaults_and_tc_arguments() {
+        let t = p(&shaped("rate = \"200mbit\"\n")).unwrap();
+        let shape = t.switches[0].shape.unwrap();
+        assert_eq!(
+            shape,
+            SwitchShape {
+                rate_bps: 200_000_000,
+                burst_bytes: 16384,
+                limit_bytes: 262144
+            }
+        );
+        assert_eq!(
+            shape.tc_args().join(" "),
+            "tbf rate 200000000bit burst 16384 limit 262144"
+        );
+        assert_eq!(
+            shape.describe(),
+            "tbf rate 200mbit burst 16384 B limit 262144 B"
+        );
+        // Unshaped switches stay unshaped.
+        let t = p(&shaped("").replace("[switch.shape]\n", "")).unwrap();
+        assert!(t.switches[0].shape.is_none());
+        // A jumbo switch's default burst holds two of its frames' MTUs.
+        let t = p(&shaped("rate = \"1gbit\"\n").replace(
+            "members = [\"a\", \"b\"]\n",
+            "members = [\"a\", \"b\"]\nmtu = 9000\n",
+        ))
+        .unwrap();
+        assert_eq!(t.switches[0].shape.unwrap().burst_bytes, 18000);
+    }
+
+    #[test]
+    fn shape_sizes_take_units_or_bytes() {
+        let t = p(&shaped(
+            "rate = \"1.5gbit\"\nburst = \"16kb\"\nlimit = 300000\n",
+        ))
+        .unwrap();
+        let shape = t.switches[0].shape.unwrap();
+        assert_eq!(
+            (shape.rate_bps, shape.burst_bytes, shape.limit_bytes),
+            (1_500_000_000, 16384, 300_000)
+        );
+        // limit below burst is allowed (tbf takes it), as long as it holds a frame.
+        let t = p(&shaped(
+            "rate = \"20mbit\"\nburst = \"64kb\"\nlimit = \"2kb\"\n",
+        ))
+        .unwrap();
+        assert_eq!(t.switches[0].shape.unwrap().limit_bytes, 2048);
+    }
+
+    #[test]
+    fn shape_rates_parse_exactly() {
+        assert_eq!(parse_shape_rate("200mbit").unwrap(), 200_000_000);
+        assert_eq!(parse_shape_rate("1Gbit").unwrap(), 1_000_000_000);
+        assert_eq!(parse_shape_rate("1.5gbit").unwrap(), 1_500_000_000);
+        assert_eq!(parse_shape_rate("0.001kbit").unwrap(), 1);
+        assert_eq!(parse_shape_rate(".5kbit").unwrap(), 500);
+        assert_eq!(parse_shape_rate("9600bit").unwrap(), 9600);
+        assert_eq!(parse_shape_rate("1kibit").unwrap(), 1024);
+        assert_eq!(parse_shape_rate("2mibit").unwrap(), 2 << 20);
+        assert_eq!(parse_shape_rate("10tbit").unwrap(), SHAPE_RATE_MAX);
+        // 0.1 gbit is exact here, where a float product would not be.
+        assert_eq!(parse_shape_rate("0.1gbit").unwrap(), 100_000_000);
+        for (bad, why) in [
+            ("0mbit", "must be above 0"),
+            ("0.0001bit", "not a whole number"),
+            ("11tbit", "above 10tbit"),
+            ("200", "bad rate"),
+            ("200mbps", "bytes per second"),
+            ("fast", "bad rate"),
+            ("1.2.3mbit", "not a number"),
+            ("mbit", "not a number"),
+            ("99999999999999999999999gbit", "too large"),
+        ] {
+            let e = parse_shape_rate(bad).expect_err(bad);
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn sizes_parse_exactly_in_binary_units() {
+        assert_eq!(parse_size("16kb").unwrap(), 16384);
+        assert_eq!(parse_size("256KB").unwrap(), 262144);
+        assert_eq!(parse_size("1m").unwrap(), 1 << 20);
+        assert_eq!(parse_size("1.5kib").unwrap(), 1536);
+        assert_eq!(parse_size("1514").unwrap(), 1514);
+        assert_eq!(parse_size("1514b").unwrap(), 1514);
+        for (bad, why) in [
+            ("4gb", "above 4 GiB - 1"),
+            ("1.5b", "not a whole number"),
+            ("16kbit", "bad size"),
+            ("-1kb", "bad size"),
+            ("", "not a number"),
+        ] {
+            let e = parse_size(bad).expect_err(bad);
+            assert!(e.contains(why), "{bad:?}: {e}");
+        }
+        assert_eq!(format_rate(200_000_000), "200mbit");
+        assert_eq!(format_rate(1_500_000_000), "1500mbit");
+        assert_eq!(format_rate(1024), "1024bit");
+    }
+
+    #[test]
+    fn shape_errors_name_the_file_line_and_field() {
+        let cases = [
+            (
+                "burst = 16384\n",
+                "x.toml:8:",
+                "missing field `rate`",
+            ),
+            (
+                "rate = \"fast\"\n",
+                "x.toml:9:",
+                "switch \"sw\": shape.rate: bad rate \"fast\"",
+            ),
+            (
+                "rate = \"0gbit\"\n",
+                "x.toml:9:",
+                "switch \"sw\": shape.rate: rate \"0gbit\" must be above 0",
+            ),
+            (
+                "rate = \"1gbit\"\nburst = 1500\n",
+                "x.toml:10:",
+                "switch \"sw\": shape.burst = 1500 bytes is less than one frame of the switch (MTU 1500 + 14-byte Ethernet header = 1514 bytes)",
+            ),
+            (
+                "rate = \"1gbit\"\nburst = \"1kb\"\n",
+                "x.toml:10:",
+                "shape.burst = 1024 bytes is less than one frame",
+            ),
+            (
+                "rate = \"1gbit\"\nburst = \"lots\"\n",
+                "x.toml:10:",
+                "switch \"sw\": shape.burst: bad size \"lots\"",
+            ),
+            (
+                "rate = \"1gbit\"\nburst = -5\n",
+                "x.toml:10:",
+                "switch \"sw\": shape.burst: -5 is negative",
+            ),
+            (
+                "rate = \"1gbit\"\nlimit = 1000\n",
+                "x.toml:10:",
+                "switch \"sw\": shape.limit = 1000 bytes is less than one frame",
+            ),
+            (
+                "rate = \"1gbit\"\nlimit = 5000000000\n",
+                "x.toml:10:",
+                "switch \"sw\": shape.limit: 5000000000 is above 4 GiB - 1",
+            ),
+            (
+                "rate = \"1gbit\"\nlimit = true\n",
+                "x.toml:10:",
+                "`limit`: invalid type: boolean `true`, expected a size in bytes",
+            ),
+            (
+                "rate = \"1gbit\"\npeakrate = \"2gbit\"\n",
+                "x.toml:10:",
+                "peakrate",
+            ),
+        ];
+        for (shape, at, why) in cases {
+            let e = err(&shaped(shape));
+            assert!(e.starts_with(at) && e.contains(why), "{shape:?}: {e}");
+        }
+        // The frame is the switch's: a jumbo switch needs a deeper bucket.
+        let e = err(&shaped("rate = \"1gbit\"\nburst = \"8kb\"\n").replace(
+            "members = [\"a\", \"b\"]\n",
+            "members = [\"a\", \"b\"]\nmtu = 9000\n",
+        ));
+        assert!(
+            e.starts_with("x.toml:11:")
+                && e.contains("MTU 9000 + 14-byte Ethernet header = 9014 bytes"),
+            "{e}"
+        );
     }
 }

@@ -37,7 +37,8 @@ mod impair;
 mod sys;
 
 pub use config::{
-    check_prefix, parse_duration, parse_rate, Ipv4Cidr, LinkImpair, Route, IFNAME_MAX,
+    check_prefix, format_rate, parse_duration, parse_rate, parse_shape_rate, parse_size, Ipv4Cidr,
+    LinkImpair, Route, SwitchShape, IFNAME_MAX,
 };
 pub use impair::{ImpairCounters, ImpairParams};
 
@@ -221,6 +222,8 @@ pub struct SwitchReport {
     pub subnet: String,
     /// Attached nodes with their port interface in the switch namespace.
     pub ports: Vec<(String, String)>,
+    /// Egress shaping of every port (`[switch.shape]`), if any.
+    pub shape: Option<SwitchShape>,
 }
 
 /// A link in a [`LabReport`].
@@ -547,6 +550,7 @@ impl Lab {
         let total = all.len()
             + t.switches.len()
             + t.links.len()
+            + t.switches.iter().filter(|s| s.shape.is_some()).count()
             + t.nodes.len()
             + t.links.iter().filter(|l| l.impair.is_some()).count();
         let mut done = 0;
@@ -676,6 +680,22 @@ impl Lab {
                 SWITCH_BRIDGE,
                 "up",
             ])?;
+        }
+        // Shaped switches: a token bucket on the egress of every port, the
+        // bridge's way out towards each member. (A qdisc on a node's own
+        // veth would not do: AF_PACKET's qdisc bypass and XDP skip it.)
+        for s in &t.switches {
+            let Some(shape) = &s.shape else { continue };
+            let ns = self.ns_name(&s.name);
+            for k in 0..s.ports.len() {
+                let port = format!("p{k}");
+                let mut args: Vec<String> = ["-n", &ns, "qdisc", "replace", "dev", &port, "root"]
+                    .map(String::from)
+                    .to_vec();
+                args.extend(shape.tc_args());
+                sys::run(Command::new("tc").args(&args))?;
+            }
+            made(&format!("shaping of switch {}", s.name));
         }
         for n in &t.nodes {
             let ns = self.ns_name(&n.name);
@@ -956,6 +976,7 @@ impl Lab {
                             )
                         })
                         .collect(),
+                    shape: s.shape,
                 })
                 .collect(),
             links: t

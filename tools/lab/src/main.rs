@@ -265,6 +265,9 @@ fn print_report(r: &LabReport) {
             "switch {}  netns {}  bridge {}  subnet {}",
             s.name, s.netns, s.bridge, s.subnet
         );
+        if let Some(shape) = &s.shape {
+            println!("  shaped: {} on the egress of every port", shape.describe());
+        }
         for (node, port) in &s.ports {
             println!("  port {port} -> {node}");
         }

@@ -19,6 +19,8 @@ fn shipped_configs_load() {
         ("routed.toml", &["a", "r", "b"], 1),
         ("pair-bridged.toml", &["a", "b"], 1),
         ("pair-default.toml", &["a", "b"], 0),
+        ("bottleneck.toml", &["a", "b"], 1),
+        ("incast.toml", &["s1", "s2", "s3", "s4", "p", "r"], 1),
     ];
     for (file, nodes, queues) in expect {
         let lab = Lab::load(&configs().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
@@ -69,6 +71,59 @@ fn shipped_configs_load() {
     let rep = routed.report();
     assert!(rep.nodes.iter().any(|n| n.router));
     assert_eq!(rep.nodes[0].routes[0].dest, "10.77.6.0/24");
+    // The shaped switches: every port gets this token bucket.
+    for (file, rate, ports) in [
+        ("bottleneck.toml", 200_000_000, 2),
+        ("incast.toml", 1_000_000_000, 6),
+    ] {
+        let rep = Lab::load(&configs().join(file)).unwrap().report();
+        let sw = &rep.switches[0];
+        assert_eq!(
+            sw.shape,
+            Some(bcl_lab::SwitchShape {
+                rate_bps: rate,
+                burst_bytes: 16384,
+                limit_bytes: 262144
+            }),
+            "{file}"
+        );
+        assert_eq!(sw.ports.len(), ports, "{file}");
+    }
+    let incast = Lab::load(&configs().join("incast.toml")).unwrap();
+    assert_eq!(address(&incast, "r", "sw"), "10.77.11.6/24");
+}
+
+#[test]
+fn every_shipped_config_loads() {
+    for e in std::fs::read_dir(configs()).unwrap() {
+        let path = e.unwrap().path();
+        if path.extension().is_some_and(|x| x == "toml") {
+            Lab::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        }
+    }
+}
+
+#[test]
+fn shape_errors_name_the_file_line_and_field() {
+    let src = |shape: &str| {
+        format!("[[node]]\nname = \"a\"\n[[node]]\nname = \"b\"\n[[switch]]\nname = \"sw\"\nmembers = [\"a\", \"b\"]\n[switch.shape]\n{shape}")
+    };
+    let (e, p) = load_err("shape-rate.toml", &src("rate = \"200mbps\"\n"));
+    assert!(
+        e.starts_with(&format!("{p}:9: switch \"sw\": shape.rate: "))
+            && e.contains("bytes per second"),
+        "{e}"
+    );
+    let (e, p) = load_err(
+        "shape-burst.toml",
+        &src("rate = \"1gbit\"\nburst = \"1kb\"\n"),
+    );
+    assert!(
+        e.starts_with(&format!(
+            "{p}:10: switch \"sw\": shape.burst = 1024 bytes is less than one frame"
+        )),
+        "{e}"
+    );
 }
 
 /// Writes `src` to a temp file, loads it and returns what loading gave and

@@ -762,3 +762,107 @@ fn up_reports_every_part_and_shows_a_bar_only_on_a_terminal() {
     assert!(tty.contains(&format!("{total}/{total}")), "{tty:?}");
     assert!(tty.contains(&format!("lab {p} is up")), "{tty:?}");
 }
+
+#[test]
+fn a_shaped_switch_puts_a_token_bucket_on_every_port_and_tcp_goes_no_faster() {
+    if !require_privileges(
+        "a_shaped_switch_puts_a_token_bucket_on_every_port_and_tcp_goes_no_faster",
+    ) {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("bcl-lab-tbf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("tbf.toml");
+    std::fs::write(
+        &file,
+        r#"
+[[node]]
+name = "a"
+[[node]]
+name = "b"
+[[switch]]
+name = "sw"
+members = ["a", "b"]
+[switch.shape]
+rate = "20mbit"
+"#,
+    )
+    .unwrap();
+    let p = prefix("tbf");
+    let lab = LabGuard::new(
+        Lab::load(&file)
+            .unwrap()
+            .with_prefix(&p)
+            .unwrap()
+            .with_bridge_binary(Path::new(BIN)),
+    )
+    .unwrap();
+    // Every port of the switch (the bridge's egress towards each member)
+    // has the token bucket, with the file's rate and the default depth.
+    let sw = lab.report().switches[0].netns.clone();
+    for port in ["p0", "p1"] {
+        let out = Command::new("tc")
+            .args(["-n", &sw, "qdisc", "show", "dev", port])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "tc: {out:?}");
+        assert!(
+            text.contains("qdisc tbf") && text.contains("rate 20Mbit"),
+            "{port}: {text}"
+        );
+    }
+    let out = Command::new(BIN)
+        .args(["show", "--prefix", &p])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let show = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        show.contains("shaped: tbf rate 20mbit burst 16384 B limit 262144 B"),
+        "{show}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    // 2.5 MB over kernel TCP from a to b: at 20 Mbit/s that takes 1 s. The
+    // bound is half of it, so a slow machine (which only makes it slower)
+    // cannot fail the test; unshaped, veth moves it in milliseconds.
+    const BYTES: usize = 2_500_000;
+    let to = format!("{}:7456", addr_of(&lab, "b"));
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let bind = to.clone();
+    let receiver = lab.spawn_in("b", move || {
+        let listener = std::net::TcpListener::bind(&bind).unwrap();
+        ready_tx.send(()).unwrap();
+        let (mut conn, _) = listener.accept().unwrap();
+        let t0 = Instant::now();
+        let mut buf = vec![0u8; 1 << 16];
+        let mut got = 0;
+        loop {
+            let n = conn.read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            got += n;
+        }
+        (got, t0.elapsed())
+    });
+    ready_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let sender = lab.spawn_in("a", move || {
+        use std::io::Write;
+        let mut conn = std::net::TcpStream::connect(&to).unwrap();
+        let t0 = Instant::now();
+        conn.write_all(&vec![0x5a; BYTES]).unwrap();
+        conn.shutdown(std::net::Shutdown::Write).unwrap();
+        t0
+    });
+    sender.join().unwrap();
+    let (got, elapsed) = receiver.join().unwrap();
+    assert_eq!(got, BYTES);
+    let ideal = Duration::from_secs_f64(BYTES as f64 * 8.0 / 20e6);
+    assert!(
+        elapsed >= ideal / 2,
+        "2.5 MB through a 20 Mbit/s switch in {elapsed:?}: faster than half the ideal {ideal:?}"
+    );
+    println!("2.5 MB through a 20 Mbit/s shaped switch: {elapsed:?} (ideal {ideal:?})");
+}
