@@ -46,7 +46,7 @@
 #   the tools have no --congestion flag.
 #
 #   bench/congestion.sh [--reps N] [--rates "200mbit 1gbit"] [--limit 256kb]
-#                       [--methods "packet udp afxdp kernel-tcp"]
+#                       [--methods "packet udp afxdp kernel-tcp"] (METHOD/off: congestion control off)
 #                       [--sections "bottleneck incast ab"] [--iters N]
 #                       [--incast-rate 1gbit] [--incast-iters N] [--probe-iters N]
 #                       [--bin DIR] [--lab-bin PATH] [--busy-poll] [--no-append]
@@ -220,12 +220,15 @@ finish() {
 }
 
 # method_args METHOD FLOW: the flags of flow FLOW (1..5) of METHOD on a shared node.
+# METHOD/off is METHOD with congestion control off.
 method_args() {
-  if [ "$1" = packet ]; then
+  local base=${1%/off}
+  if [ "$base" = packet ]; then
     printf -- '--method packet --ethertype 0x%x' $((0x88b4 + $2))
   else
-    printf -- '--method %s' "$1"
+    printf -- '--method %s' "$base"
   fi
+  [ "$base" = "$1" ] || printf -- ' --congestion off'
 }
 
 # probe NAME METHOD: one 8 B pingpong from p to its own server on r; records
@@ -281,7 +284,7 @@ incast() {
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 T0=$(date +%s)
 INCAST_METHODS=""
-for m in $METHODS; do case "$m" in packet|udp|kernel-tcp) INCAST_METHODS="$INCAST_METHODS $m" ;; esac; done
+for m in $METHODS; do case "${m%/off}" in packet|udp|kernel-tcp) INCAST_METHODS="$INCAST_METHODS $m" ;; esac; done
 has "$INCAST_METHODS" kernel-tcp || INCAST_METHODS="$INCAST_METHODS kernel-tcp"
 AB_METHODS="packet afxdp"
 AB_OK=1
@@ -302,11 +305,11 @@ for rep in $(seq 1 "$REPS"); do
     for rate in $RATES; do
       i=$((i + 1))
       for m in $METHODS; do
-        name="bn-$i-$m-$rep"
+        name="bn-$i-${m//\//_}-$rep"
         echo "== bottleneck $rate $m (repetition $rep)"
         rc=0
-        # shellcheck disable=SC2086
-        timeout 600 "$BIN/bcl-bw" --lab "$OUT/bn-$i.tools.toml" --nodes b,a --pin 1,0 --method "$m" $MODE_FLAG \
+        # shellcheck disable=SC2046,SC2086
+        timeout 600 "$BIN/bcl-bw" --lab "$OUT/bn-$i.tools.toml" --nodes b,a --pin 1,0 $(method_args "$m" 1) $MODE_FLAG \
           --verify --sizes 65536 --iters "$ITERS" --stats --json "$OUT/$name.json" >"$OUT/$name.log" 2>&1 || rc=$?
         echo "$rc" >"$OUT/$name.rc"
         grep -E '^ +65536' "$OUT/$name.log" || { echo "congestion: $name failed or found damage (exit $rc):" >&2; tail -3 "$OUT/$name.log" >&2; }
@@ -316,8 +319,8 @@ for rep in $(seq 1 "$REPS"); do
   if has "$SECTIONS" incast; then
     for m in $INCAST_METHODS; do
       echo "== incast $m (repetition $rep): idle probe, then 4 senders + probe"
-      probe "idle-$m-$rep" "$m"
-      incast "in-$m-$rep" "$m"
+      probe "idle-${m//\//_}-$rep" "$m"
+      incast "in-${m//\//_}-$rep" "$m"
     done
   fi
   if has "$SECTIONS" ab && [ "$AB_OK" = 1 ]; then
@@ -355,7 +358,7 @@ med = statistics.median
 
 def load(name):
     try:
-        with open(os.path.join(out, name + ".json")) as f:
+        with open(os.path.join(out, name.replace("/", "_") + ".json")) as f:
             return json.load(f)
     except (OSError, ValueError):
         return None
@@ -363,7 +366,7 @@ def load(name):
 
 def text(name, ext, default=None):
     try:
-        with open(os.path.join(out, f"{name}.{ext}")) as f:
+        with open(os.path.join(out, f"{name.replace('/', '_')}.{ext}")) as f:
             return f.read().strip()
     except OSError:
         return default

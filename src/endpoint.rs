@@ -136,6 +136,24 @@ pub struct EndpointBuilder {
     /// The statistics page (see [`crate::stats_page`]).
     pub(crate) stats: crate::stats_page::StatsConfig,
     pcap: Option<std::path::PathBuf>,
+    /// A setting from the environment that cannot work, reported by
+    /// [`EndpointBuilder::build`].
+    env_problem: Option<ConfigError>,
+}
+
+/// `BCL_CONGESTION` (`on`/`off`, also `1`/`0`, `yes`/`no`, `true`/`false`):
+/// congestion control on or off for every endpoint of the process, unless
+/// the program configures it itself. `None` when unset.
+fn congestion_from_env() -> Option<Result<bool, ConfigError>> {
+    let v = std::env::var("BCL_CONGESTION").ok()?;
+    Some(match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "on" | "yes" | "true" => Ok(true),
+        "0" | "off" | "no" | "false" => Ok(false),
+        _ => Err(ConfigError {
+            field: "BCL_CONGESTION",
+            problem: format!("is {v:?} in the environment, must be on or off"),
+        }),
+    })
 }
 
 impl EndpointBuilder {
@@ -175,6 +193,9 @@ impl EndpointBuilder {
 
     /// Creates the endpoint.
     pub fn build(self) -> Result<Endpoint, Error> {
+        if let Some(problem) = self.env_problem {
+            return Err(problem.into());
+        }
         if self.methods.is_empty() {
             return Err(Error::NoMethod);
         }
@@ -272,6 +293,12 @@ impl Endpoint {
     pub fn builder(local: ProcessAddr, job: JobKey) -> EndpointBuilder {
         let mut cfg = PortConfig::new(local, job);
         cfg.epoch = random_epoch();
+        let mut env_problem = None;
+        match congestion_from_env() {
+            Some(Ok(on)) => cfg.congestion.enabled = on,
+            Some(Err(e)) => env_problem = Some(e),
+            None => {}
+        }
         EndpointBuilder {
             cfg,
             methods: Vec::new(),
@@ -279,6 +306,7 @@ impl Endpoint {
             mode: ProgressMode::default(),
             stats: crate::stats_page::StatsConfig::from_env(),
             pcap: None,
+            env_problem,
         }
     }
 

@@ -302,5 +302,6 @@ fn record(info: &PeerInfo, last_active_ns: u64) -> PeerRecord {
         queued: info.queued,
         in_flight: info.in_flight,
         last_active_mono_ns: last_active_ns,
+        congestion: info.congestion,
     }
 }

@@ -1,6 +1,7 @@
 //! Configuration of a port.
 
 use crate::addr::{JobKey, ProcessAddr};
+use crate::port::CongestionConfig;
 use crate::rtt::RtoConfig;
 use crate::sack::RX_WINDOW;
 use crate::wire::HEADER_LEN;
@@ -61,6 +62,9 @@ pub struct PortConfig {
     /// First sequence number this port sends to each peer (default 0; tests
     /// start near `u32::MAX` to exercise wrap-around).
     pub initial_seq: u32,
+    /// Congestion control of peers over methods that may lose frames: a
+    /// delay-based window with pacing (see [`CongestionConfig`]).
+    pub congestion: CongestionConfig,
 }
 
 /// A configuration value that cannot work, named.
@@ -95,6 +99,7 @@ impl PortConfig {
             transfer_timeout: Duration::from_secs(10),
             bundle: true,
             initial_seq: 0,
+            congestion: CongestionConfig::default(),
         }
     }
 
@@ -117,6 +122,9 @@ impl PortConfig {
                 "tx_window",
                 format!("is {}, must be 1..={RX_WINDOW}", self.tx_window),
             );
+        }
+        if let Some((field, problem)) = self.congestion.problem(self.tx_window) {
+            return bad(field, problem);
         }
         if self.ring_blocks == 0 || self.ring_block_size == 0 {
             return bad("ring_blocks", "and ring_block_size must be positive".into());

@@ -37,7 +37,10 @@ pub use method::{
     Attachment, Availability, Descriptor, DirectMethod, LinkId, Method, MethodCaps, MethodCounters,
     MethodError, MethodKind, OpenSpec, ProbeResult, Route, Scope, TxFrame,
 };
-pub use port::{ChannelError, Port, Refused, ReleaseError, RouteError, SendError};
+pub use port::{
+    ChannelError, CongestionConfig, CongestionInfo, Port, Refused, ReleaseError, RouteError,
+    SendError,
+};
 pub use ring::RingSlot;
 pub use stats::{BadFrames, PeerStats, PortStats};
 pub use time::Time;

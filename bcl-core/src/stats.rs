@@ -95,6 +95,14 @@ pub struct PortStats {
     /// Duplicates the peers reported in their acknowledgements: frames
     /// resent that had arrived after all (or copies the network made).
     pub duplicates_reported: u64,
+    /// Times congestion control shrank a peer's window (queueing delay over
+    /// the target, a loss, a timeout).
+    pub congestion_decreases: u64,
+    /// Times a loss decrease was undone: the resent frames were reported
+    /// as duplicates (they had only been late).
+    pub congestion_undos: u64,
+    /// Times new data had to wait for pacing.
+    pub pacing_waits: u64,
     /// DATA frames dropped because the ring was full.
     pub ring_full_drops: u64,
     /// NAK(ring full) received: times this port had to back off.

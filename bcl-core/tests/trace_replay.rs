@@ -214,6 +214,9 @@ impl<'t> Replay<'t> {
         ca.bundle = false;
         ca.initial_seq = base_seq;
         ca.epoch = 11;
+        // The model is the reliability protocol with a fixed send window;
+        // congestion control (which shrinks it) is not modelled.
+        ca.congestion.enabled = false;
         let mut cb = PortConfig::new(addr_b(), JOB);
         // One ring block per message, and a ring of `ring` of them; the
         // headroom a message ahead of a gap must leave is one eager

@@ -305,6 +305,7 @@ impl Transport for RawTransport {
             retransmits: 0,
             bad_frames: self.bad,
             data_frames: 0,
+            ..Default::default()
         }
     }
 

@@ -123,6 +123,8 @@ impl Transport for BclTransport {
             retransmits: s.retransmits,
             bad_frames: s.bad_frames.total() + dropped,
             data_frames: s.data_frames_sent,
+            congestion_decreases: s.congestion_decreases,
+            pacing_waits: s.pacing_waits,
         }
     }
 
@@ -138,7 +140,12 @@ impl Transport for BclTransport {
         let peer = self
             .peer
             .and_then(|p| self.ep.port().peer_info(p))
-            .map(|i| format!("\n# peer: rto {:?} srtt {:?} {:?}", i.rto, i.srtt, i.stats))
+            .map(|i| {
+                format!(
+                    "\n# peer: rto {:?} srtt {:?} {:?}\n# congestion: {:?}",
+                    i.rto, i.srtt, i.stats, i.congestion
+                )
+            })
             .unwrap_or_default();
         let methods: String = self
             .ep

@@ -33,6 +33,15 @@ pub fn parse_ethertype(text: &str) -> Result<u16, String> {
     Ok(v)
 }
 
+/// Parses `on` or `off`.
+pub fn parse_on_off(text: &str) -> Result<bool, String> {
+    match text {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("{text:?} is neither on nor off")),
+    }
+}
+
 /// Options of both tools: the method, where the two ends run, and how.
 #[derive(clap::Args, Debug, Clone)]
 pub struct CommonArgs {
@@ -119,6 +128,13 @@ pub struct CommonArgs {
     #[arg(long, value_name = "US")]
     pub rto_min_us: Option<u64>,
 
+    /// BCL's congestion control (a delay-based window with pacing, for
+    /// methods that may lose frames): on or off. Default: BCL_CONGESTION
+    /// from the environment, else on. Off is BCL-3's fixed send window, for
+    /// A/B comparisons.
+    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    pub congestion: Option<bool>,
+
     /// Give up waiting for the peer after this many milliseconds.
     #[arg(long, default_value_t = 10_000)]
     pub timeout_ms: u64,
@@ -200,6 +216,7 @@ impl CommonArgs {
             udp_mtu: self.udp_mtu,
             pci: self.pci.clone(),
             pcap: self.pcap.clone(),
+            congestion: self.congestion,
         }
     }
 

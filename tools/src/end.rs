@@ -188,6 +188,9 @@ pub struct EndSpec {
     pub pci: Option<String>,
     /// Capture file of the BCL endpoints (`--pcap`; else `BCL_PCAP`).
     pub pcap: Option<std::path::PathBuf>,
+    /// Congestion control on or off (`--congestion`; else `BCL_CONGESTION`,
+    /// else on).
+    pub congestion: Option<bool>,
 }
 
 impl EndSpec {
@@ -207,6 +210,7 @@ impl EndSpec {
             udp_mtu: None,
             pci: None,
             pcap: None,
+            congestion: None,
         }
     }
 
@@ -280,7 +284,12 @@ pub fn endpoint(
     let mut b = Endpoint::builder(addr, JOB)
         .method(method)
         .mode(spec.mode())
-        .configure(|c| configure(c, mtu, spec.rto_min));
+        .configure(|c| {
+            configure(c, mtu, spec.rto_min);
+            if let Some(on) = spec.congestion {
+                c.congestion.enabled = on;
+            }
+        });
     if let Some(clock) = clock {
         b = b.clock(clock);
     }

@@ -68,6 +68,7 @@ pub fn join(spec: &EndSpec) -> Result<Option<JobEnd>, String> {
         return Ok(None);
     }
     let rto_min = spec.rto_min;
+    let congestion = spec.congestion;
     let mut joined = join_job(JoinOptions {
         timeout: Duration::from_secs(30),
         mode: if spec.busy_poll {
@@ -75,7 +76,12 @@ pub fn join(spec: &EndSpec) -> Result<Option<JobEnd>, String> {
         } else {
             ProgressMode::Blocking
         },
-        configure: Box::new(move |cfg, mtu| configure(cfg, mtu, rto_min)),
+        configure: Box::new(move |cfg, mtu| {
+            configure(cfg, mtu, rto_min);
+            if let Some(on) = congestion {
+                cfg.congestion.enabled = on;
+            }
+        }),
         ..JoinOptions::default()
     })
     .map_err(|e| e.to_string())?;

@@ -195,6 +195,7 @@ impl Transport for KernelUdp {
             retransmits: 0,
             bad_frames: self.bad,
             data_frames: 0,
+            ..Default::default()
         }
     }
 

@@ -160,6 +160,7 @@ impl Transport for PacketRawTransport {
             retransmits: 0,
             bad_frames: self.bad,
             data_frames: 0,
+            ..Default::default()
         }
     }
 

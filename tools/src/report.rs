@@ -208,6 +208,13 @@ pub struct BwCounters {
     /// known; BCL only): the base of a retransmission rate.
     #[serde(default)]
     pub data_frames: u64,
+    /// Times congestion control shrank a window (the sending end; BCL
+    /// only).
+    #[serde(default)]
+    pub congestion_decreases: u64,
+    /// Times new data waited for pacing (the sending end; BCL only).
+    #[serde(default)]
+    pub pacing_waits: u64,
 }
 
 /// The `--json` output of `bcl-bw`.

@@ -29,6 +29,10 @@ pub struct TransportCounters {
     pub bad_frames: u64,
     /// DATA frames sent for the first time (BCL only).
     pub data_frames: u64,
+    /// Times congestion control shrank a peer's window (BCL only).
+    pub congestion_decreases: u64,
+    /// Times new data waited for pacing (BCL only).
+    pub pacing_waits: u64,
 }
 
 /// Messages to and from one peer.

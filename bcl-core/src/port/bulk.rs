@@ -237,8 +237,9 @@ impl Port {
         if !p.reliable {
             return;
         }
-        let held = p.unseq_handed.saturating_sub(written);
-        let held = u32::try_from(held).unwrap_or(u32::MAX).min(p.in_flight());
+        // Both counts wrap; what the method holds is far below 2^31.
+        let held = p.unseq_handed.wrapping_sub(written as u32) as i32;
+        let held = u32::try_from(held).unwrap_or(0).min(p.in_flight());
         let ack = p.next_seq.plus(held.wrapping_neg());
         if ack != p.una {
             self.on_cumulative_ack(idx, ack, false, now);

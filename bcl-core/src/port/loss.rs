@@ -26,6 +26,7 @@
 //! loss on such a path is still found within about three round trips; the
 //! retransmission timeout remains the backstop.
 
+use super::congestion::Verdict;
 use super::peer::{PeerIdx, TxSlot};
 use super::Port;
 use crate::rtt::RttEstimator;
@@ -192,6 +193,11 @@ impl Port {
         }
         p.reorder.deadline = deadline;
         if let Some((first, last)) = lost {
+            if self.cfg.congestion.enabled
+                && p.cc.on_loss(&self.cfg.congestion, &mut w.cc, una, next) == Verdict::Decreased
+            {
+                self.stats.congestion_decreases += 1;
+            }
             p.add_retx_range(first, last.next(), false);
             if p.reorder.recoveries_left > 0 {
                 p.reorder.recoveries_left -= 1;
@@ -212,6 +218,11 @@ impl Port {
             return;
         }
         self.stats.duplicates_reported += u64::from(count);
+        if let Some(w) = p.tx.as_mut() {
+            if p.cc.on_spurious_resend(&mut w.cc) {
+                self.stats.congestion_undos += 1;
+            }
+        }
         if p.reorder.after_timeout {
             return;
         }

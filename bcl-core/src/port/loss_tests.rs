@@ -197,3 +197,43 @@ fn reported_duplicates(frame: &Wired) -> u8 {
     let body = crate::wire::AckBody::read(&frame.bytes[HEADER_LEN..]).unwrap();
     body.duplicates
 }
+
+/// A timeout fires while the frames are only queued (the round trip outgrew
+/// the timeout), and the acknowledgement of the first copies comes back
+/// sooner after the probe than any round trip could: the timeout was
+/// spurious, so it stays backed off instead of falling back to the old
+/// estimate (which would time out again at once).
+#[test]
+fn a_spurious_timeout_keeps_the_timeout_backed_off() {
+    for ack_after_probe in [us(5), us(100)] {
+        let mut net = net();
+        // A first exchange measures a round trip of about 42 µs.
+        let (_, f) = send_message(&mut net, 9);
+        net.now = net.now + us(20);
+        net.deliver(&f);
+        net.drain_deliveries();
+        let ack = delayed_ack(&mut net);
+        net.now = net.now + us(20);
+        net.deliver(&ack);
+        let rto = net.ports[0].peer_info(addr(1)).unwrap().rto;
+        // The next message's frames wait in a queue past the timeout.
+        let (_, f) = send_message(&mut net, 10);
+        net.now = net.now + rto + us(1);
+        net.ports[0].handle_timeout(net.now);
+        let probes = net.transmit();
+        assert_eq!(probes.len(), 2, "oldest and newest resent");
+        assert_eq!(net.ports[0].peer_info(addr(1)).unwrap().rto, rto * 2);
+        // The first copies arrive and are acknowledged.
+        net.deliver(&f);
+        net.drain_deliveries();
+        let ack = delayed_ack(&mut net);
+        net.now = net.now + ack_after_probe;
+        net.deliver(&ack);
+        let after = net.ports[0].peer_info(addr(1)).unwrap().rto;
+        if ack_after_probe < us(42) {
+            assert_eq!(after, rto * 2, "spurious: stays backed off");
+        } else {
+            assert_eq!(after, rto, "may be the probe's: backoff reset");
+        }
+    }
+}

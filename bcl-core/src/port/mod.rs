@@ -18,10 +18,12 @@
 
 mod bulk;
 mod channels;
+mod congestion;
 mod loss;
 
 pub use bulk::{BulkKind, BulkToken, OutboundBulk};
 pub use channels::{ChannelError, Refused};
+pub use congestion::CongestionConfig;
 pub use send::FULL_RESEND_AFTER_TIMEOUTS;
 mod peer;
 mod recv;
@@ -37,8 +39,10 @@ use crate::seq::Seq;
 use crate::stats::{PeerStats, PortStats};
 use crate::time::Time;
 use crate::wire::{Expect, FrameType, HEADER_LEN};
+use congestion::Congestion;
 use peer::{Peer, PeerIdx, RxWindow, TxWindow};
 use rustc_hash::FxHashMap;
+use send::Gate;
 use std::cell::Cell;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -112,8 +116,25 @@ pub struct PeerInfo {
     /// is judged lost (zero until the path is seen to reorder; it grows
     /// when the peer reports duplicates).
     pub reorder_window: std::time::Duration,
+    /// Congestion control's view of the path, if the peer is controlled
+    /// (its method may lose frames and control is on).
+    pub congestion: Option<CongestionInfo>,
     /// Its counters.
     pub stats: PeerStats,
+}
+
+/// Congestion control's state for one peer (see [`CongestionConfig`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CongestionInfo {
+    /// Whole frames allowed in flight.
+    pub window: u32,
+    /// The path's round trip without queueing, once measured.
+    pub base_rtt: Option<std::time::Duration>,
+    /// Queueing delay: the smoothed round trip over the base.
+    pub queueing_delay: Option<std::time::Duration>,
+    /// Bytes per second pacing allows (full frames), once a round trip is
+    /// measured.
+    pub pacing_rate: Option<u64>,
 }
 
 /// The receive ring held for one message that could not get in, so that
@@ -373,6 +394,18 @@ impl Port {
             backoff_until: (p.busy_until != Time::ZERO).then_some(p.busy_until),
             loss_check_at: (p.reorder.deadline != Time::NEVER).then_some(p.reorder.deadline),
             reorder_window: p.reorder.window(&p.rtt),
+            congestion: (self.cfg.congestion.enabled && !p.reliable).then(|| {
+                let srtt = p.rtt.srtt();
+                CongestionInfo {
+                    window: p.cc.window_frames().min(self.cfg.tx_window),
+                    base_rtt: p.cc.base_rtt(),
+                    queueing_delay: p.cc.queueing_delay(srtt),
+                    pacing_rate: p
+                        .cc
+                        .pacing_rate(&self.cfg.congestion, srtt, self.cfg.tx_window)
+                        .map(|frames| (frames * f64::from(p.frag_payload)) as u64),
+                }
+            }),
             stats: p.stats,
         }
     }
@@ -548,6 +581,9 @@ impl Port {
             .saturating_sub(HEADER_LEN)
             .clamp(1, usize::from(u16::MAX));
         let p = &mut self.peers[idx as usize];
+        if p.route.is_some_and(|old| old != route) {
+            p.cc.forget_base();
+        }
         p.route = Some(route);
         p.frag_payload = max_payload as u16;
         p.reliable = info.caps.reliable;
@@ -596,7 +632,11 @@ impl Port {
             return Err(SendError::TooManyPeers(self.cfg.max_peers));
         }
         let idx = self.peers.len() as PeerIdx;
-        self.peers.push(Peer::new(addr, self.cfg.initial_seq));
+        self.peers.push(Peer::new(
+            addr,
+            self.cfg.initial_seq,
+            Congestion::new(&self.cfg.congestion, self.cfg.tx_window),
+        ));
         self.peer_index.insert(addr, idx);
         Ok(idx)
     }
@@ -604,7 +644,22 @@ impl Port {
     /// Puts the peer where the engine will find it: in its method's ready
     /// queue if it can transmit, in the unrouted list if it has no route.
     fn schedule(&mut self, idx: PeerIdx, now: Time) {
-        let new_data = self.can_frame_new(idx);
+        let gate = self.new_data_gate(idx, now);
+        let new_data = gate == Gate::Open;
+        if let Some(w) = self.peers[idx as usize].tx.as_mut() {
+            // New data waiting only for pacing needs a timer, not a place
+            // in the ready queue.
+            let wake = match gate {
+                Gate::PacedUntil(t) => t,
+                _ => Time::NEVER,
+            };
+            let newly = wake != Time::NEVER && w.cc.wake == Time::NEVER;
+            w.cc.wake = wake;
+            if newly {
+                self.stats.pacing_waits += 1;
+                self.arm_timer(idx);
+            }
+        }
         let p = &mut self.peers[idx as usize];
         if !p.wants_tx(now, new_data) {
             return;

@@ -9,6 +9,7 @@
 //! ([`RxWindow`]) — is borrowed from port-wide pools while needed and handed
 //! back when the peer goes idle.
 
+use super::congestion::{Congestion, CongestionRound};
 use super::loss::{RackMark, ReorderState};
 use crate::addr::ProcessAddr;
 use crate::method::Route;
@@ -68,6 +69,12 @@ pub(crate) struct TxWindow {
     pub slots: [TxSlot; RX_WINDOW as usize],
     /// The most recently sent frame known delivered.
     pub rack: RackMark,
+    /// Congestion control's pacing and once-per-round-trip state.
+    pub cc: CongestionRound,
+    /// When the last retransmission timeout fired: an acknowledgement of a
+    /// frame sent before it may answer the timeout's probe, so it gives no
+    /// round-trip sample.
+    pub last_timeout: Time,
 }
 
 impl TxWindow {
@@ -75,6 +82,8 @@ impl TxWindow {
         Box::new(TxWindow {
             slots: [TxSlot::default(); RX_WINDOW as usize],
             rack: RackMark::default(),
+            cc: CongestionRound::default(),
+            last_timeout: Time::ZERO,
         })
     }
 
@@ -149,8 +158,8 @@ pub(crate) struct Peer {
     /// Its route's method moves transfer data itself.
     pub bulk: bool,
     /// Frames handed to the (reliable) method for it, for matching the
-    /// method's count of frames written.
-    pub unseq_handed: u64,
+    /// method's count of frames written (wrapping).
+    pub unseq_handed: u32,
     /// In the port's unrouted list.
     pub awaiting_route: bool,
 
@@ -200,6 +209,8 @@ pub(crate) struct Peer {
     /// How much reordering this peer's path shows, and when to look for
     /// losses again.
     pub reorder: ReorderState,
+    /// Congestion window and the path's base round trip.
+    pub cc: Congestion,
 
     // ---- receiving ----
     pub rx: Option<Box<RxWindow>>,
@@ -236,7 +247,7 @@ pub(crate) struct Peer {
 }
 
 impl Peer {
-    pub fn new(addr: ProcessAddr, initial_seq: u32) -> Self {
+    pub fn new(addr: ProcessAddr, initial_seq: u32, cc: Congestion) -> Self {
         Peer {
             addr,
             route: None,
@@ -269,6 +280,7 @@ impl Peer {
             probe_newest: false,
             transmissions: 0,
             reorder: ReorderState::new(Seq(initial_seq)),
+            cc,
 
             rx: None,
             rx_known: false,
@@ -336,6 +348,9 @@ impl Peer {
             && (self.retx_pending() || self.probe_newest || self.has_unframed())
         {
             t = t.min(self.busy_until);
+        }
+        if let Some(w) = &self.tx {
+            t = t.min(w.cc.wake);
         }
         t
     }

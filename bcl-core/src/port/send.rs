@@ -1,6 +1,7 @@
 //! The sending side: accepting messages, framing them into the window,
 //! retransmission, and what acknowledgements do to the window.
 
+use super::congestion::{CongestionRound, Verdict};
 use super::loss::{self, RackMark};
 use super::peer::{PeerIdx, TxSlot, TxWindow, NO_MSG, RX_MSGS};
 use super::{OnDone, OutBody, OutMessage, Port, SendError};
@@ -14,6 +15,17 @@ use crate::wire::{
 };
 use zerocopy::network_endian::{U16, U32};
 use zerocopy::IntoBytes;
+
+/// Whether a peer may put new data on the wire now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Gate {
+    /// Yes.
+    Open,
+    /// No: the window is full or nothing waits.
+    Closed,
+    /// Data waits and the window has room, but pacing holds it until then.
+    PacedUntil(Time),
+}
 
 impl Port {
     /// Accepts `data` for eager delivery to `dst` on the system channel.
@@ -151,6 +163,8 @@ impl Port {
         if p.tx.is_none() {
             let mut w = self.tx_windows.pop().unwrap_or_else(TxWindow::new);
             w.rack = RackMark::default();
+            w.cc = CongestionRound::default();
+            w.last_timeout = Time::ZERO;
             p.tx = Some(w);
         }
     }
@@ -196,7 +210,7 @@ impl Port {
                     return Some(len);
                 }
             }
-            if self.can_frame_new(idx) {
+            if self.can_frame_new(idx, now) {
                 if let Some(len) = self.emit_new_data(idx, now, buf) {
                     return Some(len);
                 }
@@ -365,7 +379,7 @@ impl Port {
         if p.reliable {
             // Never resent: it is acknowledged when the method reports it
             // written (confirm_written), so no timer.
-            p.unseq_handed += 1;
+            p.unseq_handed = p.unseq_handed.wrapping_add(1);
             self.stats.data_frames_sent += 1;
             return Some(frame_len);
         }
@@ -374,7 +388,27 @@ impl Port {
         }
         self.ack_carried(idx);
         self.stats.data_frames_sent += 1;
+        self.pace(idx, now);
         Some(frame_len)
+    }
+
+    /// A sequenced DATA frame left for peer `idx` at `now`: pacing spaces
+    /// the next one.
+    fn pace(&mut self, idx: PeerIdx, now: Time) {
+        if !self.cfg.congestion.enabled {
+            return;
+        }
+        let p = &mut self.peers[idx as usize];
+        let srtt = p.rtt.srtt();
+        if let Some(w) = p.tx.as_mut() {
+            p.cc.on_sent(
+                &self.cfg.congestion,
+                &mut w.cc,
+                now,
+                srtt,
+                self.cfg.tx_window,
+            );
+        }
     }
 
     /// After a frame of unit `m` went out: the unit is done, or a transfer's
@@ -451,14 +485,37 @@ impl Port {
     /// Whether peer `idx` has new data that may be framed now: room in the
     /// window, and a unit being framed, a transfer waiting, or an ordered
     /// message that may start.
-    pub(super) fn can_frame_new(&self, idx: PeerIdx) -> bool {
+    pub(super) fn can_frame_new(&self, idx: PeerIdx, now: Time) -> bool {
+        self.new_data_gate(idx, now) == Gate::Open
+    }
+
+    /// Whether peer `idx` may frame new data at `now`, and if only pacing
+    /// stops it, until when.
+    pub(super) fn new_data_gate(&self, idx: PeerIdx, now: Time) -> Gate {
         let p = &self.peers[idx as usize];
-        if p.in_flight() >= self.cfg.tx_window {
-            return false;
+        let controlled = self.cfg.congestion.enabled && !p.reliable;
+        let window = if controlled {
+            p.cc.window_frames().min(self.cfg.tx_window)
+        } else {
+            self.cfg.tx_window
+        };
+        if p.in_flight() >= window {
+            return Gate::Closed;
         }
-        p.framing != NO_MSG
+        let waiting = p.framing != NO_MSG
             || p.xfer_head != NO_MSG
-            || (p.queue_head != NO_MSG && self.ordered_may_start(idx, p.queue_head))
+            || (p.queue_head != NO_MSG && self.ordered_may_start(idx, p.queue_head));
+        if !waiting {
+            return Gate::Closed;
+        }
+        if controlled {
+            if let Some(w) = &p.tx {
+                if let Some(t) = p.cc.paced_until(&w.cc, now) {
+                    return Gate::PacedUntil(t);
+                }
+            }
+        }
+        Gate::Open
     }
 
     /// Whether the frame about to carry ordered message `m` (its first
@@ -573,6 +630,7 @@ impl Port {
         self.stats.data_frames_sent += 1;
         self.stats.bundles_sent += 1;
         self.stats.messages_bundled += count;
+        self.pace(idx, now);
         Some(frame_len)
     }
 
@@ -726,6 +784,7 @@ impl Port {
             p.stats.retransmits += 1;
             self.stats.retransmits += 1;
             self.ack_carried(idx);
+            self.pace(idx, now);
             return Some(frame_len);
         }
     }
@@ -796,24 +855,50 @@ impl Port {
         // covers was sent twice (else the ACK may have waited for the resend
         // that filled a hole), and the ACK itself is sent for the first time.
         let newest = *w.slot(ack.plus(u32::MAX));
-        let mut clean = fresh;
+        // A newest frame already selectively acknowledged gave its sample
+        // then; the time since it was sent now is how long the hole before
+        // it took to fill, not a round trip. One sent before the last
+        // timeout may be acknowledged only now because the timeout's probe
+        // made the receiver answer (its first acknowledgement was lost).
+        let mut clean = fresh && !newest.sacked && newest.last_sent >= w.last_timeout;
         let mut s = p.una;
         while clean && s != ack {
             clean = w.slot(s).sent_count == 1;
             s = s.next();
         }
+        // A frame resent less than the least round trip ago cannot have
+        // been acknowledged by its resend: an earlier copy got through, and
+        // the timeout that resent it was spurious (the round trip outgrew
+        // the timeout, behind a growing queue).
+        let min_rtt = p.rtt.min_rtt().unwrap_or_default();
+        let mut spurious = false;
+        let mut s = p.una;
+        while !clean && !spurious && s != ack {
+            let slot = w.slot(s);
+            spurious = slot.sent_count > 1 && now.saturating_since(slot.last_sent) < min_rtt;
+            s = s.next();
+        }
         let old_una = p.una;
+        let next = p.next_seq;
         let p = &mut self.peers[idx as usize];
-        if clean {
-            p.rtt.sample(now.saturating_since(newest.last_sent));
-        } else {
+        let sample = clean.then(|| now.saturating_since(newest.last_sent));
+        match sample {
+            Some(round_trip) => p.rtt.sample(round_trip),
+            // After a spurious timeout the backed-off timeout stays until a
+            // clean sample: falling back to the old estimate would time out
+            // again at once (as Eifel and F-RTO do in TCP).
+            None if spurious => {}
             // Karn's algorithm keeps a backed-off timeout until a clean
             // sample; under heavy loss clean samples are rare and the timeout
             // would sit at its cap. Since a timeout only costs one probe
             // frame here, progress resets the backoff instead.
-            p.rtt.reset_backoff();
+            None => p.rtt.reset_backoff(),
+        }
+        if let Some(round_trip) = sample {
+            self.congestion_sample(idx, round_trip, advance, ack, next, now);
         }
 
+        let p = &mut self.peers[idx as usize];
         p.una = ack;
         p.consecutive_timeouts = 0;
         p.busy_shift = 0;
@@ -885,6 +970,32 @@ impl Port {
             .map_or(0, |x| self.body_len(&x.body))
     }
 
+    /// Feeds congestion control a round-trip sample that came with an
+    /// acknowledgement newly covering `acked` frames (`una`, `next`: the
+    /// window after it).
+    fn congestion_sample(
+        &mut self,
+        idx: PeerIdx,
+        round_trip: std::time::Duration,
+        acked: u32,
+        una: Seq,
+        next: Seq,
+        now: Time,
+    ) {
+        let cfg = &self.cfg.congestion;
+        let p = &mut self.peers[idx as usize];
+        if !cfg.enabled || p.reliable {
+            return;
+        }
+        let Some(w) = p.tx.as_mut() else { return };
+        let bound = self.cfg.tx_window;
+        let verdict =
+            p.cc.on_round_trip(cfg, &mut w.cc, round_trip, acked, una, next, now, bound);
+        if verdict == Verdict::Decreased {
+            self.stats.congestion_decreases += 1;
+        }
+    }
+
     /// Applies the selective part and reason of an ACK or NAK body.
     pub(super) fn on_ack_body(&mut self, idx: PeerIdx, ack: Seq, body: &AckBody, now: Time) {
         // The bitmap is the receiver's whole view of the window past `ack`:
@@ -913,6 +1024,7 @@ impl Port {
                         let slot = *slot;
                         if loss::note_delivered(&mut w.rack, &mut p.reorder, &p.rtt, &slot, now)
                             && slot.sent_count == 1
+                            && slot.last_sent >= w.last_timeout
                         {
                             sample = Some(now.saturating_since(slot.last_sent));
                         }
@@ -923,6 +1035,7 @@ impl Port {
         }
         if let Some(round_trip) = sample {
             p.rtt.sample(round_trip);
+            self.congestion_sample(idx, round_trip, 0, una, next, now);
         }
         self.on_duplicates_reported(idx, body.duplicates);
         match body.reason() {
@@ -974,6 +1087,16 @@ impl Port {
         }
         p.rtt.back_off();
         let (una, next) = (p.una, p.next_seq);
+        if self.cfg.congestion.enabled && !p.reliable {
+            if let Some(w) = p.tx.as_mut() {
+                let consecutive = p.consecutive_timeouts;
+                let verdict =
+                    p.cc.on_timeout(&self.cfg.congestion, &mut w.cc, consecutive, una, next);
+                if verdict == Verdict::Decreased {
+                    self.stats.congestion_decreases += 1;
+                }
+            }
+        }
         // After a timeout, selective acknowledgements are not trusted: the
         // receiver may have dropped what it held (RFC 2018, RFC 6675). Nor
         // is the mark of loss detection: with the selective flags gone,
@@ -986,6 +1109,7 @@ impl Port {
                 s = s.next();
             }
             w.rack = RackMark::default();
+            w.last_timeout = now;
         }
         p.reorder.deadline = Time::NEVER;
         p.reorder.after_timeout = true;

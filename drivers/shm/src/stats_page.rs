@@ -33,8 +33,9 @@
 //! 80     PortStats, PORT_COUNTERS order (48 words reserved)
 //! 128    per method: rx_frames, tx_frames, rx_foreign, rx_malformed,
 //!        tx_errors (8 methods, 48 words reserved)
-//! 192    peers: capacity x 16 words (address, route, srtt, rto, PeerStats,
-//!        queued, in flight, last active), the most recently active first
+//! 192    peers: capacity x 20 words (address, route, srtt, rto, PeerStats,
+//!        queued, in flight, last active, congestion window, base round
+//!        trip, queueing delay, pacing rate), the most recently active first
 //! ```
 //!
 //! # Seqlock
@@ -66,7 +67,7 @@
 use crate::proc;
 use crate::segment::{file_len, open_raw, DirLock, Mapping};
 use bcl_core::stats::{BadFrames, PeerStats, PortStats};
-use bcl_core::{JobKey, ProcessAddr};
+use bcl_core::{CongestionInfo, JobKey, ProcessAddr};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -132,7 +133,7 @@ const W_METHODS: usize = 128;
 const METHOD_WORDS: usize = 5;
 const W_PEERS: usize = 192;
 /// Words per peer record.
-pub const PEER_WORDS: usize = 16;
+pub const PEER_WORDS: usize = 20;
 
 /// Marks "no value" in a word (no route, no RTT sample yet).
 const NONE: u64 = u64::MAX;
@@ -144,7 +145,7 @@ pub fn page_len(peers: u32) -> usize {
 }
 
 /// The port counters in page order, by the names `bcl-stat --json` uses.
-pub const PORT_COUNTERS: [&str; 37] = [
+pub const PORT_COUNTERS: [&str; 40] = [
     "frames_sent",
     "frames_received",
     "data_frames_sent",
@@ -182,6 +183,9 @@ pub const PORT_COUNTERS: [&str; 37] = [
     "bad_bundle",
     "frames_judged_lost",
     "duplicates_reported",
+    "congestion_decreases",
+    "congestion_undos",
+    "pacing_waits",
 ];
 
 /// `s` as words in [`PORT_COUNTERS`] order.
@@ -225,6 +229,9 @@ pub fn port_words(s: &PortStats) -> [u64; PORT_COUNTERS.len()] {
         b.bad_bundle,
         s.frames_judged_lost,
         s.duplicates_reported,
+        s.congestion_decreases,
+        s.congestion_undos,
+        s.pacing_waits,
     ]
 }
 
@@ -255,6 +262,9 @@ pub fn port_from_words(w: &[u64; PORT_COUNTERS.len()]) -> PortStats {
         channel_events: w[21],
         frames_judged_lost: w[35],
         duplicates_reported: w[36],
+        congestion_decreases: w[37],
+        congestion_undos: w[38],
+        pacing_waits: w[39],
         bad_frames: BadFrames {
             truncated: w[22],
             bad_version: w[23],
@@ -353,6 +363,8 @@ pub struct PeerRecord {
     pub in_flight: u32,
     /// When its counters last changed (CLOCK_MONOTONIC ns, at a refresh).
     pub last_active_mono_ns: u64,
+    /// Congestion control's state, if the peer is controlled.
+    pub congestion: Option<CongestionInfo>,
 }
 
 /// The engine's counters.
@@ -728,6 +740,12 @@ fn peer_words(p: &PeerRecord) -> [u64; PEER_WORDS] {
         u64::from(p.queued),
         u64::from(p.in_flight),
         p.last_active_mono_ns,
+        p.congestion.map_or(NONE, |c| u64::from(c.window)),
+        duration_word(p.congestion.and_then(|c| c.base_rtt)),
+        duration_word(p.congestion.and_then(|c| c.queueing_delay)),
+        p.congestion
+            .and_then(|c| c.pacing_rate)
+            .map_or(NONE, |r| r.min(NONE - 1)),
     ]
 }
 
@@ -769,6 +787,15 @@ fn peer_from_words(w: &[u64], methods: usize) -> Result<PeerRecord, String> {
         queued: small(w[13], u64::from(u32::MAX), "queue depth")? as u32,
         in_flight: small(w[14], u64::from(u32::MAX), "frames in flight")? as u32,
         last_active_mono_ns: w[15],
+        congestion: match w[16] {
+            NONE => None,
+            window => Some(CongestionInfo {
+                window: small(window, u64::from(u32::MAX), "congestion window")? as u32,
+                base_rtt: (w[17] != NONE).then(|| Duration::from_nanos(w[17])),
+                queueing_delay: (w[18] != NONE).then(|| Duration::from_nanos(w[18])),
+                pacing_rate: (w[19] != NONE).then_some(w[19]),
+            }),
+        },
     })
 }
 
@@ -1114,6 +1141,12 @@ mod tests {
             queued: i,
             in_flight: i,
             last_active_mono_ns: v,
+            congestion: (i % 3 != 0).then(|| CongestionInfo {
+                window: i,
+                base_rtt: (i > 1).then(|| Duration::from_micros(u64::from(i))),
+                queueing_delay: Some(Duration::from_nanos(v)),
+                pacing_rate: (i % 2 == 0).then_some(v),
+            }),
         }
     }
 

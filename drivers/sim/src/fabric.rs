@@ -27,6 +27,37 @@ const SPARE_CAP: usize = 2 * MAX_TX_BURST;
 /// is smaller).
 const MIN_REORDER_HOLD: Duration = Duration::from_micros(5);
 
+/// A shared link in front of one endpoint, like a switch port: every frame
+/// to that endpoint, from any sender, crosses it after its own directed
+/// link. It carries `rate_bytes_per_sec`; frames wait in a queue of at most
+/// `queue_bytes` bytes, and a frame that does not fit is dropped (tail
+/// drop). Several senders into one receiver (incast) meet here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bottleneck {
+    /// Bandwidth of the shared link in bytes per second.
+    pub rate_bytes_per_sec: u64,
+    /// Bytes the queue before it holds (the frame on the wire not counted).
+    pub queue_bytes: u64,
+}
+
+impl Bottleneck {
+    /// A frame of `len` bytes reaches the bottleneck at `arrives`, its wire
+    /// free at `wire_free`: when the frame leaves it, or `None` if the
+    /// queue has no room for it.
+    fn admit(&self, wire_free: Time, arrives: Time, len: usize) -> Option<Time> {
+        let rate = u128::from(self.rate_bytes_per_sec.max(1));
+        let waiting_ns = wire_free.as_nanos().saturating_sub(arrives.as_nanos());
+        let queued = u128::from(waiting_ns) * rate / 1_000_000_000;
+        if queued > u128::from(self.queue_bytes) {
+            return None;
+        }
+        let bytes = u128::try_from(len).unwrap_or(u128::MAX);
+        let serialisation = bytes.saturating_mul(1_000_000_000).div_ceil(rate);
+        let start = wire_free.max(arrives);
+        Some(start + Duration::from_nanos(u64::try_from(serialisation).unwrap_or(u64::MAX)))
+    }
+}
+
 /// How to build a [`SimFabric`].
 #[derive(Clone, Debug)]
 pub struct FabricConfig {
@@ -84,6 +115,8 @@ pub struct FabricStats {
     /// Frames that found their directed link's wire busy and had to wait
     /// for it (rate limiting only).
     pub delayed_by_rate: u64,
+    /// The part of `dropped` that found a bottleneck's queue full.
+    pub queue_drops: u64,
     /// Frame buffers the fabric has allocated. Buffers are recycled, so
     /// this stops growing once the fabric reaches a steady state.
     pub buffers_allocated: u64,
@@ -94,7 +127,7 @@ impl fmt::Display for FabricStats {
         write!(
             f,
             "offered={} delivered={} dropped={} unroutable={} duplicated={} corrupted={} \
-             reordered={} delayed_by_rate={} buffers_allocated={}",
+             reordered={} delayed_by_rate={} queue_drops={} buffers_allocated={}",
             self.offered,
             self.delivered,
             self.dropped,
@@ -103,6 +136,7 @@ impl fmt::Display for FabricStats {
             self.corrupted,
             self.reordered,
             self.delayed_by_rate,
+            self.queue_drops,
             self.buffers_allocated
         )
     }
@@ -165,6 +199,9 @@ struct State {
     default_faults: FaultProfile,
     overrides: HashMap<(u32, u32), FaultProfile>,
     links: HashMap<(u32, u32), LinkState>,
+    /// Bottlenecks by receiving address, with the instant each one's wire
+    /// is free.
+    bottlenecks: HashMap<u32, (Bottleneck, Time)>,
     inboxes: Vec<Inbox>,
     free: Vec<Vec<u8>>,
     rng: Pcg64Mcg,
@@ -300,6 +337,21 @@ impl State {
             let serialisation = u64::try_from(serialisation).unwrap_or(u64::MAX);
             departs = now.max(link.wire_free) + Duration::from_nanos(serialisation);
             link.wire_free = departs;
+        }
+
+        if let Some((neck, wire_free)) = self.bottlenecks.get_mut(&to) {
+            match neck.admit(*wire_free, departs, len) {
+                Some(leaves) => {
+                    departs = leaves;
+                    *wire_free = leaves;
+                }
+                None => {
+                    self.stats.dropped += 1;
+                    self.stats.queue_drops += 1;
+                    self.free.push(buf);
+                    return;
+                }
+            }
         }
 
         if chance(&mut self.rng, profile.loss) {
@@ -453,6 +505,7 @@ impl SimFabric {
             default_faults: cfg.faults,
             overrides: HashMap::new(),
             links: HashMap::new(),
+            bottlenecks: HashMap::new(),
             inboxes: Vec::new(),
             free: Vec::new(),
             rng: Pcg64Mcg::seed_from_u64(cfg.seed),
@@ -544,6 +597,20 @@ impl SimFabric {
     /// the default profile again.
     pub fn clear_faults(&self, from: u32, to: u32) {
         self.shared.lock().overrides.remove(&(from, to));
+    }
+
+    /// Puts a [`Bottleneck`] in front of endpoint `to` (`None` removes it).
+    /// Applies to frames sent from now on.
+    pub fn set_bottleneck(&self, to: u32, neck: Option<Bottleneck>) {
+        let mut state = self.shared.lock();
+        match neck {
+            Some(b) => {
+                state.bottlenecks.insert(to, (b, Time::ZERO));
+            }
+            None => {
+                state.bottlenecks.remove(&to);
+            }
+        }
     }
 
     /// Replaces the default profile (links without an override).

@@ -56,6 +56,8 @@ pub mod fault;
 pub mod kind;
 
 pub use clock::{RealClock, SimClock, VirtualClock};
-pub use fabric::{FabricConfig, FabricStats, SimEndpoint, SimFabric, MAX_TX_BURST, METHOD_NAME};
+pub use fabric::{
+    Bottleneck, FabricConfig, FabricStats, SimEndpoint, SimFabric, MAX_TX_BURST, METHOD_NAME,
+};
 pub use fault::{FaultProfile, FaultSpec, FaultSpecError, FaultSpecProblem};
 pub use kind::SimKind;

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use bcl_core::{Descriptor, LinkId, Method, MethodError, Time, TxFrame};
 use bcl_sim::{
-    FabricConfig, FabricStats, FaultProfile, FaultSpec, SimClock, SimEndpoint, SimFabric,
-    VirtualClock, MAX_TX_BURST,
+    Bottleneck, FabricConfig, FabricStats, FaultProfile, FaultSpec, SimClock, SimEndpoint,
+    SimFabric, VirtualClock, MAX_TX_BURST,
 };
 use proptest::prelude::*;
 
@@ -407,6 +407,59 @@ fn rate_limit_applies_per_directed_link() {
     let trace = run(&fabric, &clock, &mut eps, sends);
     assert_eq!(trace.len(), 3);
     assert!(trace.iter().all(|d| d.at == t(100 * US)), "{trace:?}");
+}
+
+#[test]
+fn a_bottleneck_is_shared_by_every_sender_and_drops_at_the_tail() {
+    let (fabric, clock) = fabric(FaultProfile::default(), 0);
+    let mut eps = [fabric.endpoint(), fabric.endpoint(), fabric.endpoint()];
+    // One byte per microsecond into endpoint 2, room for two frames waiting.
+    fabric.set_bottleneck(
+        2,
+        Some(Bottleneck {
+            rate_bytes_per_sec: 1_000_000,
+            queue_bytes: 200,
+        }),
+    );
+    // Two senders, three 100-byte frames each, all at once: the first goes
+    // on the wire, two wait, the other three find the queue full.
+    let mut sends = Vec::new();
+    for from in 0..2 {
+        for i in 0..3 {
+            sends.push(Send {
+                at: t(0),
+                from,
+                to: 2,
+                bytes: numbered(from * 10 + i, 100),
+            });
+        }
+    }
+    // Endpoint 0's traffic to endpoint 1 does not cross it.
+    sends.push(Send {
+        at: t(0),
+        from: 0,
+        to: 1,
+        bytes: numbered(99, 100),
+    });
+    let trace = run(&fabric, &clock, &mut eps, sends);
+    let times: Vec<_> = trace.iter().map(|d| d.at.as_nanos() / US).collect();
+    assert_eq!(times, vec![0, 100, 200, 300], "{trace:?}");
+    let s = fabric.stats();
+    assert_eq!((s.queue_drops, s.dropped), (3, 3), "{s}");
+    assert_conserved(&s, fabric.in_flight());
+    // Removed, the link is unlimited again.
+    fabric.set_bottleneck(2, None);
+    let sends = (0..3)
+        .map(|i| Send {
+            at: t(1_000 * US),
+            from: 0,
+            to: 2,
+            bytes: numbered(i, 100),
+        })
+        .collect();
+    let trace = run(&fabric, &clock, &mut eps, sends);
+    assert_eq!(trace.len(), 3);
+    assert!(trace.iter().all(|d| d.at == t(1_000 * US)), "{trace:?}");
 }
 
 #[test]

@@ -423,6 +423,8 @@ fn finish(
         retransmits: out.receiver.retransmits + own.retransmits,
         bad_frames: out.receiver.bad_frames + own.bad_frames,
         data_frames: out.receiver.data_frames + own.data_frames,
+        congestion_decreases: out.receiver.congestion_decreases + own.congestion_decreases,
+        pacing_waits: out.receiver.pacing_waits + own.pacing_waits,
     };
     let v = out.verify;
     let verify = cli.verify.then_some(VerifyReport {

@@ -293,6 +293,12 @@ fn snapshot_json(
                         "ring_full_drops": q.stats.ring_full_drops,
                         "queued": q.queued,
                         "in_flight": q.in_flight,
+                        "congestion": q.congestion.map(|c| json!({
+                            "window": c.window,
+                            "base_rtt_ns": c.base_rtt.map(|d| d.as_nanos() as u64),
+                            "queueing_delay_ns": c.queueing_delay.map(|d| d.as_nanos() as u64),
+                            "pacing_bytes_per_s": c.pacing_rate,
+                        })),
                         "idle_ms": ms(b.refresh_mono_ns.saturating_sub(q.last_active_mono_ns)),
                         "rates": rates,
                     })
@@ -452,8 +458,8 @@ fn snapshot_text(
         }
         let _ = writeln!(
             t,
-            "        {:<9} {:<7} {:>8} {:>8} {:>6} {:>5} {:>5} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>5} {:>6}",
-            "PEER", "METHOD", "SRTT", "RTO", "RETX", "QUEUE", "FLIGHT", "TXFRM", "RXFRM", "TXBYTES", "RXBYTES", "TXB/s", "RXB/s", "DROP", "IDLE"
+            "        {:<9} {:<7} {:>8} {:>8} {:>6} {:>5} {:>5} {:>5} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>5} {:>6}",
+            "PEER", "METHOD", "SRTT", "RTO", "RETX", "QUEUE", "FLIGHT", "CWND", "QDELAY", "TXFRM", "RXFRM", "TXBYTES", "RXBYTES", "TXB/s", "RXB/s", "DROP", "IDLE"
         );
         for q in &b.peers {
             let pr = match (dt, prev_peer(prev, q.addr)) {
@@ -463,7 +469,7 @@ fn snapshot_text(
             let pr = |i: usize| pr.map_or("-".into(), |r| si(r[i].1));
             let _ = writeln!(
                 t,
-                "        {:<9} {:<7} {:>8} {:>8} {:>6} {:>5} {:>5} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>5} {:>6}",
+                "        {:<9} {:<7} {:>8} {:>8} {:>6} {:>5} {:>5} {:>5} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>5} {:>6}",
                 q.addr.to_string(),
                 method_name(p, q.method).unwrap_or("-"),
                 q.srtt.map_or("-".into(), |d| dur(d.as_nanos() as u64)),
@@ -471,6 +477,10 @@ fn snapshot_text(
                 si(q.stats.retransmits as f64),
                 si(f64::from(q.queued)),
                 si(f64::from(q.in_flight)),
+                q.congestion.map_or("-".into(), |c| c.window.to_string()),
+                q.congestion
+                    .and_then(|c| c.queueing_delay)
+                    .map_or("-".into(), |d| dur(d.as_nanos() as u64)),
                 si(q.stats.frames_sent as f64),
                 si(q.stats.frames_received as f64),
                 si(q.stats.bytes_sent as f64),

@@ -373,6 +373,7 @@ pub fn run_sender_observed(
             retransmits: w(5),
             bad_frames: w(6),
             data_frames: 0,
+            ..Default::default()
         },
     })
 }

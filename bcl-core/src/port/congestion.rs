@@ -1,0 +1,1141 @@
+//! Congestion control: how many frames may be in flight to a peer, and how
+//! fast they leave, judged from the queueing delay its round trips show.
+//!
+//! BCL-3 ran on Myrinet, whose link-level back-pressure never dropped a
+//! frame, so a fixed send window was enough. Commodity Ethernet drops when a
+//! queue overflows, and raw Ethernet frames carry no ECN bits, so the signal
+//! here is delay, in the lineage of Swift (and of Falcon, which builds on
+//! it):
+//!
+//! - **Window.** Each peer has a congestion window, in 1/64ths of a frame,
+//!   which bounds the frames in flight below the configured `tx_window`. A
+//!   round-trip sample whose queueing delay (the sample minus the path's
+//!   base round trip) is under the target grows it additively,
+//!   `additive_increase` frames per window acknowledged. Once per round
+//!   trip the round's least sample is judged: a queueing delay over the
+//!   target shrinks the window in proportion to the excess, `1 − β·(delay
+//!   − target)/delay`, never below `1 − max_decrease`. The least sample,
+//!   because a queue that stands shows in every sample, while a frame held
+//!   back by reordering, or an acknowledgement a busy receiver sent late,
+//!   shows in a few.
+//! - **Target.** `target_delay`, plus up to `flow_scaling` more as the
+//!   window shrinks towards one frame (in 1/sqrt(window), as Swift scales
+//!   it): a sender with a small share tolerates more queueing than one with
+//!   a large share, so the large one gives way first.
+//! - **Slow start.** A new peer's window starts at `initial_window` and
+//!   doubles per round trip until a round shows half the target of
+//!   queueing or the window first shrinks. The window is kept while the
+//!   peer is idle, so only the first exchange with a peer ramps up.
+//! - **Base round trip.** The least sample of the current epoch; at the end
+//!   of an epoch (`base_epoch` of continuous activity) the epoch's least
+//!   sample replaces it, so a path that became longer is followed. A new
+//!   route forgets it.
+//! - **Loss.** A frame judged lost, or a timeout, halves the window too
+//!   (once per round trip) if a sample of this round or the last showed a
+//!   queue of at least half the target (delayed acknowledgements alone add
+//!   some): a queue too short for the target still
+//!   drops, while a loss with no queue at all is random or corruption and
+//!   costs no bandwidth. Two timeouts in a row behind a queue leave the
+//!   smallest window, in slow start again up to half the window before.
+//!   If the peer then reports the frames resent after a loss judgement as
+//!   duplicates, they were only overtaken (reordering) and the decrease is
+//!   undone, as TCP does on D-SACK; a timeout is never undone (a round trip
+//!   that outgrew the timeout is a queue growing).
+//! - **Pacing.** A window that congestion shrank below two bursts (and
+//!   below `tx_window`) is paced: frames leave no faster than 5/4 of the
+//!   window per round trip (the smoothed one, at most base plus target),
+//!   with `pacing_burst` frames allowed back to back. A peer idle long
+//!   enough has the whole burst available, so a lone message never waits;
+//!   larger windows are clocked by their acknowledgements.
+//!
+//! Why delay and a window rather than receiver grants (Homa): the window
+//! needs no extra frames, no wire change and no receiver state, keeps the
+//! per-peer idle state at 4 bytes ([`Congestion`]; the pacing and per-round
+//! state live in the pooled [`TxWindow`](super::peer::TxWindow) while
+//! frames fly), and treats every bottleneck alike, the receiver's own link
+//! or one in the middle. Senders into one receiver see the same queue and
+//! increase and decrease alike (additive increase, multiplicative
+//! decrease), which evens their shares out.
+//!
+//! Known limits. A sender that starts while others keep a queue measures
+//! that queue as part of its base round trip, so it tolerates more delay
+//! than the others and takes more than its share (the latecomer bias of
+//! every delay signal; flow scaling narrows it, it does not remove it; the
+//! base epoch resets it slowly). Receiver grants would remove it at the
+//! price of a wire change.
+
+//! Only peers whose frames are sequenced (methods that may lose) are
+//! controlled: a method that never loses (shared memory) has its own flow
+//! control and no queue to drop from.
+
+use std::time::Duration;
+
+use crate::seq::Seq;
+use crate::time::Time;
+
+/// Window unit: frames are counted in 1/64ths (15 bits hold 511 frames,
+/// twice the largest send window).
+const UNIT: u64 = 64;
+
+/// The largest window in units (15 bits; the 16th marks slow start over).
+const WINDOW_MAX: u16 = 0x7fff;
+
+/// In [`Congestion::bits`]: slow start is over.
+const SLOW_START_OVER: u16 = 0x8000;
+
+/// Measuring rounds during which a loss decrease may still be undone.
+const UNDO_ROUNDS: u8 = 2;
+
+/// Pacing runs at this multiple of window per round trip (numerator and
+/// denominator), so a window that is not limited is never slowed by pacing.
+const PACING_GAIN: (u64, u64) = (5, 4);
+
+/// How the congestion controller behaves: part of
+/// [`PortConfig`](crate::PortConfig).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CongestionConfig {
+    /// Control congestion at all (default true). Off, the window is always
+    /// `tx_window` and frames are not paced (BCL-3's behaviour).
+    pub enabled: bool,
+    /// Queueing delay the window aims at: the round trip above the path's
+    /// base at which it stops growing (default 100 µs).
+    pub target_delay: Duration,
+    /// Extra queueing delay a window of one frame tolerates over
+    /// `target_delay`, falling in 1/sqrt(window) to none at `tx_window`
+    /// (default 100 µs; zero turns the scaling off).
+    pub flow_scaling: Duration,
+    /// Frames the window grows by per window of frames acknowledged under
+    /// the target, i.e. per round trip (default 1).
+    pub additive_increase: u32,
+    /// β in thousandths: how hard a delay over the target shrinks the
+    /// window (default 800, Swift's 0.8).
+    pub beta_permille: u32,
+    /// Largest decrease at once in thousandths, also the decrease after a
+    /// loss (default 500: halve).
+    pub max_decrease_permille: u32,
+    /// Smallest window in frames (default 2; never more than `tx_window`).
+    pub min_window: u32,
+    /// Window in frames of a peer never sent to (default 16; 0 means
+    /// `tx_window`, the bound). It doubles per round trip (slow start)
+    /// until a queue starts to form (delay over half the target) or the
+    /// window first shrinks, and grows additively from then on.
+    pub initial_window: u32,
+    /// Frames that may leave back to back before pacing spaces them
+    /// (default 16).
+    pub pacing_burst: u32,
+    /// How long the base round trip stands before the least sample of the
+    /// latest epoch replaces it (default 4 s).
+    pub base_epoch: Duration,
+}
+
+impl Default for CongestionConfig {
+    fn default() -> Self {
+        CongestionConfig {
+            enabled: true,
+            target_delay: Duration::from_micros(100),
+            flow_scaling: Duration::from_micros(100),
+            additive_increase: 1,
+            beta_permille: 800,
+            max_decrease_permille: 500,
+            min_window: 2,
+            initial_window: 16,
+            pacing_burst: 16,
+            base_epoch: Duration::from_secs(4),
+        }
+    }
+}
+
+impl CongestionConfig {
+    /// The first field that cannot work and why, given the send window
+    /// bound `tx_window`.
+    pub(crate) fn problem(&self, tx_window: u32) -> Option<(&'static str, String)> {
+        if self.target_delay.is_zero() {
+            return Some(("congestion.target_delay", "must be positive".into()));
+        }
+        if self.additive_increase == 0 || self.additive_increase > tx_window {
+            return Some((
+                "congestion.additive_increase",
+                format!("is {}, must be 1..={tx_window}", self.additive_increase),
+            ));
+        }
+        if self.beta_permille > 1000 {
+            return Some((
+                "congestion.beta_permille",
+                format!("is {}, must be at most 1000", self.beta_permille),
+            ));
+        }
+        if self.max_decrease_permille == 0 || self.max_decrease_permille >= 1000 {
+            return Some((
+                "congestion.max_decrease_permille",
+                format!("is {}, must be 1..=999", self.max_decrease_permille),
+            ));
+        }
+        if self.min_window == 0 {
+            return Some(("congestion.min_window", "must be at least 1".into()));
+        }
+        if self.initial_window != 0 && self.initial_window < self.min_window {
+            return Some((
+                "congestion.initial_window",
+                format!(
+                    "is {}, must be 0 (tx_window) or at least min_window ({})",
+                    self.initial_window, self.min_window
+                ),
+            ));
+        }
+        if self.pacing_burst == 0 {
+            return Some(("congestion.pacing_burst", "must be at least 1".into()));
+        }
+        if self.base_epoch.is_zero() {
+            return Some(("congestion.base_epoch", "must be positive".into()));
+        }
+        None
+    }
+
+    /// The window of a new peer, in frames.
+    fn initial_frames(&self, tx_window: u32) -> u32 {
+        if self.initial_window == 0 {
+            tx_window
+        } else {
+            self.initial_window.min(tx_window)
+        }
+    }
+}
+
+/// What a port keeps about congestion on the path to one peer, also while
+/// the peer is idle: 4 bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Congestion {
+    /// Frames allowed in flight, in 1/64ths (the low 15 bits), and whether
+    /// slow start is over (the top bit).
+    bits: u16,
+    /// The path's round trip without queueing (0: no sample yet).
+    base_rtt: CompactNanos,
+}
+
+/// A duration of up to 2^32 ns in 16 bits, as a tiny float: an 11-bit
+/// mantissa shifted by a 5-bit exponent, rounded down (relative error under
+/// 1/1024). Keeps the idle per-peer state small.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct CompactNanos(u16);
+
+impl CompactNanos {
+    const MANTISSA_BITS: u32 = 11;
+
+    /// `ns`, rounded down to what 16 bits hold.
+    pub fn new(ns: u32) -> Self {
+        let shift = (32 - ns.leading_zeros()).saturating_sub(Self::MANTISSA_BITS);
+        CompactNanos(((shift << Self::MANTISSA_BITS) | (ns >> shift)) as u16)
+    }
+
+    /// The value in nanoseconds.
+    pub fn get(self) -> u32 {
+        let mantissa = u32::from(self.0) & ((1 << Self::MANTISSA_BITS) - 1);
+        mantissa << (u32::from(self.0) >> Self::MANTISSA_BITS)
+    }
+}
+
+/// The controller's state while frames fly to a peer; it lives in the
+/// pooled send window and starts afresh when the peer was idle.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CongestionRound {
+    /// Earliest instant the next frame may leave (pacing).
+    pace_at: Time,
+    /// New data waits for pacing until this instant: the peer needs a timer
+    /// then (`Time::NEVER`: it does not).
+    pub wake: Time,
+    /// No decrease before the cumulative acknowledgement reaches this
+    /// point, when `holding` (once per round trip).
+    decrease_end: Seq,
+    holding: bool,
+    /// The measuring round: it ends when the cumulative acknowledgement
+    /// reaches `round_end` (when `round_open`); `round_min` is its least
+    /// sample, the delay judged at its end.
+    round_end: Seq,
+    round_open: bool,
+    round_min: u32,
+    /// The latest sample (in nanoseconds; 0: none): the queue a loss is
+    /// judged by (it went through the queue just after the lost frame).
+    last_sample: u32,
+    /// The window (with the slow-start bit) before a loss or a timeout
+    /// shrank it (0: none), restored
+    /// if the peer reports the resent frames as duplicates (they were not
+    /// lost, only late: reordering, or a receiver that stalled), within
+    /// `undo_rounds` measuring rounds.
+    undo: u16,
+    undo_rounds: u8,
+    /// Slow start after timeouts ends at this window, in units (half the
+    /// window before them; 0: no such limit).
+    slow_start_limit: u16,
+    /// Start of the current base-round-trip epoch, and its least sample.
+    epoch_start: Time,
+    epoch_min: u32,
+}
+
+impl Default for CongestionRound {
+    fn default() -> Self {
+        CongestionRound {
+            pace_at: Time::ZERO,
+            wake: Time::NEVER,
+            decrease_end: Seq(0),
+            holding: false,
+            round_end: Seq(0),
+            round_open: false,
+            round_min: u32::MAX,
+            last_sample: 0,
+            undo: 0,
+            undo_rounds: 0,
+            slow_start_limit: 0,
+            epoch_start: Time::NEVER,
+            epoch_min: u32::MAX,
+        }
+    }
+}
+
+/// What one call changed, for the port's counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// The window grew or stayed.
+    Steady,
+    /// The window shrank.
+    Decreased,
+}
+
+/// Saturating conversion of a duration to nanoseconds in a `u32`.
+fn nanos32(d: Duration) -> u32 {
+    u32::try_from(d.as_nanos()).unwrap_or(u32::MAX)
+}
+
+impl Congestion {
+    /// A peer never heard from: the configured initial window, no base.
+    pub fn new(cfg: &CongestionConfig, tx_window: u32) -> Self {
+        Congestion {
+            bits: Self::units(cfg.initial_frames(tx_window)),
+            base_rtt: CompactNanos::default(),
+        }
+    }
+
+    /// `frames` in window units.
+    fn units(frames: u32) -> u16 {
+        u16::try_from(u64::from(frames) * UNIT)
+            .unwrap_or(WINDOW_MAX)
+            .min(WINDOW_MAX)
+    }
+
+    /// The window in units.
+    fn window(&self) -> u16 {
+        self.bits & WINDOW_MAX
+    }
+
+    fn set_window(&mut self, units: u16) {
+        self.bits = (self.bits & SLOW_START_OVER) | units.min(WINDOW_MAX);
+    }
+
+    /// Whether the window still doubles per round trip (no decrease yet).
+    fn in_slow_start(&self) -> bool {
+        self.bits & SLOW_START_OVER == 0
+    }
+
+    /// Whole frames allowed in flight (at least one).
+    pub fn window_frames(&self) -> u32 {
+        (u32::from(self.window()) / UNIT as u32).max(1)
+    }
+
+    /// The path's base round trip, once measured.
+    pub fn base_rtt(&self) -> Option<Duration> {
+        let ns = self.base_rtt.get();
+        (ns != 0).then(|| Duration::from_nanos(u64::from(ns)))
+    }
+
+    /// The route changed: the old path's base round trip says nothing
+    /// about the new one.
+    pub fn forget_base(&mut self) {
+        self.base_rtt = CompactNanos::default();
+    }
+
+    fn may_decrease(round: &CongestionRound, una: Seq) -> bool {
+        !round.holding || !una.before(round.decrease_end)
+    }
+
+    fn decrease(&mut self, round: &mut CongestionRound, permille: u64, floor: u32, next: Seq) {
+        let kept = (u64::from(self.window()) * (1000 - permille.min(1000)) / 1000) as u16;
+        // Never below the floor, and a decrease never grows the window.
+        let floor = Self::units(floor).min(self.window());
+        self.set_window(kept.max(floor));
+        self.bits |= SLOW_START_OVER;
+        round.decrease_end = next;
+        round.holding = true;
+    }
+
+    /// A round-trip sample `rtt` arrived with an acknowledgement that newly
+    /// covered `acked` frames; `una` and `next` are the sender's window
+    /// after it. `max_frames` bounds the window.
+    #[allow(clippy::too_many_arguments)]
+    pub fn on_round_trip(
+        &mut self,
+        cfg: &CongestionConfig,
+        round: &mut CongestionRound,
+        rtt: Duration,
+        acked: u32,
+        una: Seq,
+        next: Seq,
+        now: Time,
+        max_frames: u32,
+    ) -> Verdict {
+        let sample = nanos32(rtt).max(1);
+        // The base: the least sample, replaced by the last epoch's least at
+        // the end of each epoch.
+        if round.epoch_start == Time::NEVER {
+            round.epoch_start = now;
+        }
+        round.epoch_min = round.epoch_min.min(sample);
+        let old_base = self.base_rtt.get();
+        if old_base == 0 || sample < old_base {
+            self.base_rtt = CompactNanos::new(sample);
+        } else if now.saturating_since(round.epoch_start) >= cfg.base_epoch {
+            self.base_rtt = CompactNanos::new(round.epoch_min);
+            round.epoch_start = now;
+            round.epoch_min = u32::MAX;
+        }
+        let base = self.base_rtt.get();
+        let target = self.target_ns(cfg, max_frames);
+        if u64::from(sample.saturating_sub(base)) <= target {
+            let window = u64::from(self.window().max(1));
+            let grow = if self.in_slow_start() {
+                // Slow start: a frame per frame acknowledged, doubling per
+                // round trip.
+                UNIT * u64::from(acked)
+            } else {
+                // Additive increase: `additive_increase` frames per window
+                // of frames acknowledged, rounded up so that a large window
+                // still grows by whole units.
+                (u64::from(cfg.additive_increase) * UNIT * UNIT * u64::from(acked)).div_ceil(window)
+            };
+            let cap = u64::from(Self::units(max_frames));
+            self.set_window((window + grow).min(cap) as u16);
+            if self.in_slow_start()
+                && round.slow_start_limit != 0
+                && self.window() >= round.slow_start_limit
+            {
+                self.bits |= SLOW_START_OVER;
+                round.slow_start_limit = 0;
+            }
+        }
+        // The decrease is judged once per round trip, by the round's least
+        // sample: a queue that stands shows in every sample, while a frame
+        // held back by reordering or an acknowledgement delayed by a busy
+        // receiver shows in a few only.
+        round.round_min = round.round_min.min(sample);
+        round.last_sample = sample;
+        if !round.round_open {
+            round.round_open = true;
+            round.round_end = next;
+            return Verdict::Steady;
+        }
+        if una.before(round.round_end) {
+            return Verdict::Steady;
+        }
+        let delay = u64::from(round.round_min.saturating_sub(base));
+        round.round_end = next;
+        round.round_min = u32::MAX;
+        if round.undo != 0 {
+            round.undo_rounds = round.undo_rounds.saturating_sub(1);
+            if round.undo_rounds == 0 {
+                round.undo = 0;
+            }
+        }
+        if self.in_slow_start() && delay > target / 2 {
+            // A queue starts to form: the path is full, grow gently now.
+            self.bits |= SLOW_START_OVER;
+        }
+        if delay <= target || !Self::may_decrease(round, una) {
+            return Verdict::Steady;
+        }
+        // Proportional to the excess over the target, at most max_decrease.
+        let excess = u64::from(cfg.beta_permille) * (delay - target) / delay;
+        let permille = excess.min(u64::from(cfg.max_decrease_permille));
+        if permille == 0 {
+            return Verdict::Steady;
+        }
+        self.decrease(round, permille, cfg.min_window, next);
+        // A queue, not a loss that may turn out spurious: nothing to undo.
+        round.undo = 0;
+        Verdict::Decreased
+    }
+
+    /// Remembers the window before a loss shrinks it, for
+    /// [`Congestion::on_spurious_resend`].
+    fn arm_undo(&self, round: &mut CongestionRound) {
+        if round.undo == 0 {
+            round.undo = self.bits;
+        }
+        round.undo_rounds = UNDO_ROUNDS;
+    }
+
+    /// The peer reported duplicates: frames resent after a loss judgement
+    /// or a timeout had arrived after all. The decrease they caused is
+    /// undone (as TCP does on D-SACK), so reordering or a stalled receiver
+    /// does not cost bandwidth. Returns whether the window grew back.
+    pub fn on_spurious_resend(&mut self, round: &mut CongestionRound) -> bool {
+        if round.undo == 0 {
+            return false;
+        }
+        // Back to the window and the slow start from before the decrease.
+        let grew = round.undo & WINDOW_MAX > self.window();
+        if grew {
+            self.bits = round.undo;
+        }
+        round.undo = 0;
+        round.holding = false;
+        grew
+    }
+
+    /// The queueing delay this window aims at: the configured target, plus
+    /// up to `flow_scaling` more as the window shrinks towards one frame
+    /// (in 1/sqrt(window), as Swift scales it). A sender that got a small
+    /// share tolerates more delay than one with a large share, so the large
+    /// one gives way first and the shares even out, also when the senders'
+    /// base round trips were measured at different queue levels.
+    fn target_ns(&self, cfg: &CongestionConfig, max_frames: u32) -> u64 {
+        let base = u64::try_from(cfg.target_delay.as_nanos()).unwrap_or(u64::MAX);
+        let range = u64::try_from(cfg.flow_scaling.as_nanos()).unwrap_or(u64::MAX) as f64;
+        if range == 0.0 {
+            return base;
+        }
+        let inv = |frames: f64| 1.0 / frames.max(1.0).sqrt();
+        let window = f64::from(self.window()) / UNIT as f64;
+        let span = inv(1.0) - inv(f64::from(max_frames));
+        if span <= 0.0 {
+            return base;
+        }
+        let scale = ((inv(window) - inv(f64::from(max_frames))) / span).clamp(0.0, 1.0);
+        base.saturating_add((range * scale) as u64)
+    }
+
+    /// Whether a loss looks like congestion: the latest round-trip sample
+    /// (of a frame that crossed the queue after the lost one) showed a queue
+    /// of at least half the target over the base (delayed acknowledgements
+    /// alone add some), or nothing is measured yet. A queue that overflows
+    /// is full just then; a frame lost with no queue at all was corrupted or
+    /// dropped at random, and shrinking the window for it would only cost
+    /// bandwidth.
+    fn loss_is_congestion(&self, cfg: &CongestionConfig, round: &CongestionRound) -> bool {
+        let Some(base) = self.base_rtt() else {
+            return true;
+        };
+        if round.last_sample == 0 {
+            return true;
+        }
+        let queue = Duration::from_nanos(u64::from(round.last_sample)).saturating_sub(base);
+        queue * 2 >= cfg.target_delay
+    }
+
+    /// A frame was judged lost (by time and sequence): shrink by the most
+    /// allowed, once per round trip, if a queue stood.
+    pub fn on_loss(
+        &mut self,
+        cfg: &CongestionConfig,
+        round: &mut CongestionRound,
+        una: Seq,
+        next: Seq,
+    ) -> Verdict {
+        if !Self::may_decrease(round, una) || !self.loss_is_congestion(cfg, round) {
+            return Verdict::Steady;
+        }
+        self.arm_undo(round);
+        self.decrease(
+            round,
+            u64::from(cfg.max_decrease_permille),
+            cfg.min_window,
+            next,
+        );
+        Verdict::Decreased
+    }
+
+    /// A retransmission timeout fired, the `consecutive`th in a row. If a
+    /// queue stood, the first shrinks the window as a loss does and a second
+    /// in a row leaves the smallest window; without a queue it is a lost
+    /// frame with nothing after it to reveal the loss, not congestion.
+    pub fn on_timeout(
+        &mut self,
+        cfg: &CongestionConfig,
+        round: &mut CongestionRound,
+        consecutive: u16,
+        una: Seq,
+        next: Seq,
+    ) -> Verdict {
+        // A timeout is not undone, even if what it resent turns out to have
+        // arrived: a round trip that outgrew the timeout is a queue growing
+        // (or a receiver that stalled), and a window restored into it would
+        // time out again.
+        round.undo = 0;
+        if !self.loss_is_congestion(cfg, round) {
+            return Verdict::Steady;
+        }
+        if consecutive >= 2 {
+            // Start over from the smallest window, in slow start up to
+            // half the window before (as TCP does after a timeout): the
+            // queue that stood may be gone by the time anything gets
+            // through.
+            round.slow_start_limit = (self.window() / 2).max(Self::units(cfg.min_window));
+            self.set_window(Self::units(cfg.min_window));
+            self.bits &= !SLOW_START_OVER;
+            round.decrease_end = next;
+            round.holding = true;
+            return Verdict::Decreased;
+        }
+        if !Self::may_decrease(round, una) {
+            return Verdict::Steady;
+        }
+        self.decrease(
+            round,
+            u64::from(cfg.max_decrease_permille),
+            cfg.min_window,
+            next,
+        );
+        Verdict::Decreased
+    }
+
+    /// Time between paced frames (zero: no pacing). Only a small window is
+    /// paced, one that congestion shrank below two bursts (and below the
+    /// bound `max_frames`): it is the one whose bursts fill a queue before
+    /// the delay shows. A larger window is clocked by its acknowledgements,
+    /// which come back spaced by the bottleneck, and pacing it would only
+    /// add timer wake-ups (each costs the timer slack when the engine
+    /// sleeps, some 50 µs). The round trip paced by is the smoothed one,
+    /// but at most the base plus the target delay, so that late samples
+    /// (reordering, a busy receiver) do not slow pacing below what the
+    /// window allows.
+    fn pacing_interval(
+        &self,
+        cfg: &CongestionConfig,
+        srtt: Option<Duration>,
+        max_frames: u32,
+    ) -> u64 {
+        let Some(srtt) = srtt else { return 0 };
+        let paced_below = Self::units(max_frames).min(Self::units(2 * cfg.pacing_burst));
+        if self.window() >= paced_below {
+            return 0;
+        }
+        let mut rtt = u64::try_from(srtt.as_nanos()).unwrap_or(u64::MAX);
+        if let Some(base) = self.base_rtt() {
+            rtt = rtt.min(u64::try_from((base + cfg.target_delay).as_nanos()).unwrap_or(u64::MAX));
+        }
+        rtt.saturating_mul(UNIT * PACING_GAIN.1) / (u64::from(self.window().max(1)) * PACING_GAIN.0)
+    }
+
+    /// When a new frame may leave: `None` now, else the instant pacing
+    /// allows it.
+    pub fn paced_until(&self, round: &CongestionRound, now: Time) -> Option<Time> {
+        (round.pace_at > now).then_some(round.pace_at)
+    }
+
+    /// A DATA frame left at `now`: the next one is due one interval later,
+    /// once the burst allowance is used up.
+    pub fn on_sent(
+        &self,
+        cfg: &CongestionConfig,
+        round: &mut CongestionRound,
+        now: Time,
+        srtt: Option<Duration>,
+        max_frames: u32,
+    ) {
+        let interval = self.pacing_interval(cfg, srtt, max_frames);
+        if interval == 0 {
+            return;
+        }
+        let allowance = interval.saturating_mul(u64::from(cfg.pacing_burst));
+        let floor = Time::from_nanos(now.as_nanos().saturating_sub(allowance));
+        round.pace_at = round.pace_at.max(floor) + Duration::from_nanos(interval);
+    }
+
+    /// The rate pacing allows, in frames per second (`None`: not paced).
+    pub fn pacing_rate(
+        &self,
+        cfg: &CongestionConfig,
+        srtt: Option<Duration>,
+        max_frames: u32,
+    ) -> Option<f64> {
+        let interval = self.pacing_interval(cfg, srtt, max_frames);
+        (interval > 0).then(|| 1e9 / interval as f64)
+    }
+
+    /// Queueing delay the smoothed round trip shows over the base.
+    pub fn queueing_delay(&self, srtt: Option<Duration>) -> Option<Duration> {
+        let base = self.base_rtt()?;
+        Some(srtt?.saturating_sub(base))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const US: Duration = Duration::from_micros(1);
+
+    fn setup(window: u32) -> (CongestionConfig, Congestion, CongestionRound) {
+        let cfg = CongestionConfig {
+            initial_window: window,
+            flow_scaling: Duration::ZERO,
+            ..CongestionConfig::default()
+        };
+        let mut cc = Congestion::new(&cfg, 128);
+        cc.bits |= SLOW_START_OVER;
+        (cfg, cc, CongestionRound::default())
+    }
+
+    #[test]
+    fn slow_start_doubles_per_round_trip_until_a_queue_forms() {
+        let cfg = CongestionConfig::default();
+        let mut cc = Congestion::new(&cfg, 128);
+        let mut round = CongestionRound::default();
+        assert_eq!(cc.window_frames(), 16);
+        // A round trip's worth of acknowledgements, no queue: doubled.
+        cc.on_round_trip(
+            &cfg,
+            &mut round,
+            30 * US,
+            16,
+            Seq(16),
+            Seq(32),
+            Time::ZERO,
+            128,
+        );
+        assert_eq!(cc.window_frames(), 32);
+        cc.on_round_trip(
+            &cfg,
+            &mut round,
+            30 * US,
+            32,
+            Seq(48),
+            Seq(80),
+            Time::ZERO,
+            128,
+        );
+        assert_eq!(cc.window_frames(), 64);
+        // A round whose least sample shows half the target of queueing:
+        // slow start is over, additive from now on.
+        cc.on_round_trip(
+            &cfg,
+            &mut round,
+            90 * US,
+            0,
+            Seq(80),
+            Seq(144),
+            Time::ZERO,
+            128,
+        );
+        cc.on_round_trip(
+            &cfg,
+            &mut round,
+            90 * US,
+            0,
+            Seq(144),
+            Seq(144),
+            Time::ZERO,
+            128,
+        );
+        assert!(!cc.in_slow_start());
+        assert_eq!(cc.window_frames(), 64);
+        // Never past the bound.
+        let mut cc = Congestion::new(&cfg, 20);
+        cc.on_round_trip(
+            &cfg,
+            &mut round,
+            30 * US,
+            16,
+            Seq(16),
+            Seq(32),
+            Time::ZERO,
+            20,
+        );
+        assert_eq!(cc.window_frames(), 20);
+    }
+
+    #[test]
+    fn compact_nanos_keep_eleven_bits() {
+        for ns in [0u32, 1, 2047, 2048, 2049, 30_000, 123_456_789, u32::MAX] {
+            let back = CompactNanos::new(ns).get();
+            assert!(back <= ns, "{ns} came back as {back}");
+            assert!(
+                u64::from(ns - back) * 1024 <= u64::from(ns),
+                "{ns} -> {back}"
+            );
+        }
+    }
+
+    #[test]
+    fn under_the_target_the_window_grows_one_frame_per_window_acknowledged() {
+        let (cfg, mut cc, mut round) = setup(10);
+        // Eleven frames acknowledged one at a time, no queueing: a window and
+        // a bit (the window grows on the way), one frame more.
+        for i in 0..11 {
+            let v = cc.on_round_trip(
+                &cfg,
+                &mut round,
+                30 * US,
+                1,
+                Seq(i + 1),
+                Seq(20),
+                Time::ZERO,
+                128,
+            );
+            assert_eq!(v, Verdict::Steady);
+        }
+        assert_eq!(cc.window_frames(), 11, "{cc:?}");
+        assert_eq!(cc.base_rtt(), Some(30 * US));
+    }
+
+    #[test]
+    fn the_window_never_passes_the_bound() {
+        let (cfg, mut cc, mut round) = setup(128);
+        for i in 0..1000 {
+            cc.on_round_trip(
+                &cfg,
+                &mut round,
+                30 * US,
+                16,
+                Seq(i),
+                Seq(i + 128),
+                Time::ZERO,
+                128,
+            );
+        }
+        assert_eq!(cc.window_frames(), 128);
+    }
+
+    #[test]
+    fn a_standing_queue_shrinks_the_window_in_proportion_once_per_round_trip() {
+        let (cfg, mut cc, mut round) = setup(100);
+        let mut rt = |cc: &mut Congestion, us: u64, una: u32, next: u32| {
+            cc.on_round_trip(
+                &cfg,
+                &mut round,
+                Duration::from_micros(us),
+                1,
+                Seq(una),
+                Seq(next),
+                Time::ZERO,
+                128,
+            )
+        };
+        // The first sample (50 µs: the base) opens a round up to frame 10.
+        assert_eq!(rt(&mut cc, 50, 1, 10), Verdict::Steady);
+        // Its least sample was the base: no queue, whatever came later.
+        assert_eq!(rt(&mut cc, 250, 5, 100), Verdict::Steady);
+        assert_eq!(rt(&mut cc, 250, 10, 100), Verdict::Steady);
+        assert_eq!(cc.window_frames(), 100);
+        // A round (to frame 100) in which every sample saw 200 µs of
+        // queueing, 100 over the target: 1 - 0.8 * 100/200 = 0.6.
+        assert_eq!(rt(&mut cc, 250, 50, 120), Verdict::Steady);
+        assert_eq!(rt(&mut cc, 250, 100, 130), Verdict::Decreased);
+        assert_eq!(cc.window_frames(), 60);
+        // The next round: at most halved, however large the delay.
+        assert_eq!(rt(&mut cc, 900, 120, 140), Verdict::Steady);
+        assert_eq!(rt(&mut cc, 5000, 130, 150), Verdict::Decreased);
+        assert_eq!(cc.window_frames(), 30);
+    }
+
+    #[test]
+    fn a_few_late_samples_in_a_round_are_not_a_queue() {
+        let (cfg, mut cc, mut round) = setup(100);
+        let mut rt = |cc: &mut Congestion, us: u64, una: u32| {
+            cc.on_round_trip(
+                &cfg,
+                &mut round,
+                Duration::from_micros(us),
+                1,
+                Seq(una),
+                Seq(200),
+                Time::ZERO,
+                128,
+            )
+        };
+        rt(&mut cc, 50, 1);
+        // Frames held back by reordering: late samples among timely ones.
+        for una in 2..200 {
+            let us = if una % 7 == 0 { 400 } else { 55 };
+            assert_eq!(rt(&mut cc, us, una), Verdict::Steady);
+        }
+        assert!(cc.window_frames() > 100);
+    }
+
+    #[test]
+    fn loss_halves_and_repeated_timeouts_leave_the_smallest_window() {
+        let (cfg, mut cc, mut round) = setup(100);
+        assert_eq!(
+            cc.on_loss(&cfg, &mut round, Seq(0), Seq(100)),
+            Verdict::Decreased
+        );
+        assert_eq!(cc.window_frames(), 50);
+        assert_eq!(
+            cc.on_loss(&cfg, &mut round, Seq(10), Seq(100)),
+            Verdict::Steady
+        );
+        assert_eq!(
+            cc.on_timeout(&cfg, &mut round, 2, Seq(10), Seq(100)),
+            Verdict::Decreased
+        );
+        assert_eq!(cc.window_frames(), cfg.min_window);
+        // Never below the smallest window.
+        assert_eq!(
+            cc.on_loss(&cfg, &mut round, Seq(100), Seq(101)),
+            Verdict::Decreased
+        );
+        assert_eq!(cc.window_frames(), cfg.min_window);
+    }
+
+    #[test]
+    fn the_base_follows_a_longer_path_after_an_epoch() {
+        let (cfg, mut cc, mut round) = setup(10);
+        cc.on_round_trip(
+            &cfg,
+            &mut round,
+            30 * US,
+            1,
+            Seq(1),
+            Seq(9),
+            Time::ZERO,
+            128,
+        );
+        let later = Time::ZERO + cfg.base_epoch / 2;
+        cc.on_round_trip(&cfg, &mut round, 80 * US, 1, Seq(2), Seq(9), later, 128);
+        assert_eq!(cc.base_rtt(), Some(30 * US));
+        let end = Time::ZERO + cfg.base_epoch;
+        cc.on_round_trip(&cfg, &mut round, 90 * US, 1, Seq(3), Seq(9), end, 128);
+        // The epoch's least sample (30 µs was its first) stands...
+        assert_eq!(cc.base_rtt(), Some(30 * US));
+        // ...and the next epoch, which saw only 80 µs and more, replaces it.
+        let next = end + cfg.base_epoch / 2;
+        cc.on_round_trip(&cfg, &mut round, 80 * US, 1, Seq(4), Seq(9), next, 128);
+        cc.on_round_trip(
+            &cfg,
+            &mut round,
+            85 * US,
+            1,
+            Seq(5),
+            Seq(9),
+            end + cfg.base_epoch,
+            128,
+        );
+        assert_eq!(cc.base_rtt(), Some(80 * US));
+        cc.forget_base();
+        assert_eq!(cc.base_rtt(), None);
+    }
+
+    #[test]
+    fn pacing_lets_a_burst_go_then_spaces_frames() {
+        let (cfg, cc, mut round) = setup(16);
+        let srtt = Some(100 * US);
+        let now = Time::from_nanos(1_000_000);
+        // A lone frame of an idle peer never waits.
+        assert_eq!(cc.paced_until(&round, now), None);
+        let mut sent = 0;
+        while cc.paced_until(&round, now).is_none() {
+            cc.on_sent(&cfg, &mut round, now, srtt, 128);
+            sent += 1;
+            assert!(sent < 100);
+        }
+        assert_eq!(sent, cfg.pacing_burst + 1);
+        // 16 frames per 100 µs at a gain of 5/4: one every 5 µs.
+        let at = cc.paced_until(&round, now).unwrap();
+        assert_eq!(at.saturating_since(now), 5 * US);
+        assert_eq!(cc.pacing_rate(&cfg, srtt, 128), Some(200_000.0));
+        // Without a round-trip sample there is nothing to pace by, and a
+        // window at its bound (no congestion seen) is not paced.
+        for (srtt, bound) in [(None, 128), (srtt, 16)] {
+            let (cfg, cc, mut round) = setup(16);
+            for _ in 0..100 {
+                cc.on_sent(&cfg, &mut round, now, srtt, bound);
+            }
+            assert_eq!(cc.paced_until(&round, now), None);
+        }
+    }
+
+    #[test]
+    fn pacing_goes_by_at_most_the_base_plus_the_target() {
+        let (cfg, mut cc, mut round) = setup(16);
+        cc.on_round_trip(
+            &cfg,
+            &mut round,
+            50 * US,
+            0,
+            Seq(1),
+            Seq(9),
+            Time::ZERO,
+            128,
+        );
+        // A smoothed round trip inflated by late samples: paced as if 150 µs.
+        let rate = cc.pacing_rate(&cfg, Some(1000 * US), 128).unwrap();
+        let expected = 16.0 * 1.25 / 150e-6;
+        assert!((rate / expected - 1.0).abs() < 1e-3, "{rate} vs {expected}");
+    }
+
+    #[test]
+    fn a_loss_decrease_is_undone_when_the_resends_were_duplicates() {
+        let (cfg, mut cc, mut round) = setup(100);
+        assert_eq!(
+            cc.on_loss(&cfg, &mut round, Seq(0), Seq(100)),
+            Verdict::Decreased
+        );
+        assert_eq!(cc.window_frames(), 50);
+        assert!(cc.on_spurious_resend(&mut round));
+        assert_eq!(cc.window_frames(), 100);
+        // Nothing left to undo.
+        assert!(!cc.on_spurious_resend(&mut round));
+        // A delay decrease is a queue: never undone.
+        let mut rt = |cc: &mut Congestion, us: u64, una: u32| {
+            cc.on_round_trip(
+                &cfg,
+                &mut round,
+                Duration::from_micros(us),
+                1,
+                Seq(una),
+                Seq(300),
+                Time::ZERO,
+                128,
+            )
+        };
+        // A round whose least sample is the base, then one all queued.
+        rt(&mut cc, 50, 101);
+        assert_eq!(rt(&mut cc, 500, 300), Verdict::Steady);
+        assert_eq!(rt(&mut cc, 500, 300), Verdict::Decreased);
+        let shrunk = cc.window_frames();
+        assert!(!cc.on_spurious_resend(&mut round));
+        assert_eq!(cc.window_frames(), shrunk);
+    }
+
+    #[test]
+    fn an_old_loss_is_not_undone_rounds_later() {
+        let (cfg, mut cc, mut round) = setup(100);
+        cc.on_loss(&cfg, &mut round, Seq(0), Seq(100));
+        let mut una = 0;
+        for _ in 0..3 {
+            // A whole round with no queue.
+            let next = una + 100;
+            cc.on_round_trip(
+                &cfg,
+                &mut round,
+                50 * US,
+                1,
+                Seq(una),
+                Seq(next),
+                Time::ZERO,
+                128,
+            );
+            una = next;
+        }
+        cc.on_round_trip(
+            &cfg,
+            &mut round,
+            50 * US,
+            1,
+            Seq(una),
+            Seq(una + 100),
+            Time::ZERO,
+            128,
+        );
+        assert!(!cc.on_spurious_resend(&mut round));
+    }
+
+    #[test]
+    fn a_smaller_window_tolerates_more_queueing() {
+        let cfg = CongestionConfig::default();
+        let at = |frames: u32| {
+            let cc = Congestion::new(
+                &CongestionConfig {
+                    initial_window: frames,
+                    ..cfg
+                },
+                128,
+            );
+            cc.target_ns(&cfg, 128)
+        };
+        let target = cfg.target_delay.as_nanos() as u64;
+        assert_eq!(at(128), target);
+        assert_eq!(at(1), target + cfg.flow_scaling.as_nanos() as u64);
+        assert!(at(2) > at(16) && at(16) > at(64) && at(64) > at(128));
+    }
+
+    #[test]
+    fn a_loss_without_a_queue_is_not_congestion() {
+        let (cfg, mut cc, mut round) = setup(100);
+        let mut rt = |cc: &mut Congestion, round: &mut CongestionRound, us: u64, una: u32| {
+            cc.on_round_trip(
+                &cfg,
+                round,
+                Duration::from_micros(us),
+                0,
+                Seq(una),
+                Seq(200),
+                Time::ZERO,
+                128,
+            )
+        };
+        // Two rounds at the base (the acknowledgement delay aside): no queue.
+        rt(&mut cc, &mut round, 50, 1);
+        rt(&mut cc, &mut round, 70, 200);
+        assert_eq!(
+            cc.on_loss(&cfg, &mut round, Seq(150), Seq(250)),
+            Verdict::Steady
+        );
+        assert_eq!(
+            cc.on_timeout(&cfg, &mut round, 1, Seq(150), Seq(250)),
+            Verdict::Steady
+        );
+        assert_eq!(
+            cc.on_timeout(&cfg, &mut round, 2, Seq(150), Seq(250)),
+            Verdict::Steady
+        );
+        assert_eq!(cc.window_frames(), 100);
+        // A sample showed a queue: two timeouts in a row leave the smallest
+        // window, in slow start up to half the window before.
+        rt(&mut cc, &mut round, 120, 200);
+        assert_eq!(
+            cc.on_timeout(&cfg, &mut round, 2, Seq(150), Seq(250)),
+            Verdict::Decreased
+        );
+        assert_eq!(cc.window_frames(), cfg.min_window);
+        assert!(cc.in_slow_start());
+        for una in 0..200 {
+            cc.on_round_trip(
+                &cfg,
+                &mut round,
+                50 * US,
+                1,
+                Seq(300 + una),
+                Seq(600),
+                Time::ZERO,
+                128,
+            );
+        }
+        assert!(!cc.in_slow_start());
+        assert!(
+            cc.window_frames() >= 50 && cc.window_frames() < 60,
+            "{cc:?}"
+        );
+    }
+
+    #[test]
+    fn configuration_problems_name_the_field() {
+        let bad = |f: fn(&mut CongestionConfig)| {
+            let mut c = CongestionConfig::default();
+            f(&mut c);
+            c.problem(128).map(|(field, _)| field)
+        };
+        assert_eq!(bad(|_| {}), None);
+        assert_eq!(bad(|c| c.min_window = 0), Some("congestion.min_window"));
+        assert_eq!(
+            bad(|c| c.initial_window = 1),
+            Some("congestion.initial_window")
+        );
+        assert_eq!(
+            bad(|c| c.max_decrease_permille = 1000),
+            Some("congestion.max_decrease_permille")
+        );
+        assert_eq!(
+            bad(|c| c.target_delay = Duration::ZERO),
+            Some("congestion.target_delay")
+        );
+        assert_eq!(bad(|c| c.pacing_burst = 0), Some("congestion.pacing_burst"));
+    }
+}
