@@ -46,7 +46,9 @@
 #   the tools have no --congestion flag.
 #
 #   bench/congestion.sh [--reps N] [--rates "200mbit 1gbit"] [--limit 256kb]
-#                       [--methods "packet udp afxdp kernel-tcp"] (METHOD/off: congestion control off)
+#                       [--methods "packet udp afxdp kernel-tcp"]
+#
+# BCL methods run with --congestion on; METHOD/off runs METHOD with it off.
 #                       [--sections "bottleneck incast ab"] [--iters N]
 #                       [--incast-rate 1gbit] [--incast-iters N] [--probe-iters N]
 #                       [--bin DIR] [--lab-bin PATH] [--busy-poll] [--no-append]
@@ -120,6 +122,8 @@ for t in bcl-bw bcl-pingpong; do
 done
 [ -x "$LAB_BIN" ] || { echo "congestion: no bcl-lab at $LAB_BIN (--lab-bin)" >&2; exit 2; }
 export BCL_LAB_BIN=$LAB_BIN
+CC_FLAG=0
+"$BIN/bcl-bw" --help 2>/dev/null | grep -q -- '--congestion' && CC_FLAG=1
 OUT=$(mktemp -d /tmp/congestion.XXXXXX)
 
 # ---------------------------------------------------------------- topologies
@@ -220,7 +224,8 @@ finish() {
 }
 
 # method_args METHOD FLOW: the flags of flow FLOW (1..5) of METHOD on a shared node.
-# METHOD/off is METHOD with congestion control off.
+# BCL's congestion control is on for METHOD and off for METHOD/off (tools
+# without --congestion get neither).
 method_args() {
   local base=${1%/off}
   if [ "$base" = packet ]; then
@@ -228,7 +233,9 @@ method_args() {
   else
     printf -- '--method %s' "$base"
   fi
-  [ "$base" = "$1" ] || printf -- ' --congestion off'
+  if [ "$CC_FLAG" = 1 ]; then
+    if [ "$base" = "$1" ]; then printf -- ' --congestion on'; else printf -- ' --congestion off'; fi
+  fi
 }
 
 # probe NAME METHOD: one 8 B pingpong from p to its own server on r; records

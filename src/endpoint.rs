@@ -142,8 +142,9 @@ pub struct EndpointBuilder {
 }
 
 /// `BCL_CONGESTION` (`on`/`off`, also `1`/`0`, `yes`/`no`, `true`/`false`):
-/// congestion control on or off for every endpoint of the process, unless
-/// the program configures it itself. `None` when unset.
+/// congestion control (off by default, see `bcl_core::CongestionConfig`) on
+/// or off for every endpoint of the process, unless the program configures
+/// it itself. `None` when unset.
 fn congestion_from_env() -> Option<Result<bool, ConfigError>> {
     let v = std::env::var("BCL_CONGESTION").ok()?;
     Some(match v.trim().to_ascii_lowercase().as_str() {

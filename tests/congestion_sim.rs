@@ -128,7 +128,7 @@ fn run(r: &Run) -> Result<Outcome, TestCaseError> {
             if history.last().is_none_or(|(last, _)| sum > *last) {
                 history.push((sum, delivered_bytes.clone()));
             }
-            if next_expected.iter().any(|&n| n == r.messages) {
+            if next_expected.contains(&r.messages) {
                 at_first_done = Some(delivered_bytes.clone());
             }
         }

@@ -130,8 +130,8 @@ pub struct CommonArgs {
 
     /// BCL's congestion control (a delay-based window with pacing, for
     /// methods that may lose frames): on or off. Default: BCL_CONGESTION
-    /// from the environment, else on. Off is BCL-3's fixed send window, for
-    /// A/B comparisons.
+    /// from the environment, else off (BCL-3's fixed send window). On keeps
+    /// a shared bottleneck's queue short (incast through a switch).
     #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
     pub congestion: Option<bool>,
 

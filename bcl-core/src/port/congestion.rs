@@ -64,8 +64,13 @@
 //! base epoch resets it slowly). Receiver grants would remove it at the
 //! price of a wire change.
 
-//! Only peers whose frames are sequenced (methods that may lose) are
-//! controlled: a method that never loses (shared memory) has its own flow
+//! Off by default ([`CongestionConfig::enabled`]): measured here, it keeps
+//! a shaped switch's queue short under incast (probe p99 about 6 × idle
+//! instead of 70 ×, 0.2 % resent instead of 27 %) at no cost on a plain
+//! veth, but through the lab's user-space impairment bridge, a forwarder
+//! that batches more the longer its queue, it holds throughput to about
+//! 0.4 × the fixed window's. Only peers whose frames are sequenced (methods
+//! that may lose) are controlled: a method that never loses (shared memory) has its own flow
 //! control and no queue to drop from.
 
 use std::time::Duration;
@@ -83,6 +88,9 @@ const WINDOW_MAX: u16 = 0x7fff;
 /// In [`Congestion::bits`]: slow start is over.
 const SLOW_START_OVER: u16 = 0x8000;
 
+/// Frames a peer held back by pacing sends per wake-up.
+const PACED_BATCH: u32 = 4;
+
 /// Measuring rounds during which a loss decrease may still be undone.
 const UNDO_ROUNDS: u8 = 2;
 
@@ -94,8 +102,11 @@ const PACING_GAIN: (u64, u64) = (5, 4);
 /// [`PortConfig`](crate::PortConfig).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CongestionConfig {
-    /// Control congestion at all (default true). Off, the window is always
-    /// `tx_window` and frames are not paced (BCL-3's behaviour).
+    /// Control congestion at all (default false: BCL-3's fixed window,
+    /// unpaced). On, a shared bottleneck or many senders into one receiver
+    /// keep short queues and resend little; off, a forwarder in software
+    /// (whose throughput grows with its queue) is not held to a short
+    /// queue. `BCL_CONGESTION=on` turns it on for a process.
     pub enabled: bool,
     /// Queueing delay the window aims at: the round trip above the path's
     /// base at which it stops growing (default 100 µs).
@@ -131,7 +142,7 @@ pub struct CongestionConfig {
 impl Default for CongestionConfig {
     fn default() -> Self {
         CongestionConfig {
-            enabled: true,
+            enabled: false,
             target_delay: Duration::from_micros(100),
             flow_scaling: Duration::from_micros(100),
             additive_increase: 1,
@@ -240,6 +251,8 @@ impl CompactNanos {
 pub(crate) struct CongestionRound {
     /// Earliest instant the next frame may leave (pacing).
     pace_at: Time,
+    /// The pacing interval last used, in nanoseconds.
+    pace_interval: u32,
     /// New data waits for pacing until this instant: the peer needs a timer
     /// then (`Time::NEVER`: it does not).
     pub wake: Time,
@@ -275,6 +288,7 @@ impl Default for CongestionRound {
     fn default() -> Self {
         CongestionRound {
             pace_at: Time::ZERO,
+            pace_interval: 0,
             wake: Time::NEVER,
             decrease_end: Seq(0),
             holding: false,
@@ -625,8 +639,15 @@ impl Congestion {
 
     /// When a new frame may leave: `None` now, else the instant pacing
     /// allows it.
+    /// Held back by pacing, the peer waits until a few frames' worth of
+    /// interval has passed ([`PACED_BATCH`]), not one: each wait is a
+    /// timer wake-up, which costs more than the interval when the engine
+    /// sleeps, and a handful of frames back to back fill no queue.
     pub fn paced_until(&self, round: &CongestionRound, now: Time) -> Option<Time> {
-        (round.pace_at > now).then_some(round.pace_at)
+        (round.pace_at > now).then(|| {
+            let batch = u64::from(round.pace_interval) * u64::from(PACED_BATCH - 1);
+            round.pace_at + Duration::from_nanos(batch)
+        })
     }
 
     /// A DATA frame left at `now`: the next one is due one interval later,
@@ -646,6 +667,7 @@ impl Congestion {
         let allowance = interval.saturating_mul(u64::from(cfg.pacing_burst));
         let floor = Time::from_nanos(now.as_nanos().saturating_sub(allowance));
         round.pace_at = round.pace_at.max(floor) + Duration::from_nanos(interval);
+        round.pace_interval = u32::try_from(interval).unwrap_or(u32::MAX);
     }
 
     /// The rate pacing allows, in frames per second (`None`: not paced).
@@ -936,9 +958,10 @@ mod tests {
             assert!(sent < 100);
         }
         assert_eq!(sent, cfg.pacing_burst + 1);
-        // 16 frames per 100 µs at a gain of 5/4: one every 5 µs.
+        // 16 frames per 100 µs at a gain of 5/4: one every 5 µs, and the
+        // peer waits for four of them at once.
         let at = cc.paced_until(&round, now).unwrap();
-        assert_eq!(at.saturating_since(now), 5 * US);
+        assert_eq!(at.saturating_since(now), 20 * US);
         assert_eq!(cc.pacing_rate(&cfg, srtt, 128), Some(200_000.0));
         // Without a round-trip sample there is nothing to pace by, and a
         // window at its bound (no congestion seen) is not paced.
@@ -1059,7 +1082,7 @@ mod tests {
     #[test]
     fn a_loss_without_a_queue_is_not_congestion() {
         let (cfg, mut cc, mut round) = setup(100);
-        let mut rt = |cc: &mut Congestion, round: &mut CongestionRound, us: u64, una: u32| {
+        let rt = |cc: &mut Congestion, round: &mut CongestionRound, us: u64, una: u32| {
             cc.on_round_trip(
                 &cfg,
                 round,

@@ -25,8 +25,10 @@ pub(super) fn addr(i: usize) -> ProcessAddr {
 pub(super) fn config(i: usize) -> PortConfig {
     let mut c = PortConfig::new(addr(i), JobKey(7));
     c.epoch = 1000 + i as u32;
-    // Tests that count the frames one transmit round puts out start at the
-    // window's bound (congestion control stays on; it has its own tests).
+    // Congestion control on (off by default), so that every test here runs
+    // through it too; tests that count the frames one transmit round puts
+    // out start at the window's bound.
+    c.congestion.enabled = true;
     c.congestion.initial_window = 0;
     c
 }

@@ -1141,11 +1141,11 @@ mod tests {
             queued: i,
             in_flight: i,
             last_active_mono_ns: v,
-            congestion: (i % 3 != 0).then(|| CongestionInfo {
+            congestion: (!i.is_multiple_of(3)).then(|| CongestionInfo {
                 window: i,
                 base_rtt: (i > 1).then(|| Duration::from_micros(u64::from(i))),
                 queueing_delay: Some(Duration::from_nanos(v)),
-                pacing_rate: (i % 2 == 0).then_some(v),
+                pacing_rate: i.is_multiple_of(2).then_some(v),
             }),
         }
     }

@@ -430,7 +430,7 @@ fn a_bottleneck_is_shared_by_every_sender_and_drops_at_the_tail() {
                 at: t(0),
                 from,
                 to: 2,
-                bytes: numbered(from * 10 + i, 100),
+                bytes: numbered((from * 10 + i) as u32, 100),
             });
         }
     }
