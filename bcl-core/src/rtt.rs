@@ -38,7 +38,7 @@ pub struct RttEstimator {
 }
 
 /// Saturating conversion of a duration to nanoseconds in a `u32` (4.29 s).
-fn nanos32(d: Duration) -> u32 {
+pub(crate) fn nanos32(d: Duration) -> u32 {
     u32::try_from(d.as_nanos()).unwrap_or(u32::MAX)
 }
 

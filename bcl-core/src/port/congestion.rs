@@ -75,6 +75,7 @@
 
 use std::time::Duration;
 
+use crate::rtt::nanos32;
 use crate::seq::Seq;
 use crate::time::Time;
 
@@ -312,11 +313,6 @@ pub(crate) enum Verdict {
     Steady,
     /// The window shrank.
     Decreased,
-}
-
-/// Saturating conversion of a duration to nanoseconds in a `u32`.
-fn nanos32(d: Duration) -> u32 {
-    u32::try_from(d.as_nanos()).unwrap_or(u32::MAX)
 }
 
 impl Congestion {
