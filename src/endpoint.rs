@@ -209,8 +209,14 @@ impl EndpointBuilder {
         };
         let mut port = Port::new(self.cfg)?;
         let mut methods: Vec<MethodSlot> = self.methods.into_iter().map(MethodSlot::new).collect();
+        let mut cc_capture = None;
         if let Some(c) = &capture {
             methods = methods.into_iter().map(|m| c.wrap(m)).collect();
+            // Congestion-state records, when there is congestion control.
+            if port.config().congestion.enabled {
+                port.set_congestion_log(true);
+                cc_capture = Some(c.congestion_tap());
+            }
         }
         for (i, m) in methods.iter().enumerate() {
             port.add_method(m.caps())?;
@@ -247,8 +253,11 @@ impl EndpointBuilder {
             channel_events: VecDeque::new(),
             stats_page: Default::default(),
             stats_due: Time::NEVER,
+            cc_capture,
+            extras_due: Time::NEVER,
         };
         ep.open_stats_page(self.stats);
+        ep.reschedule_extras();
         Ok(ep)
     }
 }
@@ -278,6 +287,13 @@ pub struct Endpoint {
     pub(crate) stats_page: crate::stats_page::PageState,
     /// When a progress round refreshes the page next (`NEVER` without one).
     pub(crate) stats_due: Time,
+    /// Where the port's congestion changes are recorded (capture on and
+    /// congestion control on; see [`crate::capture`]).
+    cc_capture: Option<crate::capture::CongestionTap>,
+    /// When a progress round does its periodic work next
+    /// ([`Endpoint::round_extras`]): the page's refresh time, or every
+    /// round while congestion changes are recorded.
+    extras_due: Time,
 }
 
 /// A random epoch, so a restarted process is told apart from its earlier
@@ -406,8 +422,8 @@ impl Endpoint {
     /// transmit. Returns the number of frames moved.
     pub fn progress(&mut self) -> Result<usize, Error> {
         let now = self.schedule.round_time(&*self.clock, &self.port);
-        if now >= self.stats_due {
-            self.refresh_stats_page(now);
+        if now >= self.extras_due {
+            self.round_extras(now);
         }
         self.stats.rounds += 1;
         let round = self.stats.rounds;
@@ -462,6 +478,30 @@ impl Endpoint {
             }
         }
         Ok(moved)
+    }
+
+    /// A progress round's periodic work, once `extras_due` came: writes the
+    /// congestion changes of the rounds before to the capture, refreshes
+    /// the statistics page when its time came. One comparison per round
+    /// decides it, the same whether there is such work or not.
+    #[cold]
+    fn round_extras(&mut self, now: Time) {
+        if let Some(cc) = self.cc_capture.as_mut() {
+            cc.drain(&mut self.port);
+        }
+        if now >= self.stats_due {
+            self.refresh_stats_page(now);
+        }
+        self.reschedule_extras();
+    }
+
+    /// Sets when [`Endpoint::round_extras`] runs next.
+    fn reschedule_extras(&mut self) {
+        self.extras_due = if self.cc_capture.is_some() {
+            Time::ZERO
+        } else {
+            self.stats_due
+        };
     }
 
     /// Puts on the wire what the port has ready now (routing new peers
@@ -828,8 +868,12 @@ impl Endpoint {
         Ok(done)
     }
 
-    /// Shuts the methods down.
+    /// Shuts the methods down (after writing the congestion changes not
+    /// yet in the capture).
     pub fn shutdown(&mut self) {
+        if let Some(cc) = self.cc_capture.as_mut() {
+            cc.drain(&mut self.port);
+        }
         for m in &mut self.methods {
             m.shutdown();
         }

@@ -5,8 +5,10 @@
 //! ACK that acknowledges them, CRC32C verified), over the simulated fabric
 //! with loss (the dissector's retransmissions are the port's), in a child
 //! process through the environment variable (`%p`, and the pid fallback of
-//! a locked file), and, as root, over the packet method on a veth pair
-//! captured by tshark itself (the Ethernet decode).
+//! a locked file), congestion-state records (kind 4) of a udp stream and
+//! of a simulated stream behind a bottleneck with congestion control on,
+//! and, as root, over the packet method on a veth
+//! pair captured by tshark itself (the Ethernet decode).
 //!
 //! `tshark` must be installed (scripts/test installs it); without it these
 //! tests fail, unless BCL_SKIP_PRIVILEGED=1.
@@ -16,7 +18,7 @@ mod common;
 use bcl::shm::ShmMethod;
 use bcl::sim::{FabricConfig, FaultProfile, SimClock, SimFabric, VirtualClock};
 use bcl::udp::{UdpConfig, UdpMethod};
-use bcl::{Endpoint, JobKey, ProcessAddr, ProgressMode};
+use bcl::{Endpoint, JobKey, PortConfig, ProcessAddr, ProgressMode};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -303,6 +305,11 @@ fn drive(
 }
 
 fn udp_endpoint(addr: ProcessAddr, file: &Path) -> Endpoint {
+    udp_endpoint_with(addr, file, |_| {})
+}
+
+/// [`udp_endpoint`], with `f` changing its configuration.
+fn udp_endpoint_with(addr: ProcessAddr, file: &Path, f: impl FnOnce(&mut PortConfig)) -> Endpoint {
     let m = UdpMethod::open(UdpConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
     Endpoint::builder(addr, JobKey(0xca97))
         .method(Box::new(m))
@@ -312,6 +319,7 @@ fn udp_endpoint(addr: ProcessAddr, file: &Path) -> Endpoint {
             c.rto.min = Duration::from_secs(5);
             c.rto.initial = Duration::from_secs(5);
             c.rto.max = c.rto.max.max(Duration::from_secs(5));
+            f(c);
         })
         .pcap(file)
         .build()
@@ -433,6 +441,297 @@ fn udp_capture_decodes_sequence_bundle_ack_and_crc() {
     assert!(crcs.iter().all(|r| r[0] == "1"), "{crcs:?}");
     // No sequence trouble on loopback.
     assert!(fields(&file, "bcl.analysis", &["frame.number"]).is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// ------------------------------------------------------------------------
+// Congestion state: kind-4 records of a stream over udp.
+
+/// The dissector's text for a nanosecond field (all ones: unknown).
+fn us_text(ns: u64) -> String {
+    match ns {
+        0xFFFF_FFFF => "unknown".into(),
+        10_000.. => format!("{} µs", (ns + 500) / 1000),
+        _ => format!("{}.{} µs", ns / 1000, ns % 1000 / 100),
+    }
+}
+
+/// The Info column of the records of `file` that match `filter`, one line
+/// each (a column format of the Info column alone: its field's name
+/// differs between tshark versions).
+fn info_column(file: &Path, filter: &str) -> Vec<String> {
+    tshark(
+        file,
+        &["-o", "gui.column.format:\"Info\",\"%i\"", "-Y", filter],
+    )
+    .lines()
+    .map(|l| l.trim().to_string())
+    .collect()
+}
+
+/// A congestion record as read back: cause code, window, base round trip,
+/// queueing delay (ns, all ones unknown).
+#[derive(Debug)]
+struct CcRecord {
+    cause: u64,
+    window: u64,
+    base: u64,
+    qdelay: u64,
+}
+
+/// Reads back the congestion records of `file` (all by sender 1.0 about
+/// 2.0, whose window started at `initial` and ends at `last_window`) and
+/// checks each one: pseudo-header, fields in range, the window moving the
+/// way its cause says, the Info column.
+fn congestion_records(
+    file: &Path,
+    initial: u32,
+    tx_window: u32,
+    last_window: u32,
+) -> Vec<CcRecord> {
+    let rows = fields(
+        file,
+        "bcl.cap.kind == 4",
+        &[
+            "frame.interface_name",
+            "bcl.cap.direction",
+            "bcl.cap.local",
+            "bcl.cap.peer",
+            "bcl.cap.method",
+            "bcl.cap.link",
+            "bcl.cap.total_len",
+            "bcl.cc.cause",
+            "bcl.cc.slow_start",
+            "bcl.cc.window",
+            "bcl.cc.base_rtt",
+            "bcl.cc.qdelay",
+            "bcl.cc.srtt",
+            "bcl.cc.in_flight",
+            "bcl.cc.pacing_rate",
+            "frame.packet_flags_direction",
+        ],
+    );
+    let info = info_column(file, "bcl.cap.kind == 4");
+    assert_eq!(info.len(), rows.len(), "{info:?}");
+    assert!(!rows.is_empty(), "no congestion records");
+    let causes = ["increase", "delay decrease", "loss", "timeout", "undo"];
+    let mut last = u64::from(initial);
+    let mut out = Vec::new();
+    for (r, info) in rows.iter().zip(&info) {
+        // Only the sender's window changes: it alone sends sequenced data.
+        assert_eq!(
+            r[..7],
+            ["1.0/cc", "0", "1.0", "2.0", "cc", "4294967295", "32"],
+            "{r:?}"
+        );
+        let cause = num(&r[7]);
+        assert!((1..=5).contains(&cause), "{r:?}");
+        let slow = match r[8].as_str() {
+            "1" | "True" => true,
+            "0" | "False" => false,
+            other => panic!("slow start {other:?}"),
+        };
+        let window = num(&r[9]);
+        assert!((1..=u64::from(tx_window)).contains(&window), "{r:?}");
+        // Each record is a change, in the direction its cause says.
+        match cause {
+            1 | 5 => assert!(window > last, "{r:?} after {last}"),
+            _ => assert!(window < last, "{r:?} after {last}"),
+        }
+        last = window;
+        let (base, qdelay, srtt) = (num(&r[10]), num(&r[11]), num(&r[12]));
+        // A change comes with a round-trip sample or after one: measured
+        // (the base at least 1 ns; on loopback a round trip can take less
+        // than the engine's reuse of a clock reading, so a smoothed round
+        // trip of 0 can be).
+        assert!(base > 0 && base < 0xFFFF_FFFF, "{r:?}");
+        assert!(srtt < 0xFFFF_FFFF, "{r:?}");
+        assert!(qdelay <= srtt, "{r:?}");
+        assert!(num(&r[13]) <= u64::from(tx_window), "{r:?}");
+        num(&r[14]);
+        // Direction 0 in epb_flags too.
+        assert!(
+            r[15]
+                .strip_prefix("0x")
+                .is_some_and(|h| u64::from_str_radix(h, 16) == Ok(0)),
+            "{r:?}"
+        );
+        let want = format!(
+            "[cc] Congestion 1.0 → 2.0: {}, window {window} frames, qdelay {}, base {}{}",
+            causes[cause as usize - 1],
+            us_text(qdelay),
+            us_text(base),
+            if slow { ", slow start" } else { "" }
+        );
+        assert_eq!(info, &want);
+        out.push(CcRecord {
+            cause,
+            window,
+            base,
+            qdelay,
+        });
+    }
+    assert_eq!(
+        last,
+        u64::from(last_window),
+        "the last record shows the window the peer has"
+    );
+    out
+}
+
+/// Congestion control on (off by default), from a window of `initial`
+/// frames, one frame per message.
+fn congestion_on(c: &mut PortConfig, initial: u32) {
+    c.bundle = false;
+    c.congestion.enabled = true;
+    c.congestion.initial_window = initial;
+    c.congestion.min_window = initial.min(2);
+}
+
+#[test]
+fn udp_capture_records_congestion_window_changes() {
+    if !have_tshark("congestion_capture") {
+        return;
+    }
+    let dir = scratch("cc");
+    let file = dir.join("cc.pcapng");
+    let (pa, pb) = (ProcessAddr::new(1, 0), ProcessAddr::new(2, 0));
+    // From a small window: slow start has to grow it.
+    let initial = 2;
+    let mut a = udp_endpoint_with(pa, &file, |c| congestion_on(c, initial));
+    let mut b = udp_endpoint_with(pb, &file, |c| congestion_on(c, initial));
+    a.add_peer(pb, b.descriptors()[0].clone());
+    let count = 400;
+    let mut got = Vec::new();
+    for i in 0..count {
+        a.send(pb, &pattern(1000, i as u8)).unwrap();
+    }
+    drive(&mut a, &mut b, |a, b| {
+        take_all(b, &mut got);
+        got.len() == count && a.port().outstanding_sends() == 0
+    });
+    assert_eq!(got.len(), count);
+    let tx_window = a.port().config().tx_window;
+    let now = a
+        .port()
+        .peer_info(pb)
+        .and_then(|i| i.congestion)
+        .expect("the peer is controlled");
+    // The changes not written yet are written when the endpoints shut down.
+    drop((a, b));
+
+    let records = congestion_records(&file, initial, tx_window, now.window);
+    assert!(
+        records.iter().any(|r| r.cause == 1),
+        "slow start grew the window: {records:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn sim_capture_records_delay_decreases_behind_a_bottleneck() {
+    if !have_tshark("congestion_bottleneck_capture") {
+        return;
+    }
+    let dir = scratch("cc-sim");
+    let file = dir.join("cc-sim.pcapng");
+    let clock = VirtualClock::new();
+    let fabric = SimFabric::new(FabricConfig {
+        faults: FaultProfile {
+            delay: Duration::from_micros(20),
+            ..FaultProfile::perfect()
+        },
+        clock: SimClock::Virtual(clock.clone()),
+        ..FabricConfig::default()
+    });
+    let initial = 4;
+    let mut eps: Vec<Endpoint> = (0..2u32)
+        .map(|i| {
+            Endpoint::builder(ProcessAddr::new(i + 1, 0), JobKey(0xcc51))
+                .method(Box::new(fabric.endpoint()))
+                .clock(SimClock::Virtual(clock.clone()))
+                .configure(|c| {
+                    c.epoch = 1 + i;
+                    congestion_on(c, initial);
+                })
+                .pcap(&file)
+                .build()
+                .unwrap()
+        })
+        .collect();
+    // 1 Gbit/s into the receiver, with a queue that never drops here: the
+    // window grows until the queue shows, then shrinks by delay.
+    fabric.set_bottleneck(
+        1,
+        Some(bcl::sim::Bottleneck {
+            rate_bytes_per_sec: 125_000_000,
+            queue_bytes: 4 << 20,
+        }),
+    );
+    let (pa, pb) = (eps[0].local(), eps[1].local());
+    let d = eps[1].descriptors()[0].clone();
+    eps[0].add_peer(pb, d);
+    let d = eps[0].descriptors()[0].clone();
+    eps[1].add_peer(pa, d);
+    let count = 1500;
+    let mut sent = 0;
+    let mut got = Vec::new();
+    let mut steps = 0u64;
+    while got.len() < count || eps[0].port().outstanding_sends() > 0 {
+        steps += 1;
+        assert!(steps < 10_000_000, "the simulated run does not finish");
+        while sent < count && eps[0].send(pb, &pattern(1400, sent as u8)).is_ok() {
+            sent += 1;
+        }
+        let mut moved = 0;
+        for ep in &mut eps {
+            moved += ep.progress().unwrap();
+        }
+        take_all(&mut eps[1], &mut got);
+        if moved == 0 {
+            let next = [
+                fabric.next_delivery(),
+                eps[0].next_timeout(),
+                eps[1].next_timeout(),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            if let Some(t) = next {
+                if t > clock.now() {
+                    clock.set(t);
+                }
+            }
+        }
+    }
+    let tx_window = eps[0].port().config().tx_window;
+    let now = eps[0]
+        .port()
+        .peer_info(pb)
+        .and_then(|i| i.congestion)
+        .expect("the peer is controlled");
+    drop(eps);
+
+    let records = congestion_records(&file, initial, tx_window, now.window);
+    assert!(records.iter().any(|r| r.cause == 1), "{records:?}");
+    let decreases: Vec<&CcRecord> = records.iter().filter(|r| r.cause == 2).collect();
+    assert!(!decreases.is_empty(), "{records:?}");
+    // The base is the path's: two hops of 20 µs and more.
+    assert!(
+        records
+            .iter()
+            .all(|r| r.base >= 40_000 && r.base < 1_000_000),
+        "{records:?}"
+    );
+    // A delay decrease is a queue: the smoothed round trip stood well over
+    // the base, and the window went far below the bound.
+    assert!(
+        decreases
+            .iter()
+            .any(|r| r.qdelay >= 50_000 && r.qdelay < 0xFFFF_FFFF),
+        "{decreases:?}"
+    );
+    assert!(decreases.iter().all(|r| r.window < u64::from(tx_window)));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

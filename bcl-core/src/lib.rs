@@ -38,8 +38,8 @@ pub use method::{
     MethodError, MethodKind, OpenSpec, ProbeResult, Route, Scope, TxFrame,
 };
 pub use port::{
-    ChannelError, CongestionConfig, CongestionInfo, Port, Refused, ReleaseError, RouteError,
-    SendError,
+    ChannelError, CongestionCause, CongestionChange, CongestionConfig, CongestionInfo, Port,
+    Refused, ReleaseError, RouteError, SendError,
 };
 pub use ring::RingSlot;
 pub use stats::{BadFrames, PeerStats, PortStats};

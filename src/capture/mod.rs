@@ -1,6 +1,8 @@
 //! Packet capture: every frame an [`Endpoint`](crate::Endpoint) sends and
 //! receives, on every method, written to a pcap-ng file that Wireshark and
-//! `tshark` read with the dissector in `tools/wireshark/bcl.lua`.
+//! `tshark` read with the dissector in `tools/wireshark/bcl.lua`; with
+//! congestion control on, also every change of each peer's congestion
+//! window (kind 4, below).
 //!
 //! # Turning it on
 //!
@@ -42,8 +44,10 @@
 //! ```text
 //! offset size field
 //!  0      1   version of this layout (1)
-//!  1      1   kind: 1 BCL frame, 2 direct message, 3 bulk transfer
-//!  2      1   direction: 1 received, 2 sent (pcap-ng's epb_flags codes)
+//!  1      1   kind: 1 BCL frame, 2 direct message, 3 bulk transfer,
+//!             4 congestion state
+//!  2      1   direction: 1 received, 2 sent (pcap-ng's epb_flags codes);
+//!             0 for a state record, neither sent nor received
 //!  3      1   pseudo-header length in bytes (48)
 //!  4      8   method name, ASCII, NUL-padded (shm, udp, packet, ...)
 //! 12      4   local node       \ the capturing endpoint
@@ -60,7 +64,8 @@
 //! 40      8   length of the whole item (frame, message or transfer)
 //! 48      …   the item: a BCL frame (its header first, exactly as the
 //!             core wrote or read it: no Ethernet or UDP framing), the
-//!             bytes of a direct message, or a transfer's data
+//!             bytes of a direct message, a transfer's data, or a
+//!             congestion-state body
 //! ```
 //!
 //! Direct messages (shared memory's whole messages without a BCL header)
@@ -73,17 +78,64 @@
 //! direction is also in each record's `epb_flags` option, so Wireshark's
 //! `frame.packet_flags_direction` works too.
 //!
+//! # Congestion state (kind 4)
+//!
+//! When the endpoint's port controls congestion
+//! ([`CongestionConfig::enabled`](bcl_core::CongestionConfig::enabled)),
+//! capture turns on the port's congestion log
+//! ([`Port::set_congestion_log`](bcl_core::Port::set_congestion_log)) and
+//! writes one record per change of a peer's window of whole frames, on one
+//! more interface of the endpoint, `NODE.PORT/cc`. Its pseudo-header has
+//! kind 4, direction 0 (also 0 in `epb_flags`: not available), method
+//! name `cc`, the endpoint as local process, the peer whose window changed
+//! as peer process, the link all ones, and the body's length (32) as the
+//! whole length. The body, in network byte order:
+//!
+//! ```text
+//! offset size field
+//!  0      1   cause: 1 increase, 2 delay decrease, 3 loss, 4 timeout,
+//!             5 undo (a loss decrease undone: the resends were duplicates)
+//!  1      1   flags: bit 0 slow start (still on after the change)
+//!  2      2   reserved (0)
+//!  4      4   window, whole frames (after the change)
+//!  8      4   base round trip, ns (all ones: not measured)
+//! 12      4   queueing delay (smoothed round trip over the base), ns
+//!             (all ones: unknown)
+//! 16      4   smoothed round trip, ns (all ones: unknown)
+//! 20      4   frames in flight
+//! 24      8   pacing rate, bytes/s (0: not pacing, or unknown)
+//! ```
+//!
+//! Nanosecond fields saturate at `2^32 - 2` (4.29 s). The changes are
+//! written at the start of the progress round after the one that made
+//! them (so that an endpoint without these records runs no extra code per
+//! round, see *Cost*), and when the endpoint shuts down; the file stamps
+//! every record with the time it is written, so a record's timestamp is up
+//! to one progress round later than the change. Only peers over methods
+//! that may lose frames are controlled, so shared memory shows none; with
+//! congestion control off (the default) there are no such records and no
+//! `cc` interface. If the port's log overflows between two rounds (1024
+//! changes), the oldest changes are lost
+//! ([`Port::congestion_changes_dropped`](bcl_core::Port::congestion_changes_dropped)).
+//!
 //! # Cost
 //!
 //! When capture is off nothing changes on any path: the builder wraps the
 //! methods in a recording adapter only when capture is on, so an endpoint
 //! without capture runs exactly the code it ran before (no branch, no
 //! allocation). With capture on, every burst takes the file's lock and
-//! makes one `write` system call.
+//! makes one `write` system call. Congestion-state records add, with
+//! capture and congestion control both on, one look at the port's log per
+//! progress round (the round's existing check of when its periodic work is
+//! due), and in the core one predictable branch where the controller is
+//! fed.
 
+mod congestion;
 mod file;
 mod tap;
 
+pub(crate) use congestion::CongestionTap;
+pub use congestion::{cause_code, congestion_body, CONGESTION_BODY_LEN, CONGESTION_METHOD};
 pub use file::CaptureFile;
 
 use crate::method_slot::MethodSlot;
@@ -120,6 +172,9 @@ pub enum Kind {
     Direct = 2,
     /// The data of a bulk transfer.
     Bulk = 3,
+    /// A change of congestion control's state for one peer (see *Congestion
+    /// state* in the module documentation).
+    Congestion = 4,
 }
 
 /// Whether the capturing endpoint sent or received the item (pseudo-header
@@ -127,6 +182,8 @@ pub enum Kind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Direction {
+    /// A state record, neither sent nor received.
+    None = 0,
     /// Received.
     Received = 1,
     /// Sent.
@@ -250,6 +307,21 @@ impl Capture {
                 MethodSlot::Direct(Box::new(tap::Tapped::new(m, t)))
             }
         }
+    }
+
+    /// Where the endpoint's congestion-state records go: a new interface,
+    /// `NODE.PORT/cc`.
+    pub(crate) fn congestion_tap(&self) -> CongestionTap {
+        let iface = self.file.add_interface(
+            &format!("{}/{CONGESTION_METHOD}", self.local),
+            &format!(
+                "BCL endpoint {} of job {:#x}, congestion state, process {}",
+                self.local,
+                self.job.0,
+                std::process::id()
+            ),
+        );
+        CongestionTap::new(self.file.clone(), iface, self.local)
     }
 
     fn tap(&self, method: &'static str) -> tap::Tap {

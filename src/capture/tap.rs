@@ -103,8 +103,8 @@ impl Tap {
         // Header offsets (bcl_core::wire::Header): source node 8, source
         // port 12, destination port 14, destination node 16.
         let (node_at, port_at) = match direction {
-            Direction::Received => (8, 12),
             Direction::Sent => (16, 14),
+            Direction::Received | Direction::None => (8, 12),
         };
         let peer = be32(bytes, node_at)
             .zip(be16(bytes, port_at))

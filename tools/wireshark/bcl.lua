@@ -9,8 +9,10 @@
 --   * BCL_PCAP captures (link type LINKTYPE_USER5 = 152, DLT_USER5): a
 --     48-byte pseudo-header (method, direction, local and peer process,
 --     link, kind), then a BCL frame, a direct message (shared memory's whole
---     messages, no BCL header) or a bulk transfer's data. The layout is
---     documented in src/capture/mod.rs; the constants below must agree.
+--     messages, no BCL header), a bulk transfer's data, or a congestion
+--     state (kind 4: a change of the congestion window to one peer, on the
+--     interface NODE.PORT/cc, direction 0). The layout is documented in
+--     src/capture/mod.rs; the constants below must agree.
 --   * Ethernet II frames of EtherType 0x88B5 and 0x88B6 (tcpdump or tshark
 --     on a veth or NIC under the packet, afxdp and vfio methods).
 --   * UDP datagrams that look like BCL frames (heuristic; the udp method's
@@ -20,7 +22,7 @@
 -- bcl.bundle.* (a bundle's messages), bcl.sack.* and bcl.nak.* (ACK and
 -- NAK bodies), bcl.rndv.*, bcl.rma.*, bcl.ctl.* (control bodies),
 -- bcl.cap.* (the capture pseudo-header), bcl.direct.*, bcl.bulk.*,
--- bcl.analysis.* (sequence analysis).
+-- bcl.cc.* (congestion state), bcl.analysis.* (sequence analysis).
 --
 -- Sequence analysis runs per flow: one capture point (the pcap-ng
 -- interface: one endpoint's method in a BCL_PCAP capture, one NIC in a
@@ -55,6 +57,7 @@ local bcl = Proto("bcl", "BCL cluster communication")
 -- LINKTYPE_USER5) and pseudo-header length.
 local WTAP_ENCAP_BCL = wtap_encaps.USER5
 local PSEUDO_HEADER_LEN = 48
+local CC_BODY_LEN = 32
 local HEADER_LEN = 64
 local ETHERTYPES = { 0x88B5, 0x88B6 }
 
@@ -74,8 +77,9 @@ local frame_types = {
     [1] = "DATA", [2] = "ACK", [3] = "NAK", [4] = "RNDV_REQUEST", [5] = "RNDV_READY",
     [6] = "RMA_PUT", [7] = "RMA_GET", [8] = "RMA_GET_REPLY", [9] = "CONTROL",
 }
-local cap_kinds = { [1] = "BCL frame", [2] = "direct message", [3] = "bulk transfer" }
-local directions = { [1] = "received", [2] = "sent" }
+local cap_kinds = { [1] = "BCL frame", [2] = "direct message", [3] = "bulk transfer", [4] = "congestion state" }
+local directions = { [0] = "none (state record)", [1] = "received", [2] = "sent" }
+local cc_causes = { [1] = "increase", [2] = "delay decrease", [3] = "loss", [4] = "timeout", [5] = "undo" }
 local bulk_kinds = { [0] = "none", [1] = "normal channel", [2] = "RMA put", [3] = "RMA get reply" }
 local nak_reasons = { [0] = "none (ACK)", [1] = "gap", [2] = "receive ring full" }
 local statuses = {
@@ -114,6 +118,17 @@ f.cap_total_len = ProtoField.uint64("bcl.cap.total_len", "Whole length")
 f.direct_len = ProtoField.uint32("bcl.direct.len", "Direct message length")
 f.direct_data = ProtoField.bytes("bcl.direct.data", "Direct message")
 f.bulk_data = ProtoField.bytes("bcl.bulk.data", "Transfer data")
+-- congestion state (kind 4); nanosecond fields are raw values, all ones
+-- meaning unknown
+f.cc_cause = ProtoField.uint8("bcl.cc.cause", "Cause", base.DEC, cc_causes)
+f.cc_flags = ProtoField.uint8("bcl.cc.flags", "Flags", base.HEX)
+f.cc_slow_start = ProtoField.bool("bcl.cc.slow_start", "Slow start", 8, nil, 0x01)
+f.cc_window = ProtoField.uint32("bcl.cc.window", "Window (whole frames)")
+f.cc_base_rtt = ProtoField.uint32("bcl.cc.base_rtt", "Base round trip (ns)")
+f.cc_qdelay = ProtoField.uint32("bcl.cc.qdelay", "Queueing delay (ns)")
+f.cc_srtt = ProtoField.uint32("bcl.cc.srtt", "Smoothed round trip (ns)")
+f.cc_in_flight = ProtoField.uint32("bcl.cc.in_flight", "Frames in flight")
+f.cc_pacing_rate = ProtoField.uint64("bcl.cc.pacing_rate", "Pacing rate (bytes/s)")
 -- header
 f.version = ProtoField.uint8("bcl.version", "Version")
 f.type = ProtoField.uint8("bcl.type", "Type", base.DEC, frame_types)
@@ -546,6 +561,57 @@ local function dissect_frame(tvb, pinfo, tree, ctx)
 end
 
 ------------------------------------------------------------------------
+-- Congestion state (capture kind 4)
+
+local NS_UNKNOWN = 0xFFFFFFFF
+
+-- A duration in nanoseconds as microseconds, for people: rounded to whole
+-- microseconds from 10 µs, else with one decimal (cut, not rounded).
+local function us_text(ns)
+    if ns == NS_UNKNOWN then return "unknown" end
+    if ns >= 10000 then return string.format("%d µs", math.floor(ns / 1000 + 0.5)) end
+    return string.format("%d.%d µs", math.floor(ns / 1000), math.floor((ns % 1000) / 100))
+end
+
+-- A nanosecond field: the raw value, its text in microseconds.
+local function add_ns(tree, field, range, label)
+    local ns = range:uint()
+    local item = tree:add(field, range)
+    if ns == NS_UNKNOWN then
+        item:set_text(label .. ": unknown")
+    else
+        item:set_text(string.format("%s: %d ns (%s)", label, ns, us_text(ns)))
+    end
+    return ns
+end
+
+-- Dissects a congestion-state body; returns the Info text.
+local function dissect_congestion(body, tree, local_s, peer_s)
+    local arrow = string.format("%s → %s", local_s, peer_s)
+    if body:len() < CC_BODY_LEN then
+        tree:add_proto_expert_info(e.truncated)
+        return string.format("Congestion %s: truncated state (%d bytes)", arrow, body:len())
+    end
+    local cause = body(0, 1):uint()
+    local slow = band(body(1, 1):uint(), 1) ~= 0
+    local window = body(4, 4):uint()
+    tree:add(f.cc_cause, body(0, 1))
+    local ft = tree:add(f.cc_flags, body(1, 1))
+    ft:add(f.cc_slow_start, body(1, 1))
+    tree:add(f.cc_window, body(4, 4))
+    local base = add_ns(tree, f.cc_base_rtt, body(8, 4), "Base round trip")
+    local qdelay = add_ns(tree, f.cc_qdelay, body(12, 4), "Queueing delay")
+    add_ns(tree, f.cc_srtt, body(16, 4), "Smoothed round trip")
+    tree:add(f.cc_in_flight, body(20, 4))
+    local rate = tree:add(f.cc_pacing_rate, body(24, 8))
+    if body(24, 8):uint64() == UInt64(0) then rate:append_text(" (not pacing)") end
+    local info = string.format("Congestion %s: %s, window %d frames, qdelay %s, base %s", arrow,
+        cc_causes[cause] or string.format("cause %d", cause), window, us_text(qdelay), us_text(base))
+    if slow then info = info .. ", slow start" end
+    return info
+end
+
+------------------------------------------------------------------------
 -- Entry points
 
 local function set_columns(pinfo, info)
@@ -577,7 +643,11 @@ local function dissect_capture(tvb, pinfo, root)
     local peer_s = peer_known and addr_text(peer_node, peer_port) or "?"
 
     local ph = tree:add(f.cap, tvb(0, hlen))
-    ph:set_text(string.format("Capture: %s %s by %s over %s", cap_kinds[kind] or "record", directions[dir] or "?", local_s, method))
+    if dir == 0 then
+        ph:set_text(string.format("Capture: %s by %s over %s", cap_kinds[kind] or "record", local_s, method))
+    else
+        ph:set_text(string.format("Capture: %s %s by %s over %s", cap_kinds[kind] or "record", directions[dir] or "?", local_s, method))
+    end
     ph:add(f.cap_version, tvb(0, 1))
     ph:add(f.cap_kind, tvb(1, 1))
     ph:add(f.cap_direction, tvb(2, 1))
@@ -618,10 +688,17 @@ local function dissect_capture(tvb, pinfo, root)
             tvb(32, 4):uint(), tvb(30, 2):uint(), total)
         if body:len() < total then info = info .. string.format(" (%d captured)", body:len()) end
         pinfo.cols.src, pinfo.cols.dst = src_s, dst_s
+    elseif kind == 4 then
+        info = dissect_congestion(body, tree, local_s, peer_s)
+        pinfo.cols.src, pinfo.cols.dst = local_s, peer_s
     else
         info = string.format("unknown capture record kind %d", kind)
     end
-    set_columns(pinfo, string.format("[%s %s] %s", method, dir == 2 and "tx" or "rx", info))
+    if dir == 1 or dir == 2 then
+        set_columns(pinfo, string.format("[%s %s] %s", method, dir == 2 and "tx" or "rx", info))
+    else
+        set_columns(pinfo, string.format("[%s] %s", method, info))
+    end
     return tvb:len()
 end
 

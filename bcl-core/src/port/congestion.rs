@@ -341,7 +341,7 @@ impl Congestion {
     }
 
     /// Whether the window still doubles per round trip (no decrease yet).
-    fn in_slow_start(&self) -> bool {
+    pub fn in_slow_start(&self) -> bool {
         self.bits & SLOW_START_OVER == 0
     }
 

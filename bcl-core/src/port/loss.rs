@@ -27,6 +27,7 @@
 //! retransmission timeout remains the backstop.
 
 use super::congestion::Verdict;
+use super::congestion_log::CongestionCause;
 use super::peer::{PeerIdx, TxSlot};
 use super::Port;
 use crate::rtt::RttEstimator;
@@ -193,10 +194,16 @@ impl Port {
         }
         p.reorder.deadline = deadline;
         if let Some((first, last)) = lost {
-            if self.cfg.congestion.enabled
-                && p.cc.on_loss(&self.cfg.congestion, &mut w.cc, una, next) == Verdict::Decreased
-            {
-                self.stats.congestion_decreases += 1;
+            if self.cfg.congestion.enabled {
+                let before = p.cc;
+                if p.cc.on_loss(&self.cfg.congestion, &mut w.cc, una, next) == Verdict::Decreased {
+                    self.stats.congestion_decreases += 1;
+                }
+                if self.cc_log.is_on() {
+                    let before = before.window_frames();
+                    self.cc_log
+                        .record(&self.cfg, p, before, now, CongestionCause::Loss);
+                }
             }
             p.add_retx_range(first, last.next(), false);
             if p.reorder.recoveries_left > 0 {
@@ -209,9 +216,10 @@ impl Port {
     }
 
     /// Peer `idx` reported `count` duplicate frames: resends that were not
-    /// needed (or copies the network made). Widens the reordering window,
-    /// at most once per round trip, unless a timeout's resends explain them.
-    pub(super) fn on_duplicates_reported(&mut self, idx: PeerIdx, count: u8) {
+    /// needed (or copies the network made), in an acknowledgement taken at
+    /// `now`. Widens the reordering window, at most once per round trip,
+    /// unless a timeout's resends explain them.
+    pub(super) fn on_duplicates_reported(&mut self, idx: PeerIdx, count: u8, now: Time) {
         let p = &mut self.peers[idx as usize];
         if count == 0 {
             p.reorder.after_timeout = false;
@@ -219,8 +227,14 @@ impl Port {
         }
         self.stats.duplicates_reported += u64::from(count);
         if let Some(w) = p.tx.as_mut() {
+            let before = p.cc;
             if p.cc.on_spurious_resend(&mut w.cc) {
                 self.stats.congestion_undos += 1;
+            }
+            if self.cc_log.is_on() {
+                let before = before.window_frames();
+                self.cc_log
+                    .record(&self.cfg, p, before, now, CongestionCause::Undo);
             }
         }
         if p.reorder.after_timeout {

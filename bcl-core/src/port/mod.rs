@@ -19,11 +19,13 @@
 mod bulk;
 mod channels;
 mod congestion;
+mod congestion_log;
 mod loss;
 
 pub use bulk::{BulkKind, BulkToken, OutboundBulk};
 pub use channels::{ChannelError, Refused};
 pub use congestion::CongestionConfig;
+pub use congestion_log::{CongestionCause, CongestionChange, CONGESTION_LOG_CAPACITY};
 pub use send::FULL_RESEND_AFTER_TIMEOUTS;
 mod peer;
 mod recv;
@@ -135,6 +137,23 @@ pub struct CongestionInfo {
     /// Bytes per second pacing allows (full frames), once a round trip is
     /// measured.
     pub pacing_rate: Option<u64>,
+}
+
+/// Congestion control's view of the path to `p` (whether the peer is
+/// controlled at all is the caller's question): for [`PeerInfo`] and the
+/// congestion log. A free function, so that it can be called while other
+/// fields of the port are borrowed.
+fn congestion_info(cfg: &PortConfig, p: &Peer) -> CongestionInfo {
+    let srtt = p.rtt.srtt();
+    CongestionInfo {
+        window: p.cc.window_frames().min(cfg.tx_window),
+        base_rtt: p.cc.base_rtt(),
+        queueing_delay: p.cc.queueing_delay(srtt),
+        pacing_rate: p
+            .cc
+            .pacing_rate(&cfg.congestion, srtt, cfg.tx_window)
+            .map(|frames| (frames * f64::from(p.frag_payload)) as u64),
+    }
 }
 
 /// The receive ring held for one message that could not get in, so that
@@ -281,6 +300,9 @@ pub struct Port {
     /// Message ids placed by the bundle being taken in (reused, so taking a
     /// bundle allocates nothing once warm).
     bundle_scratch: Vec<u32>,
+    /// Congestion changes recorded for tools, when asked for (see
+    /// [`congestion_log`]).
+    cc_log: congestion_log::CongestionLog,
     stats: PortStats,
 }
 
@@ -328,6 +350,7 @@ impl Port {
             next_handle: 0,
             outstanding: 0,
             bundle_scratch: Vec::new(),
+            cc_log: Default::default(),
             stats: PortStats::default(),
             cfg,
         })
@@ -394,18 +417,8 @@ impl Port {
             backoff_until: (p.busy_until != Time::ZERO).then_some(p.busy_until),
             loss_check_at: (p.reorder.deadline != Time::NEVER).then_some(p.reorder.deadline),
             reorder_window: p.reorder.window(&p.rtt),
-            congestion: (self.cfg.congestion.enabled && !p.reliable).then(|| {
-                let srtt = p.rtt.srtt();
-                CongestionInfo {
-                    window: p.cc.window_frames().min(self.cfg.tx_window),
-                    base_rtt: p.cc.base_rtt(),
-                    queueing_delay: p.cc.queueing_delay(srtt),
-                    pacing_rate: p
-                        .cc
-                        .pacing_rate(&self.cfg.congestion, srtt, self.cfg.tx_window)
-                        .map(|frames| (frames * f64::from(p.frag_payload)) as u64),
-                }
-            }),
+            congestion: (self.cfg.congestion.enabled && !p.reliable)
+                .then(|| congestion_info(&self.cfg, p)),
             stats: p.stats,
         }
     }

@@ -2,6 +2,7 @@
 //! retransmission, and what acknowledgements do to the window.
 
 use super::congestion::{CongestionRound, Verdict};
+use super::congestion_log::CongestionCause;
 use super::loss::{self, RackMark};
 use super::peer::{PeerIdx, TxSlot, TxWindow, NO_MSG, RX_MSGS};
 use super::{OnDone, OutBody, OutMessage, Port, SendError};
@@ -989,10 +990,20 @@ impl Port {
         }
         let Some(w) = p.tx.as_mut() else { return };
         let bound = self.cfg.tx_window;
+        let before = p.cc;
         let verdict =
             p.cc.on_round_trip(cfg, &mut w.cc, round_trip, acked, una, next, now, bound);
         if verdict == Verdict::Decreased {
             self.stats.congestion_decreases += 1;
+        }
+        if self.cc_log.is_on() {
+            let before = before.window_frames();
+            let cause = if p.cc.window_frames() < before {
+                CongestionCause::DelayDecrease
+            } else {
+                CongestionCause::Increase
+            };
+            self.cc_log.record(&self.cfg, p, before, now, cause);
         }
     }
 
@@ -1037,7 +1048,7 @@ impl Port {
             p.rtt.sample(round_trip);
             self.congestion_sample(idx, round_trip, 0, una, next, now);
         }
-        self.on_duplicates_reported(idx, body.duplicates);
+        self.on_duplicates_reported(idx, body.duplicates, now);
         match body.reason() {
             NakReason::None | NakReason::Gap => {
                 // Frames sent before one that arrived may be lost, or only
@@ -1090,10 +1101,16 @@ impl Port {
         if self.cfg.congestion.enabled && !p.reliable {
             if let Some(w) = p.tx.as_mut() {
                 let consecutive = p.consecutive_timeouts;
+                let before = p.cc;
                 let verdict =
                     p.cc.on_timeout(&self.cfg.congestion, &mut w.cc, consecutive, una, next);
                 if verdict == Verdict::Decreased {
                     self.stats.congestion_decreases += 1;
+                }
+                if self.cc_log.is_on() {
+                    let before = before.window_frames();
+                    self.cc_log
+                        .record(&self.cfg, p, before, now, CongestionCause::Timeout);
                 }
             }
         }
