@@ -47,6 +47,11 @@ const RX_BUDGET: usize = 64;
 /// (see [`Endpoint::progress_until`]).
 const CLOCK_CHECK_ROUNDS: u32 = 64;
 
+/// Rounds one [`Endpoint::service`] call runs at most while every round
+/// moves something (64 frames each at most), before the event loop gets
+/// its turn back.
+pub const SERVICE_ROUNDS: usize = 16;
+
 /// Calls of [`Endpoint::poll_recv_with`] between two looks at the clock in
 /// [`Endpoint::recv_with_until`]: most of them are quick polls of a few
 /// loads, next to which a clock reading is expensive.
@@ -229,17 +234,20 @@ impl EndpointBuilder {
                     })?;
             }
         }
-        let fds: Option<Vec<_>> = methods.iter().map(|m| m.readiness_fd()).collect();
-        let waiter = match (self.mode, fds) {
-            (ProgressMode::Blocking, Some(fds)) => Some(Waiter::new(&fds)?),
-            _ => None,
-        };
+        let fds: Vec<_> = methods.iter().map(|m| m.readiness_fd()).collect();
+        let all_signal = fds.iter().all(Option::is_some);
+        let fds: Vec<_> = fds.into_iter().flatten().collect();
+        let waiter = Waiter::new(&fds)?;
+        let blocking = self.mode == ProgressMode::Blocking && all_signal;
         let busy = self.mode == ProgressMode::BusyPoll;
         let schedule = Schedule::new(&methods, busy, self.clock.is_none());
         let quick = methods.iter().position(MethodSlot::is_direct);
         let mut ep = Endpoint {
             port,
             waiter,
+            blocking,
+            all_signal,
+            poll_armed: false,
             stats: EngineStats::default(),
             has_direct: quick.is_some(),
             quick,
@@ -265,8 +273,18 @@ impl EndpointBuilder {
 /// A port with its methods and clock (see the module documentation).
 pub struct Endpoint {
     port: Port,
-    /// Present in blocking mode (when every method has a descriptor).
-    waiter: Option<Waiter>,
+    /// An epoll set over the methods' descriptors and a timer: blocking
+    /// mode sleeps in it, and [`AsFd`](std::os::fd::AsFd) hands it to
+    /// other event loops.
+    waiter: Waiter,
+    /// Whether the engine sleeps in `waiter` between idle rounds (blocking
+    /// mode was asked for and every method has a descriptor).
+    blocking: bool,
+    /// Whether every method has a descriptor in `waiter`.
+    all_signal: bool,
+    /// [`Endpoint::service`] armed the descriptor for an outside event
+    /// loop: the methods' `finish_wait` is due before the next round.
+    poll_armed: bool,
     stats: EngineStats,
     methods: Vec<MethodSlot>,
     clock: Arc<dyn Clock>,
@@ -345,7 +363,7 @@ impl Endpoint {
     /// The mode in effect: [`ProgressMode::Blocking`] only if it was asked
     /// for and every method has a readiness descriptor.
     pub fn mode(&self) -> ProgressMode {
-        if self.waiter.is_some() {
+        if self.blocking {
             ProgressMode::Blocking
         } else {
             ProgressMode::BusyPoll
@@ -421,6 +439,9 @@ impl Endpoint {
     /// One round of progress: receive, run timers, route new peers,
     /// transmit. Returns the number of frames moved.
     pub fn progress(&mut self) -> Result<usize, Error> {
+        if self.poll_armed {
+            self.end_poll_wait();
+        }
         let now = self.schedule.round_time(&*self.clock, &self.port);
         if now >= self.extras_due {
             self.round_extras(now);
@@ -538,21 +559,12 @@ impl Endpoint {
     /// once if there is something to transmit. In busy-poll mode returns at
     /// once.
     pub fn wait(&mut self, until: Option<Time>) -> Result<(), Error> {
-        let Some(waiter) = self.waiter.as_mut() else {
-            return Ok(());
-        };
-        if (0..self.methods.len()).any(|i| self.port.wants_transmit(i as u8)) {
+        if !self.blocking {
             return Ok(());
         }
-        let now = self.clock.now();
-        let deadline = match (self.port.poll_timeout(), until) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        let timeout = match deadline {
-            Some(d) if d <= now => return Ok(()),
-            Some(d) => Some(d - now),
-            None => None,
+        self.end_poll_wait();
+        let Some(timeout) = self.idle_for(until) else {
+            return Ok(());
         };
         // Methods arm what makes their peers wake us, and re-check: one with
         // work says so and nobody sleeps.
@@ -562,7 +574,7 @@ impl Endpoint {
         }
         if sleep {
             self.stats.waits += 1;
-            let woken = waiter.wait(timeout);
+            let woken = self.waiter.wait(timeout);
             for m in self.methods.iter_mut() {
                 m.finish_wait();
             }
@@ -579,11 +591,103 @@ impl Endpoint {
         Ok(())
     }
 
+    /// How long the engine may sleep: `None` if there is work now (a method
+    /// wants to transmit, or a deadline has passed), else the time to the
+    /// next deadline or `until` (`Some(None)`: no deadline at all).
+    fn idle_for(&self, until: Option<Time>) -> Option<Option<Duration>> {
+        if (0..self.methods.len()).any(|i| self.port.wants_transmit(i as u8)) {
+            return None;
+        }
+        let now = self.clock.now();
+        let deadline = match (self.port.poll_timeout(), until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        match deadline {
+            Some(d) if d <= now => None,
+            Some(d) => Some(Some(d - now)),
+            None => Some(None),
+        }
+    }
+
+    /// Progress for an event loop of the application's own (epoll, mio,
+    /// tokio's `AsyncFd`) that waits on the endpoint's descriptor
+    /// ([`AsFd`](std::os::fd::AsFd)).
+    ///
+    /// The contract: register the descriptor for readability (level- or
+    /// edge-triggered). Call `service` once at the start, each time the
+    /// descriptor is readable, and after anything the application did to
+    /// the endpoint since the last call (sends, releases, posted buffers)
+    /// before the loop waits again: the frames that work makes leave in its
+    /// rounds. Take the events it produced ([`Endpoint::poll_delivery`],
+    /// [`Endpoint::poll_send_event`], ...) in between. `service` runs
+    /// progress rounds until one moves nothing, then arms the descriptor
+    /// for whatever comes next: a frame or a peer's doorbell on any method,
+    /// or the port's next timer (acknowledgements, retransmissions,
+    /// pacing). It returns the frames and messages moved.
+    ///
+    /// The descriptor then stays quiet until there is work: an idle
+    /// endpoint costs no wake-ups. After [`SERVICE_ROUNDS`] rounds that all
+    /// moved something, `service` returns anyway (other work of the loop
+    /// gets its turn) with the descriptor readable at once. So does every
+    /// call when a method has no descriptor of its own (it can only be
+    /// polled): the loop then polls through the descriptor.
+    pub fn service(&mut self) -> Result<usize, Error> {
+        let mut moved = 0;
+        for _ in 0..SERVICE_ROUNDS {
+            self.schedule.full_round_next();
+            let n = self.progress()?;
+            moved += n;
+            if n == 0 && self.arm_for_poll()? {
+                return Ok(moved);
+            }
+        }
+        self.waiter.arm(Some(Duration::ZERO))?;
+        Ok(moved)
+    }
+
+    /// After a round that moved nothing: arms the descriptor for what comes
+    /// next, or says there is work now (`false`).
+    fn arm_for_poll(&mut self) -> Result<bool, Error> {
+        let Some(mut timeout) = self.idle_for(None) else {
+            return Ok(false);
+        };
+        if !self.all_signal {
+            timeout = Some(Duration::ZERO);
+        }
+        // As before a sleep: methods arm what makes their peers signal, and
+        // one that already has work says so.
+        let mut quiet = true;
+        for m in self.methods.iter_mut() {
+            quiet &= m.prepare_wait();
+        }
+        if !quiet {
+            for m in self.methods.iter_mut() {
+                m.finish_wait();
+            }
+            return Ok(false);
+        }
+        self.poll_armed = true;
+        self.waiter.arm(timeout)?;
+        Ok(true)
+    }
+
+    /// Ends the wait that [`Endpoint::service`] armed, before any other
+    /// round or sleep.
+    fn end_poll_wait(&mut self) {
+        if self.poll_armed {
+            self.poll_armed = false;
+            for m in self.methods.iter_mut() {
+                m.finish_wait();
+            }
+        }
+    }
+
     /// One round of progress; if it moved nothing, [`Endpoint::wait`]s (up
     /// to `until`). The building block of application loops that run in
     /// both modes.
     pub fn progress_or_wait(&mut self, until: Option<Time>) -> Result<usize, Error> {
-        if self.waiter.is_none() {
+        if !self.blocking {
             // Busy polling: `wait` would return at once.
             return self.progress();
         }
@@ -792,11 +896,7 @@ impl Endpoint {
         // rounds only (a reading is a large part of an idle round); a
         // blocking one every round (a round sleeps, and after the deadline
         // it returns at once).
-        let every = if self.waiter.is_some() {
-            1
-        } else {
-            CLOCK_CHECK_ROUNDS
-        };
+        let every = if self.blocking { 1 } else { CLOCK_CHECK_ROUNDS };
         let mut rounds = 0u32;
         loop {
             if let Some(r) = ready(self)? {
@@ -826,7 +926,7 @@ impl Endpoint {
         deadline: Time,
         f: impl FnOnce(ProcessAddr, &[u8]) -> R,
     ) -> Result<Option<R>, Error> {
-        if self.waiter.is_some() {
+        if self.blocking {
             return match self.recv_until(deadline)? {
                 Some(d) => {
                     let r = f(d.from, self.port.message(&d).unwrap_or_default());
@@ -877,6 +977,16 @@ impl Endpoint {
         for m in &mut self.methods {
             m.shutdown();
         }
+    }
+}
+
+/// The endpoint's descriptor for an application's event loop: readable
+/// when the endpoint needs [`Endpoint::service`] (see there for the
+/// contract). An epoll set over every method's descriptor and a timer for
+/// the port's deadlines; it exists in both progress modes.
+impl std::os::fd::AsFd for Endpoint {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.waiter.fd()
     }
 }
 

@@ -128,6 +128,17 @@ impl Schedule {
         }
     }
 
+    /// Forgets what lets busy-polling rounds cut corners (a reused clock
+    /// reading, skipped polls of idle system-call methods): the next round
+    /// reads the clock and polls every method. For rounds run because a
+    /// descriptor said there is work.
+    pub(crate) fn full_round_next(&mut self) {
+        self.clock_reuse_left = 0;
+        for p in &mut self.rx_polls {
+            p.empty_streak = 0;
+        }
+    }
+
     /// The time of a progress round: a fresh reading, or the last one while
     /// it may be reused.
     pub(crate) fn round_time(&mut self, clock: &dyn Clock, port: &Port) -> Time {

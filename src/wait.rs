@@ -11,7 +11,7 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTime
 use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 use std::io;
-use std::os::fd::{BorrowedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, RawFd};
 use std::time::Duration;
 
 /// The epoll token of the timer; methods use their index.
@@ -72,9 +72,16 @@ impl Waiter {
         })
     }
 
-    /// Sleeps until a descriptor is readable or `timeout` has passed (no
-    /// timeout: until a descriptor is readable).
-    pub fn wait(&mut self, timeout: Option<Duration>) -> io::Result<Woken> {
+    /// The epoll set's descriptor: readable when a method's descriptor is
+    /// or the timer has fired.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.epoll.0.as_fd()
+    }
+
+    /// Arms the timer to fire after `timeout` (at least 1 ns), or disarms
+    /// it (`None`). Either clears an expiration nobody read, so the set is
+    /// readable again only for what comes next.
+    pub fn arm(&mut self, timeout: Option<Duration>) -> io::Result<()> {
         match timeout {
             // A zero TimeSpec would disarm the timer: wait at least 1 ns.
             Some(t) => {
@@ -94,6 +101,13 @@ impl Waiter {
             }
             None => {}
         }
+        Ok(())
+    }
+
+    /// Sleeps until a descriptor is readable or `timeout` has passed (no
+    /// timeout: until a descriptor is readable).
+    pub fn wait(&mut self, timeout: Option<Duration>) -> io::Result<Woken> {
+        self.arm(timeout)?;
         let n = match self.epoll.wait(&mut self.events, EpollTimeout::NONE) {
             Ok(n) => n,
             Err(nix::Error::EINTR) => return Ok(Woken::Spurious),
