@@ -55,6 +55,8 @@ pub mod registry;
 pub mod schedule;
 pub mod simnet;
 pub mod stats_page;
+#[cfg(feature = "tokio")]
+pub mod tokio;
 mod wait;
 
 pub use bcl_afxdp as afxdp;

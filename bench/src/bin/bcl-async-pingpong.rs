@@ -1,0 +1,246 @@
+//! `bcl-async-pingpong`: ping-pong through `bcl::tokio` (async `send` and
+//! `recv` under a tokio runtime) against the same exchange through the
+//! blocking API (`send_blocking`, `recv_blocking`), one thread per end
+//! either way, in one process, alternating the two several times so a slow
+//! minute of the machine falls on both alike. Over shared memory or udp on
+//! the loopback interface. Prints each run's p50 and p99 and the median
+//! ratio of the p50s (async / blocking) with its range.
+//!
+//! The async ends run each in a current-thread runtime on its own thread
+//! (`--runtime per-end`, thread-per-core style), or both in one
+//! multi-thread runtime of two workers (`--runtime shared`), where a wake-up
+//! often crosses between the workers.
+
+use bcl::shm::ShmMethod;
+use bcl::tokio::AsyncEndpoint;
+use bcl::udp::{UdpConfig, UdpMethod};
+use bcl::{Descriptor, Endpoint, JobKey, ProcessAddr, ProgressMode};
+use clap::{Parser, ValueEnum};
+use hdrhistogram::Histogram;
+use std::time::{Duration, Instant};
+
+/// Async (tokio) ping-pong against the blocking API's, alternating.
+#[derive(Parser, Debug)]
+#[command(name = "bcl-async-pingpong", version)]
+struct Cli {
+    /// The method both ends use.
+    #[arg(long, value_enum, default_value = "shm")]
+    method: Method,
+    /// Message size in bytes.
+    #[arg(long, default_value_t = 8)]
+    size: usize,
+    /// Round trips timed per run (after 10 % more as warm-up).
+    #[arg(long, default_value_t = 5000)]
+    iters: usize,
+    /// Runs of each API, alternating.
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
+    /// How the blocking API's endpoints wait: blocking (sleep in epoll, as
+    /// the async runtime does) or busy-poll.
+    #[arg(long, value_enum, default_value = "blocking")]
+    mode: Mode,
+    /// Where the async ends run: per-end (a current-thread runtime per end,
+    /// each on its own thread) or shared (one multi-thread runtime, two
+    /// workers).
+    #[arg(long, value_enum, default_value = "per-end")]
+    runtime: RuntimeKind,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum RuntimeKind {
+    PerEnd,
+    Shared,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Method {
+    Shm,
+    Udp,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Mode {
+    Blocking,
+    BusyPoll,
+}
+
+const T: Duration = Duration::from_secs(30);
+
+/// Two endpoints that know each other: (client, server).
+fn pair(method: Method, mode: ProgressMode, run: u32) -> (Endpoint, Endpoint) {
+    let job = JobKey(std::process::id() << 8 ^ run);
+    let (ca, sa) = (ProcessAddr::new(1, 1), ProcessAddr::new(1, 2));
+    let open = |addr: ProcessAddr| -> Endpoint {
+        let b = Endpoint::builder(addr, job).mode(mode);
+        let b = match method {
+            Method::Shm => b.method(Box::new(ShmMethod::open(job, addr).expect("shm"))),
+            Method::Udp => b.method(Box::new(
+                UdpMethod::open(UdpConfig::new("127.0.0.1:0".parse().unwrap())).expect("udp"),
+            )),
+        };
+        b.build().expect("endpoint")
+    };
+    let (mut c, mut s) = (open(ca), open(sa));
+    let descriptor = |ep: &Endpoint, addr: ProcessAddr| match method {
+        Method::Shm => Descriptor::new("shm", format!("{addr}@{}", bcl::shm::node_identity())),
+        Method::Udp => ep.descriptors()[0].clone(),
+    };
+    let (dc, ds) = (descriptor(&c, ca), descriptor(&s, sa));
+    c.add_peer(sa, ds);
+    s.add_peer(ca, dc);
+    (c, s)
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("histogram")
+}
+
+/// Round trips through the blocking API, one thread per end.
+fn blocking_run(cli: &Cli, run: u32) -> Histogram<u64> {
+    let mode = match cli.mode {
+        Mode::Blocking => ProgressMode::Blocking,
+        Mode::BusyPoll => ProgressMode::BusyPoll,
+    };
+    let (mut c, mut s) = pair(cli.method, mode, run);
+    let total = cli.iters + cli.iters / 10;
+    let server = std::thread::spawn(move || {
+        for _ in 0..total {
+            let d = s.recv_blocking(T).expect("server recv");
+            let from = d.from;
+            let m = s.message(&d).expect("message").to_vec();
+            s.release(d).expect("release");
+            s.send_blocking(from, &m, T).expect("server send");
+        }
+        s
+    });
+    let to = ProcessAddr::new(1, 2);
+    let msg = vec![0x5a; cli.size];
+    let mut h = histogram();
+    for i in 0..total {
+        let t0 = Instant::now();
+        c.send_blocking(to, &msg, T).expect("client send");
+        let d = c.recv_blocking(T).expect("client recv");
+        c.release(d).expect("release");
+        if i >= total - cli.iters {
+            h.record(t0.elapsed().as_nanos() as u64).expect("record");
+        }
+    }
+    // The server's last send waits for the acknowledgement of its answer:
+    // keep serving until it is done.
+    while !server.is_finished() {
+        let soon = c.now() + Duration::from_millis(5);
+        c.progress_or_wait(Some(soon)).expect("client progress");
+    }
+    drop(server.join().expect("server thread"));
+    h
+}
+
+/// The server's side of the async exchange: echo `total` messages.
+async fn async_server(s: Endpoint, total: usize) {
+    let s = AsyncEndpoint::new(s).expect("async server");
+    for _ in 0..total {
+        let (from, m) = s.recv().await.expect("server recv");
+        s.send(from, &m).await.expect("server send");
+    }
+    // Acknowledge the client's last messages before the endpoint goes.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+}
+
+/// The client's side: `total` round trips, the last `iters` timed.
+async fn async_client(c: Endpoint, total: usize, iters: usize, size: usize) -> Histogram<u64> {
+    let c = AsyncEndpoint::new(c).expect("async client");
+    let to = ProcessAddr::new(1, 2);
+    let msg = vec![0x5a; size];
+    let mut h = histogram();
+    for i in 0..total {
+        let t0 = Instant::now();
+        c.send(to, &msg).await.expect("client send");
+        c.recv().await.expect("client recv");
+        if i >= total - iters {
+            h.record(t0.elapsed().as_nanos() as u64).expect("record");
+        }
+    }
+    // Acknowledge the server's last answer before the endpoint goes.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    h
+}
+
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// The same round trips through `bcl::tokio`.
+fn async_run(cli: &Cli, run: u32) -> Histogram<u64> {
+    let (c, s) = pair(cli.method, ProgressMode::Blocking, run);
+    let total = cli.iters + cli.iters / 10;
+    let (iters, size) = (cli.iters, cli.size);
+    match cli.runtime {
+        RuntimeKind::PerEnd => {
+            let server =
+                std::thread::spawn(move || current_thread().block_on(async_server(s, total)));
+            let h = current_thread().block_on(async_client(c, total, iters, size));
+            server.join().expect("server thread");
+            h
+        }
+        RuntimeKind::Shared => {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                let server = tokio::spawn(async_server(s, total));
+                let h = async_client(c, total, iters, size).await;
+                server.await.expect("server task");
+                h
+            })
+        }
+    }
+}
+
+fn us(ns: u64) -> f64 {
+    ns as f64 / 1000.0
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if cli.iters == 0 || cli.reps == 0 {
+        eprintln!("bcl-async-pingpong: --iters and --reps must be at least 1");
+        std::process::exit(2);
+    }
+    println!(
+        "# bcl-async-pingpong: {:?}, {} B, {} round trips per run, blocking API in {:?} mode, async runtime {:?}",
+        cli.method, cli.size, cli.iters, cli.mode, cli.runtime
+    );
+    println!(
+        "{:>4} {:>9} {:>12} {:>12}",
+        "run", "api", "p50 (us)", "p99 (us)"
+    );
+    let mut ratios = Vec::new();
+    for rep in 0..cli.reps {
+        let run = rep as u32 * 2;
+        let b = blocking_run(&cli, run);
+        let a = async_run(&cli, run + 1);
+        for (name, h) in [("blocking", &b), ("async", &a)] {
+            println!(
+                "{:>4} {:>9} {:>12.2} {:>12.2}",
+                rep + 1,
+                name,
+                us(h.value_at_quantile(0.5)),
+                us(h.value_at_quantile(0.99))
+            );
+        }
+        ratios.push(a.value_at_quantile(0.5) as f64 / b.value_at_quantile(0.5) as f64);
+    }
+    ratios.sort_by(f64::total_cmp);
+    println!(
+        "async / blocking p50: median {:.2} [{:.2}–{:.2}] over {} alternating pairs",
+        ratios[ratios.len() / 2],
+        ratios[0],
+        ratios[ratios.len() - 1],
+        ratios.len()
+    );
+}

@@ -1,0 +1,295 @@
+//! Async Rust over an endpoint, on tokio (cargo feature `tokio`).
+//!
+//! [`AsyncEndpoint`] owns an [`Endpoint`] and a driver task that waits on
+//! the endpoint's descriptor ([`std::os::fd::AsFd`]) with tokio's
+//! [`AsyncFd`] and calls [`Endpoint::service`] whenever it is readable: the
+//! endpoint makes progress (acknowledgements, retransmissions, arrivals)
+//! whether or not any task is awaiting something, and an idle endpoint
+//! costs no wake-ups. Any number of tasks may use one `AsyncEndpoint` at
+//! once (it is `Clone`, `Send` and `Sync`); each operation holds the
+//! endpoint's lock only for the non-blocking calls it makes, never across
+//! an `.await`.
+//!
+//! - [`AsyncEndpoint::send`] completes when the receiver has acknowledged
+//!   the message (or fails with the reason).
+//! - [`AsyncEndpoint::recv`] takes the next message from any peer. The
+//!   driver copies arriving messages out of the endpoint's receive ring into
+//!   a queue of [`RECV_QUEUE`] messages; when the queue is full it leaves
+//!   them in the ring, which then pushes back on the senders as it does
+//!   for a slow synchronous receiver.
+//!
+//! # Cancellation
+//!
+//! - `send`: the message is accepted (or refused with an error) before the
+//!   first `.await`. Dropping the future after that does not take the
+//!   message back: it is still delivered and acknowledged, only nobody
+//!   learns it. Cancel-safe in the sense that nothing is lost or sent twice.
+//! - `recv`: cancel-safe. A message is taken from the queue only in the
+//!   poll that returns it, so a dropped `recv` loses nothing; the next
+//!   `recv` gets the message.
+//! - Dropping the last handle stops the driver and closes the endpoint;
+//!   sends that were in flight then may not be delivered.
+
+use crate::endpoint::{Endpoint, Error};
+use ::tokio::io::unix::AsyncFd;
+use ::tokio::sync::{mpsc, oneshot, Mutex as AsyncMutex, Notify};
+use ::tokio::task::JoinHandle;
+use bcl_core::{ProcessAddr, SendEvent, SendFailure, SendHandle};
+use rustc_hash::FxHashMap as HashMap;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::{Arc, Mutex};
+
+/// Messages the driver copies out of the receive ring ahead of `recv`.
+pub const RECV_QUEUE: usize = 1024;
+
+/// A received message: the sender and the bytes.
+pub type Message = (ProcessAddr, Vec<u8>);
+
+/// An [`Endpoint`] for async code (see the module documentation).
+#[derive(Clone)]
+pub struct AsyncEndpoint {
+    shared: Arc<Shared>,
+    _driver: Arc<DriverGuard>,
+}
+
+/// Aborts the driver task when the last handle goes.
+struct DriverGuard(JoinHandle<()>);
+
+impl Drop for DriverGuard {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// What the handles and the driver share.
+struct Shared {
+    /// A duplicate of the endpoint's descriptor (the same epoll set),
+    /// registered with tokio's reactor.
+    fd: AsyncFd<OwnedFd>,
+    state: Mutex<State>,
+    local: ProcessAddr,
+    /// Arriving messages, in order.
+    inbox: AsyncMutex<mpsc::Receiver<Message>>,
+    /// `recv` made room in the queue: the driver may take more from the
+    /// ring.
+    room: Notify,
+}
+
+struct State {
+    ep: Endpoint,
+    /// Sends whose outcome someone may await.
+    sends: HashMap<SendHandle, oneshot::Sender<Result<(), SendFailure>>>,
+    inbox: mpsc::Sender<Message>,
+    /// Why the driver stopped, once it has.
+    failed: Option<String>,
+}
+
+fn stopped(why: &str) -> Error {
+    Error::Wait(io::Error::other(format!(
+        "the endpoint's driver task stopped: {why}"
+    )))
+}
+
+impl AsyncEndpoint {
+    /// Takes `ep` over and starts its driver task on the current tokio
+    /// runtime (an error outside one). The runtime needs its I/O driver
+    /// (`enable_io`).
+    pub fn new(ep: Endpoint) -> io::Result<AsyncEndpoint> {
+        let runtime = ::tokio::runtime::Handle::try_current().map_err(io::Error::other)?;
+        // `AsyncFd::new` is deprecated because an `AsRawFd` that does not
+        // own its descriptor could close it while registered; an `OwnedFd`
+        // owns it, so the registration is sound (the alternative,
+        // `register`, is the same call marked unsafe).
+        #[allow(deprecated)]
+        let fd = AsyncFd::new(ep.as_fd().try_clone_to_owned()?)?;
+        let (tx, rx) = mpsc::channel(RECV_QUEUE);
+        let shared = Arc::new(Shared {
+            fd,
+            local: ep.local(),
+            state: Mutex::new(State {
+                ep,
+                sends: HashMap::default(),
+                inbox: tx,
+                failed: None,
+            }),
+            inbox: AsyncMutex::new(rx),
+            room: Notify::new(),
+        });
+        let driver = runtime.spawn(drive(shared.clone()));
+        Ok(AsyncEndpoint {
+            shared,
+            _driver: Arc::new(DriverGuard(driver)),
+        })
+    }
+
+    /// This endpoint's address.
+    pub fn local(&self) -> ProcessAddr {
+        self.shared.local
+    }
+
+    /// Runs `f` on the endpoint (to add peers, read statistics, ...), with
+    /// the lock held: `f` must not block.
+    pub fn with_endpoint<R>(&self, f: impl FnOnce(&mut Endpoint) -> R) -> R {
+        let mut state = self.shared.lock();
+        f(&mut state.ep)
+    }
+
+    /// Sends `data` to `dst` and waits until the receiver acknowledged it.
+    /// See the module documentation for cancellation.
+    pub async fn send(&self, dst: ProcessAddr, data: &[u8]) -> Result<(), Error> {
+        let outcome = {
+            let mut state = self.shared.lock();
+            if let Some(why) = &state.failed {
+                return Err(stopped(why));
+            }
+            let handle = state.ep.send(dst, data)?;
+            let (tx, rx) = oneshot::channel();
+            state.sends.insert(handle, tx);
+            // The frames leave now, and a send that completed at once (a
+            // direct method) is reported.
+            let served = state.ep.service();
+            state.dispatch();
+            served?;
+            rx
+        };
+        match self.serving_until(outcome).await? {
+            Ok(result) => Ok(result?),
+            Err(_) => Err(stopped(
+                self.shared.lock().failed.as_deref().unwrap_or("closed"),
+            )),
+        }
+    }
+
+    /// The next message from any peer. Cancel-safe (see the module
+    /// documentation).
+    pub async fn recv(&self) -> Result<Message, Error> {
+        let mut inbox = self.shared.inbox.lock().await;
+        match self.serving_until(inbox.recv()).await? {
+            Some(m) => {
+                self.shared.room.notify_one();
+                Ok(m)
+            }
+            None => Err(stopped(
+                self.shared.lock().failed.as_deref().unwrap_or("closed"),
+            )),
+        }
+    }
+
+    /// Awaits `fut`, serving the endpoint in this task whenever its
+    /// descriptor is readable meanwhile (as the driver task does): what
+    /// `fut` waits for then reaches it without a hand-over between tasks.
+    /// Cancel-safe if `fut` is: a service runs to its end within one poll.
+    async fn serving_until<F: std::future::Future>(&self, fut: F) -> Result<F::Output, Error> {
+        let mut fut = std::pin::pin!(fut);
+        loop {
+            ::tokio::select! {
+                biased;
+                out = &mut fut => return Ok(out),
+                ready = self.shared.fd.readable() => {
+                    let mut guard = ready.map_err(Error::Wait)?;
+                    self.shared.serve()?;
+                    guard.clear_ready();
+                }
+            }
+        }
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic while the lock was held (in a caller's `with_endpoint`
+        // closure) leaves the endpoint usable: every method keeps it
+        // consistent between calls.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// One service of the endpoint and the hand-out of what it produced;
+    /// an error stops the endpoint for every handle.
+    fn serve(&self) -> Result<(), Error> {
+        let mut state = self.lock();
+        if let Some(why) = &state.failed {
+            return Err(stopped(why));
+        }
+        match state.ep.service() {
+            Ok(_) => {
+                state.dispatch();
+                Ok(())
+            }
+            Err(e) => {
+                let why = e.to_string();
+                state.fail(why);
+                Err(e)
+            }
+        }
+    }
+}
+
+impl State {
+    /// Hands completed sends to their waiters and arriving messages to the
+    /// queue (as many as it has room for; the rest wait in the ring until
+    /// `recv` makes room). Releasing a delivery only frees its ring slot
+    /// (no frame or timer comes of it), so no service is due after.
+    fn dispatch(&mut self) {
+        while let Some(ev) = self.ep.poll_send_event() {
+            let (handle, result) = match ev {
+                SendEvent::Complete(h) => (h, Ok(())),
+                SendEvent::Failed(h, why) => (h, Err(why)),
+            };
+            if let Some(tx) = self.sends.remove(&handle) {
+                // The waiter may have gone (a cancelled send): fine.
+                let _ = tx.send(result);
+            }
+        }
+        loop {
+            let Ok(permit) = self.inbox.try_reserve() else {
+                break;
+            };
+            let Some(d) = self.ep.poll_delivery() else {
+                break;
+            };
+            let bytes = self.ep.message(&d).unwrap_or_default().to_vec();
+            permit.send((d.from, bytes));
+            // The delivery came from this endpoint: releasing it cannot
+            // fail, and a failure would only leave its slot taken.
+            let _ = self.ep.release(d);
+        }
+    }
+
+    fn fail(&mut self, why: String) {
+        self.failed = Some(why);
+        // Every awaited send learns it (their senders drop), and `recv`
+        // once the queue is empty (its sender drops).
+        self.sends.clear();
+        self.inbox = mpsc::channel(1).0;
+    }
+}
+
+/// The driver: serves the endpoint whenever its descriptor is readable or
+/// `recv` made room in the queue.
+async fn drive(shared: Arc<Shared>) {
+    if shared.serve().is_err() {
+        return;
+    }
+    loop {
+        ::tokio::select! {
+            ready = shared.fd.readable() => {
+                let mut guard = match ready {
+                    Ok(g) => g,
+                    Err(e) => {
+                        shared.lock().fail(e.to_string());
+                        return;
+                    }
+                };
+                if shared.serve().is_err() {
+                    return;
+                }
+                // `service` armed the descriptor for what comes next.
+                guard.clear_ready();
+            }
+            () = shared.room.notified() => {
+                shared.lock().dispatch();
+            }
+        }
+    }
+}
