@@ -17,6 +17,10 @@
 //!   a queue of [`RECV_QUEUE`] messages; when the queue is full it leaves
 //!   them in the ring, which then pushes back on the senders as it does
 //!   for a slow synchronous receiver.
+//! - [`AsyncEndpoint::send_on_channel`] and
+//!   [`AsyncEndpoint::recv_on_channel`] move a buffer into the buffer a
+//!   peer posted on a normal channel (rendezvous, no copy through the ring),
+//!   as their blocking namesakes on [`Endpoint`] do.
 //!
 //! # Cancellation
 //!
@@ -27,15 +31,23 @@
 //! - `recv`: cancel-safe. A message is taken from the queue only in the
 //!   poll that returns it, so a dropped `recv` loses nothing; the next
 //!   `recv` gets the message.
+//! - `send_on_channel`: like `send`; the buffer of a dropped one is not
+//!   returned to anyone.
+//! - `recv_on_channel`: cancel-safe. Dropped before a message arrived, its
+//!   buffer is taken back (`cancel_post`); dropped after, the message is
+//!   kept for the next `recv_on_channel` on that channel, which returns it
+//!   (in the buffer it arrived in) and drops the buffer it was given.
 //! - Dropping the last handle stops the driver and closes the endpoint;
 //!   sends that were in flight then may not be delivered.
 
+use crate::channels::{TransferFailed, TransferFailure};
 use crate::endpoint::{Endpoint, Error};
 use ::tokio::io::unix::AsyncFd;
 use ::tokio::sync::{mpsc, oneshot, Mutex as AsyncMutex, Notify};
 use ::tokio::task::JoinHandle;
-use bcl_core::{ProcessAddr, SendEvent, SendFailure, SendHandle};
+use bcl_core::{ChannelEvent, ChannelId, ProcessAddr, SendEvent, SendFailure, SendHandle};
 use rustc_hash::FxHashMap as HashMap;
+use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex};
@@ -81,6 +93,13 @@ struct State {
     /// Sends whose outcome someone may await.
     sends: HashMap<SendHandle, oneshot::Sender<Result<(), SendFailure>>>,
     inbox: mpsc::Sender<Message>,
+    /// Channel sends whose outcome someone may await.
+    channel_sends: HashMap<SendHandle, oneshot::Sender<ChannelEvent>>,
+    /// Receives posted on channels, awaited.
+    channel_recvs: HashMap<ChannelId, oneshot::Sender<ChannelEvent>>,
+    /// Messages that arrived on a channel for a receive that was dropped,
+    /// for the next receive on that channel.
+    channel_kept: HashMap<ChannelId, VecDeque<ChannelEvent>>,
     /// Why the driver stopped, once it has.
     failed: Option<String>,
 }
@@ -111,6 +130,9 @@ impl AsyncEndpoint {
                 ep,
                 sends: HashMap::default(),
                 inbox: tx,
+                channel_sends: HashMap::default(),
+                channel_recvs: HashMap::default(),
+                channel_kept: HashMap::default(),
                 failed: None,
             }),
             inbox: AsyncMutex::new(rx),
@@ -176,6 +198,98 @@ impl AsyncEndpoint {
         }
     }
 
+    /// Sends `buffer` into the buffer `dst` posts on its normal channel `ch`
+    /// and waits until it is received in full; gives the buffer back.
+    pub async fn send_on_channel(
+        &self,
+        dst: ProcessAddr,
+        ch: ChannelId,
+        buffer: Vec<u8>,
+    ) -> Result<Vec<u8>, TransferFailed> {
+        let outcome = {
+            let mut state = self.shared.lock();
+            if let Some(why) = &state.failed {
+                return Err(endpoint_failed(stopped(why), None));
+            }
+            let handle = state.ep.send_on_channel(dst, ch, buffer)?;
+            let (tx, rx) = oneshot::channel();
+            state.channel_sends.insert(handle, tx);
+            let served = state.ep.service();
+            state.dispatch();
+            served.map_err(|e| endpoint_failed(e, None))?;
+            rx
+        };
+        let event = self.serving_until(outcome).await;
+        match event.map_err(|e| endpoint_failed(e, None))? {
+            Ok(ChannelEvent::SendDone { buffer, .. }) => Ok(buffer),
+            Ok(ChannelEvent::SendFailed { buffer, error, .. }) => Err(TransferFailed {
+                error: error.into(),
+                buffer: Some(buffer),
+            }),
+            Ok(other) => unreachable!("a send's event is SendDone or SendFailed: {other:?}"),
+            Err(_) => Err(endpoint_failed(self.stopped_error(), None)),
+        }
+    }
+
+    /// Posts `buffer` on the normal channel `ch` (for `from` only, if
+    /// given) and waits for a message; returns the sender, the buffer and
+    /// the message length. Cancel-safe (see the module documentation). One
+    /// receive per channel at a time: a second one while the first waits
+    /// is refused with the buffer back.
+    pub async fn recv_on_channel(
+        &self,
+        ch: ChannelId,
+        from: Option<ProcessAddr>,
+        buffer: Vec<u8>,
+    ) -> Result<(ProcessAddr, Vec<u8>, usize), TransferFailed> {
+        let outcome = {
+            let mut state = self.shared.lock();
+            if let Some(why) = &state.failed {
+                return Err(endpoint_failed(stopped(why), Some(buffer)));
+            }
+            if let Some(kept) = state
+                .channel_kept
+                .get_mut(&ch)
+                .and_then(VecDeque::pop_front)
+            {
+                return received(kept);
+            }
+            if state.channel_recvs.contains_key(&ch) {
+                return Err(TransferFailed {
+                    error: TransferFailure::Refused(bcl_core::ChannelError::AlreadyPosted(ch)),
+                    buffer: Some(buffer),
+                });
+            }
+            state.ep.post(ch, from, buffer)?;
+            let (tx, rx) = oneshot::channel();
+            state.channel_recvs.insert(ch, tx);
+            let served = state.ep.service();
+            state.dispatch();
+            served.map_err(|e| endpoint_failed(e, None))?;
+            rx
+        };
+        // Dropped while waiting, the guard takes the buffer back, or keeps a
+        // message that came meanwhile for the next receive.
+        let mut guard = PostedReceive {
+            shared: &self.shared,
+            ch,
+            outcome: Some(outcome),
+        };
+        let event = match guard.outcome.as_mut() {
+            Some(rx) => self.serving_until(rx).await,
+            None => unreachable!("the outcome is taken only by drop"),
+        };
+        guard.outcome = None;
+        match event.map_err(|e| endpoint_failed(e, None))? {
+            Ok(ev) => received(ev),
+            Err(_) => Err(endpoint_failed(self.stopped_error(), None)),
+        }
+    }
+
+    fn stopped_error(&self) -> Error {
+        stopped(self.shared.lock().failed.as_deref().unwrap_or("closed"))
+    }
+
     /// Awaits `fut`, serving the endpoint in this task whenever its
     /// descriptor is readable meanwhile (as the driver task does): what
     /// `fut` waits for then reaches it without a hand-over between tasks.
@@ -191,6 +305,55 @@ impl AsyncEndpoint {
                     self.shared.serve()?;
                     guard.clear_ready();
                 }
+            }
+        }
+    }
+}
+
+/// A channel receive's outcome as `recv_on_channel` returns it.
+fn received(ev: ChannelEvent) -> Result<(ProcessAddr, Vec<u8>, usize), TransferFailed> {
+    match ev {
+        ChannelEvent::Received {
+            from, buffer, len, ..
+        } => Ok((from, buffer, len)),
+        ChannelEvent::ReceiveFailed { error, buffer, .. } => Err(TransferFailed {
+            error: error.into(),
+            buffer,
+        }),
+        other => unreachable!("a channel receive's event is Received or ReceiveFailed: {other:?}"),
+    }
+}
+
+fn endpoint_failed(e: Error, buffer: Option<Vec<u8>>) -> TransferFailed {
+    TransferFailed {
+        error: TransferFailure::Endpoint(e),
+        buffer,
+    }
+}
+
+/// A receive posted by `recv_on_channel` while its future waits for the
+/// outcome (`None` once it has it).
+struct PostedReceive<'a> {
+    shared: &'a Shared,
+    ch: ChannelId,
+    outcome: Option<oneshot::Receiver<ChannelEvent>>,
+}
+
+impl Drop for PostedReceive<'_> {
+    fn drop(&mut self) {
+        let Some(mut outcome) = self.outcome.take() else {
+            return;
+        };
+        let mut state = self.shared.lock();
+        state.channel_recvs.remove(&self.ch);
+        match outcome.try_recv() {
+            // The message came and nobody took it: the next receive does.
+            Ok(ev) => state.channel_kept.entry(self.ch).or_default().push_back(ev),
+            // Nothing yet: take the buffer back (and drop it). A message
+            // being written into it cannot be taken back; its event comes
+            // later and `dispatch` keeps it for the next receive.
+            Err(_) => {
+                let _ = state.ep.cancel_post(self.ch);
             }
         }
     }
@@ -241,6 +404,9 @@ impl State {
                 let _ = tx.send(result);
             }
         }
+        while let Some(ev) = self.ep.poll_channel_event() {
+            self.dispatch_channel_event(ev);
+        }
         loop {
             let Ok(permit) = self.inbox.try_reserve() else {
                 break;
@@ -256,11 +422,46 @@ impl State {
         }
     }
 
+    /// Hands a channel event to the task awaiting it; a received message
+    /// nobody awaits any more is kept for the channel's next receive.
+    fn dispatch_channel_event(&mut self, ev: ChannelEvent) {
+        match ev {
+            ChannelEvent::SendDone { handle, .. }
+            | ChannelEvent::SendFailed { handle, .. }
+            | ChannelEvent::PutDone { handle, .. }
+            | ChannelEvent::GetDone { handle, .. }
+            | ChannelEvent::RmaFailed { handle, .. } => {
+                if let Some(tx) = self.channel_sends.remove(&handle) {
+                    let _ = tx.send(ev);
+                }
+            }
+            ChannelEvent::Received { channel, .. }
+            | ChannelEvent::ReceiveFailed {
+                channel,
+                buffer: Some(_),
+                ..
+            } => {
+                let undelivered = match self.channel_recvs.remove(&channel) {
+                    Some(tx) => tx.send(ev).err(),
+                    None => Some(ev),
+                };
+                if let Some(ev) = undelivered {
+                    self.channel_kept.entry(channel).or_default().push_back(ev);
+                }
+            }
+            // The transfer failed before writing into the buffer, which
+            // stays posted for the next message.
+            ChannelEvent::ReceiveFailed { buffer: None, .. } => {}
+        }
+    }
+
     fn fail(&mut self, why: String) {
         self.failed = Some(why);
         // Every awaited send learns it (their senders drop), and `recv`
         // once the queue is empty (its sender drops).
         self.sends.clear();
+        self.channel_sends.clear();
+        self.channel_recvs.clear();
         self.inbox = mpsc::channel(1).0;
     }
 }

@@ -197,3 +197,116 @@ fn outside_a_runtime_is_an_error_not_a_panic() {
     let e = AsyncEndpoint::new(a).err().expect("no runtime here");
     assert!(e.to_string().contains("runtime"), "{e}");
 }
+
+/// `len` bytes that differ with `seed`.
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u32).wrapping_mul(131).wrapping_add(u32::from(seed)) as u8)
+        .collect()
+}
+
+/// Eight transfers of 256 KiB on eight channels at once, then one of 1 MiB.
+async fn channel_transfers(a: Endpoint, b: Endpoint) {
+    let a = AsyncEndpoint::new(a).unwrap();
+    let b = AsyncEndpoint::new(b).unwrap();
+    let to = b.local();
+    let channels: Vec<_> = (0..8)
+        .map(|_| b.with_endpoint(|ep| ep.open_normal_channel()).unwrap())
+        .collect();
+    let receivers: Vec<_> = channels
+        .iter()
+        .map(|&ch| {
+            let b = b.clone();
+            tokio::spawn(async move { b.recv_on_channel(ch, None, vec![0; 1 << 20]).await })
+        })
+        .collect();
+    let senders: Vec<_> = channels
+        .iter()
+        .enumerate()
+        .map(|(i, &ch)| {
+            let a = a.clone();
+            tokio::spawn(
+                async move { a.send_on_channel(to, ch, pattern(256 << 10, i as u8)).await },
+            )
+        })
+        .collect();
+    for (i, s) in senders.into_iter().enumerate() {
+        let back = within("channel send", s).await.unwrap().unwrap();
+        assert_eq!(
+            back,
+            pattern(256 << 10, i as u8),
+            "the sent buffer comes back"
+        );
+    }
+    for (i, r) in receivers.into_iter().enumerate() {
+        let (from, buf, len) = within("channel recv", r).await.unwrap().unwrap();
+        assert_eq!((from, len), (a.local(), 256 << 10));
+        assert_eq!(buf[..len], pattern(256 << 10, i as u8)[..], "channel {i}");
+    }
+    let ch = channels[0];
+    let big = pattern(1 << 20, 99);
+    let (sent, got) = tokio::join!(
+        a.send_on_channel(to, ch, big.clone()),
+        b.recv_on_channel(ch, Some(a.local()), vec![0; 1 << 20])
+    );
+    sent.unwrap();
+    let (_, buf, len) = got.unwrap();
+    assert_eq!(&buf[..len], &big[..]);
+}
+
+#[test]
+fn channel_transfers_over_udp() {
+    let (a, b) = udp_pair();
+    runtime().block_on(channel_transfers(a, b));
+}
+
+#[test]
+fn channel_transfers_over_shared_memory() {
+    let (a, b) = shm_pair(0x70c3);
+    runtime().block_on(channel_transfers(a, b));
+}
+
+#[test]
+fn a_cancelled_channel_receive_loses_no_message() {
+    let (a, b) = udp_pair();
+    runtime().block_on(async move {
+        let a = AsyncEndpoint::new(a).unwrap();
+        let b = AsyncEndpoint::new(b).unwrap();
+        let to = b.local();
+        let ch = b.with_endpoint(|ep| ep.open_normal_channel()).unwrap();
+        // Given up before anything was sent: the buffer is taken back, and
+        // the channel takes a new receive.
+        let r = tokio::time::timeout(
+            Duration::from_millis(5),
+            b.recv_on_channel(ch, None, vec![0; 4096]),
+        )
+        .await;
+        assert!(r.is_err(), "nothing was sent yet");
+        let (sent, got) = tokio::join!(
+            a.send_on_channel(to, ch, pattern(3000, 1)),
+            b.recv_on_channel(ch, None, vec![0; 4096])
+        );
+        sent.unwrap();
+        let (_, buf, len) = got.unwrap();
+        assert_eq!(&buf[..len], &pattern(3000, 1)[..]);
+
+        // Given up after the message arrived in its buffer: the message is
+        // kept for the next receive on the channel.
+        let mut pending = Box::pin(b.recv_on_channel(ch, None, vec![0; 4096]));
+        assert!(
+            tokio::time::timeout(Duration::ZERO, &mut pending)
+                .await
+                .is_err(),
+            "posted, nothing there yet"
+        );
+        within("channel send", a.send_on_channel(to, ch, pattern(2000, 2)))
+            .await
+            .unwrap();
+        drop(pending);
+        let (from, buf, len) = within("kept message", b.recv_on_channel(ch, None, Vec::new()))
+            .await
+            .unwrap();
+        assert_eq!(from, a.local());
+        assert_eq!(&buf[..len], &pattern(2000, 2)[..]);
+    });
+}
