@@ -628,6 +628,54 @@ fn udp_capture_records_congestion_window_changes() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Streams `count` messages of `size` bytes from `eps[0]` to `eps[1]` over
+/// the simulated `fabric`, advancing the virtual `clock` when nothing
+/// moves, until all are received and acknowledged; returns what arrived.
+fn stream_in_virtual_time(
+    eps: &mut [Endpoint],
+    fabric: &SimFabric,
+    clock: &VirtualClock,
+    count: usize,
+    size: usize,
+) -> Vec<Vec<u8>> {
+    let (pa, pb) = (eps[0].local(), eps[1].local());
+    let d = eps[1].descriptors()[0].clone();
+    eps[0].add_peer(pb, d);
+    let d = eps[0].descriptors()[0].clone();
+    eps[1].add_peer(pa, d);
+    let mut sent = 0;
+    let mut got = Vec::new();
+    let mut steps = 0u64;
+    while got.len() < count || eps[0].port().outstanding_sends() > 0 {
+        steps += 1;
+        assert!(steps < 10_000_000, "the simulated run does not finish");
+        while sent < count && eps[0].send(pb, &pattern(size, sent as u8)).is_ok() {
+            sent += 1;
+        }
+        let mut moved = 0;
+        for ep in eps.iter_mut() {
+            moved += ep.progress().unwrap();
+        }
+        take_all(&mut eps[1], &mut got);
+        if moved == 0 {
+            let next = [
+                fabric.next_delivery(),
+                eps[0].next_timeout(),
+                eps[1].next_timeout(),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            if let Some(t) = next {
+                if t > clock.now() {
+                    clock.set(t);
+                }
+            }
+        }
+    }
+    got
+}
+
 #[test]
 fn sim_capture_records_delay_decreases_behind_a_bottleneck() {
     if !have_tshark("congestion_bottleneck_capture") {
@@ -668,42 +716,10 @@ fn sim_capture_records_delay_decreases_behind_a_bottleneck() {
             queue_bytes: 4 << 20,
         }),
     );
-    let (pa, pb) = (eps[0].local(), eps[1].local());
-    let d = eps[1].descriptors()[0].clone();
-    eps[0].add_peer(pb, d);
-    let d = eps[0].descriptors()[0].clone();
-    eps[1].add_peer(pa, d);
     let count = 1500;
-    let mut sent = 0;
-    let mut got = Vec::new();
-    let mut steps = 0u64;
-    while got.len() < count || eps[0].port().outstanding_sends() > 0 {
-        steps += 1;
-        assert!(steps < 10_000_000, "the simulated run does not finish");
-        while sent < count && eps[0].send(pb, &pattern(1400, sent as u8)).is_ok() {
-            sent += 1;
-        }
-        let mut moved = 0;
-        for ep in &mut eps {
-            moved += ep.progress().unwrap();
-        }
-        take_all(&mut eps[1], &mut got);
-        if moved == 0 {
-            let next = [
-                fabric.next_delivery(),
-                eps[0].next_timeout(),
-                eps[1].next_timeout(),
-            ]
-            .into_iter()
-            .flatten()
-            .min();
-            if let Some(t) = next {
-                if t > clock.now() {
-                    clock.set(t);
-                }
-            }
-        }
-    }
+    let (_, pb) = (eps[0].local(), eps[1].local());
+    let got = stream_in_virtual_time(&mut eps, &fabric, &clock, count, 1400);
+    assert_eq!(got.len(), count, "every message arrived");
     let tx_window = eps[0].port().config().tx_window;
     let now = eps[0]
         .port()
@@ -767,42 +783,8 @@ fn sequence_analysis_matches_the_ports_counts_on_a_lossy_wire() {
                 .unwrap()
         })
         .collect();
-    let (pa, pb) = (eps[0].local(), eps[1].local());
-    let d = eps[1].descriptors()[0].clone();
-    eps[0].add_peer(pb, d);
-    let d = eps[0].descriptors()[0].clone();
-    eps[1].add_peer(pa, d);
     let count = 300;
-    let mut sent = 0;
-    let mut got = Vec::new();
-    let mut steps = 0u64;
-    while got.len() < count || eps[0].port().outstanding_sends() > 0 {
-        steps += 1;
-        assert!(steps < 10_000_000, "the simulated run does not finish");
-        while sent < count && eps[0].send(pb, &pattern(200, sent as u8)).is_ok() {
-            sent += 1;
-        }
-        let mut moved = 0;
-        for ep in &mut eps {
-            moved += ep.progress().unwrap();
-        }
-        take_all(&mut eps[1], &mut got);
-        if moved == 0 {
-            let next = [
-                fabric.next_delivery(),
-                eps[0].next_timeout(),
-                eps[1].next_timeout(),
-            ]
-            .into_iter()
-            .flatten()
-            .min();
-            if let Some(t) = next {
-                if t > clock.now() {
-                    clock.set(t);
-                }
-            }
-        }
-    }
+    let got = stream_in_virtual_time(&mut eps, &fabric, &clock, count, 200);
     let expect: Vec<Vec<u8>> = (0..count).map(|i| pattern(200, i as u8)).collect();
     assert_eq!(got, expect);
     let (tx, rx) = (*eps[0].port().stats(), *eps[1].port().stats());
