@@ -237,7 +237,16 @@ impl EndpointBuilder {
         let fds: Vec<_> = methods.iter().map(|m| m.readiness_fd()).collect();
         let all_signal = fds.iter().all(Option::is_some);
         let fds: Vec<_> = fds.into_iter().flatten().collect();
-        let waiter = Waiter::new(&fds)?;
+        // An endpoint on a caller's clock (a simulation in virtual time)
+        // cannot be served by a descriptor whose timer runs in real time,
+        // and simulations build thousands of endpoints in one process: it
+        // gets no epoll set of its own unless it asked to block.
+        let waiter = if self.mode == ProgressMode::Blocking || self.clock.is_none() {
+            Some(Waiter::new(&fds)?)
+        } else {
+            crate::wait::never_ready()?;
+            None
+        };
         let blocking = self.mode == ProgressMode::Blocking && all_signal;
         let busy = self.mode == ProgressMode::BusyPoll;
         let schedule = Schedule::new(&methods, busy, self.clock.is_none());
@@ -275,8 +284,9 @@ pub struct Endpoint {
     port: Port,
     /// An epoll set over the methods' descriptors and a timer: blocking
     /// mode sleeps in it, and [`AsFd`](std::os::fd::AsFd) hands it to
-    /// other event loops.
-    waiter: Waiter,
+    /// other event loops. `None` for a busy-polling endpoint on a caller's
+    /// clock (simulations), whose descriptor is never readable.
+    waiter: Option<Waiter>,
     /// Whether the engine sleeps in `waiter` between idle rounds (blocking
     /// mode was asked for and every method has a descriptor).
     blocking: bool,
@@ -574,7 +584,10 @@ impl Endpoint {
         }
         if sleep {
             self.stats.waits += 1;
-            let woken = self.waiter.wait(timeout);
+            let Some(waiter) = self.waiter.as_mut() else {
+                return Ok(());
+            };
+            let woken = waiter.wait(timeout);
             for m in self.methods.iter_mut() {
                 m.finish_wait();
             }
@@ -642,7 +655,9 @@ impl Endpoint {
                 return Ok(moved);
             }
         }
-        self.waiter.arm(Some(Duration::ZERO))?;
+        if let Some(w) = self.waiter.as_mut() {
+            w.arm(Some(Duration::ZERO))?;
+        }
         Ok(moved)
     }
 
@@ -667,8 +682,12 @@ impl Endpoint {
             }
             return Ok(false);
         }
+        let Some(waiter) = self.waiter.as_mut() else {
+            // A simulation's endpoint: its caller drives its clock.
+            return Ok(true);
+        };
         self.poll_armed = true;
-        self.waiter.arm(timeout)?;
+        waiter.arm(timeout)?;
         Ok(true)
     }
 
@@ -983,10 +1002,17 @@ impl Endpoint {
 /// The endpoint's descriptor for an application's event loop: readable
 /// when the endpoint needs [`Endpoint::service`] (see there for the
 /// contract). An epoll set over every method's descriptor and a timer for
-/// the port's deadlines; it exists in both progress modes.
+/// the port's deadlines; it exists in both progress modes. A busy-polling
+/// endpoint on a caller's clock (a simulation in virtual time) has no set
+/// of its own: its descriptor is never readable, and its caller drives it
+/// with progress rounds.
 impl std::os::fd::AsFd for Endpoint {
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        self.waiter.fd()
+        match &self.waiter {
+            Some(w) => w.fd(),
+            None => crate::wait::never_ready()
+                .unwrap_or_else(|_| unreachable!("created when the endpoint was built")),
+        }
     }
 }
 

@@ -11,8 +11,24 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTime
 use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
+use std::sync::OnceLock;
 use std::time::Duration;
+
+/// The descriptor of endpoints that have no epoll set of their own
+/// (busy-polling on a caller's clock): an empty epoll set, never readable.
+/// One per process, created by the first such endpoint's build.
+static NEVER_READY: OnceLock<OwnedFd> = OnceLock::new();
+
+/// [`NEVER_READY`], created if it is not yet.
+pub(crate) fn never_ready() -> io::Result<BorrowedFd<'static>> {
+    if let Some(fd) = NEVER_READY.get() {
+        return Ok(fd.as_fd());
+    }
+    let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(to_io)?;
+    // Two threads may race here: one set wins, the other's is closed.
+    Ok(NEVER_READY.get_or_init(|| epoll.0).as_fd())
+}
 
 /// The epoll token of the timer; methods use their index.
 const TIMER_TOKEN: u64 = u64::MAX;
