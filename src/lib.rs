@@ -52,6 +52,7 @@ pub mod endpoint;
 pub mod group;
 mod method_slot;
 pub mod registry;
+pub mod rsr;
 pub mod schedule;
 pub mod simnet;
 pub mod stats_page;

@@ -1,8 +1,9 @@
 //! `bcl-async-pingpong`: ping-pong through `bcl::tokio` (async `send` and
-//! `recv` under a tokio runtime) against the same exchange through the
-//! blocking API (`send_blocking`, `recv_blocking`), one thread per end
-//! either way, in one process, alternating the two several times so a slow
-//! minute of the machine falls on both alike. Over shared memory or udp on
+//! `recv` under a tokio runtime), and as remote service requests
+//! (`bcl::rsr`, an inline echo handler), against the same exchange through
+//! the blocking API (`send_blocking`, `recv_blocking`), one thread per end
+//! each way, in one process, alternating the three several times so a slow
+//! minute of the machine falls on all alike. Over shared memory or udp on
 //! the loopback interface. Prints each run's p50 and p99 and the median
 //! ratio of the p50s (async / blocking) with its range.
 //!
@@ -201,6 +202,45 @@ fn async_run(cli: &Cli, run: u32) -> Histogram<u64> {
     }
 }
 
+/// The same round trips as remote service requests (`bcl::rsr`): the
+/// client's `call_blocking` to an inline echo handler at the server, both
+/// over a messenger on a blocking endpoint, one thread per end.
+fn rsr_run(cli: &Cli, run: u32) -> Histogram<u64> {
+    use bcl::coll::messenger::Messenger;
+    use bcl::rsr::Rsr;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (c, s) = pair(cli.method, ProgressMode::Blocking, run);
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let server_stop = stop.clone();
+    let server = std::thread::spawn(move || {
+        let mut s = Rsr::new(Messenger::new(s));
+        s.register_handler(1, |_, p| p.to_vec()).expect("handler");
+        while !server_stop.load(Ordering::Relaxed) {
+            let soon = s.messenger().endpoint().now() + Duration::from_millis(2);
+            s.progress_or_wait(Some(soon)).expect("server progress");
+        }
+    });
+    let mut c = Rsr::new(Messenger::new(c));
+    let to = ProcessAddr::new(1, 2);
+    let msg = vec![0x5a; cli.size];
+    let total = cli.iters + cli.iters / 10;
+    let mut h = histogram();
+    for i in 0..total {
+        let t0 = Instant::now();
+        c.call_blocking(to, 1, &msg, T).expect("call");
+        if i >= total - cli.iters {
+            h.record(t0.elapsed().as_nanos() as u64).expect("record");
+        }
+    }
+    for _ in 0..10 {
+        let soon = c.messenger().endpoint().now() + Duration::from_millis(1);
+        c.progress_or_wait(Some(soon)).expect("client progress");
+    }
+    stop.store(true, Ordering::Relaxed);
+    server.join().expect("server thread");
+    h
+}
+
 fn us(ns: u64) -> f64 {
     ns as f64 / 1000.0
 }
@@ -220,11 +260,13 @@ fn main() {
         "run", "api", "p50 (us)", "p99 (us)"
     );
     let mut ratios = Vec::new();
+    let mut rsr_ratios = Vec::new();
     for rep in 0..cli.reps {
-        let run = rep as u32 * 2;
+        let run = rep as u32 * 3;
         let b = blocking_run(&cli, run);
         let a = async_run(&cli, run + 1);
-        for (name, h) in [("blocking", &b), ("async", &a)] {
+        let r = rsr_run(&cli, run + 2);
+        for (name, h) in [("blocking", &b), ("async", &a), ("rsr", &r)] {
             println!(
                 "{:>4} {:>9} {:>12.2} {:>12.2}",
                 rep + 1,
@@ -234,13 +276,16 @@ fn main() {
             );
         }
         ratios.push(a.value_at_quantile(0.5) as f64 / b.value_at_quantile(0.5) as f64);
+        rsr_ratios.push(r.value_at_quantile(0.5) as f64 / b.value_at_quantile(0.5) as f64);
     }
-    ratios.sort_by(f64::total_cmp);
-    println!(
-        "async / blocking p50: median {:.2} [{:.2}–{:.2}] over {} alternating pairs",
-        ratios[ratios.len() / 2],
-        ratios[0],
-        ratios[ratios.len() - 1],
-        ratios.len()
-    );
+    for (name, mut ratios) in [("async", ratios), ("rsr", rsr_ratios)] {
+        ratios.sort_by(f64::total_cmp);
+        println!(
+            "{name} / blocking p50: median {:.2} [{:.2}–{:.2}] over {} alternating runs",
+            ratios[ratios.len() / 2],
+            ratios[0],
+            ratios[ratios.len() - 1],
+            ratios.len()
+        );
+    }
 }
