@@ -604,6 +604,21 @@ impl Endpoint {
         Ok(())
     }
 
+    /// Adds `fd` to what wakes the endpoint (its blocking waits and its
+    /// descriptor): for work that comes from outside its methods, such as
+    /// the answers of worker threads. Whoever owns `fd` makes it readable
+    /// when there is work and drains it in the progress that does the work
+    /// (a level-triggered source that stays readable keeps waking the
+    /// endpoint). The endpoint keeps no reference: once `fd` is closed it
+    /// wakes nothing. A busy-polling endpoint on a caller's clock has no
+    /// wait to wake: nothing to add to.
+    pub fn add_wake_source(&mut self, fd: std::os::fd::BorrowedFd<'_>) -> Result<(), Error> {
+        if let Some(w) = self.waiter.as_mut() {
+            w.add_source(fd)?;
+        }
+        Ok(())
+    }
+
     /// How long the engine may sleep: `None` if there is work now (a method
     /// wants to transmit, or a deadline has passed), else the time to the
     /// next deadline or `until` (`Some(None)`: no deadline at all).

@@ -27,16 +27,22 @@
 //!
 //! What is not here yet: a small request's payload is copied once out of
 //! the receive ring before the handler sees it (the messenger hands
-//! messages over as buffers); and a worker that finishes does not wake an
-//! endpoint sleeping in blocking mode: its answer leaves at the endpoint's
-//! next wake-up, so a server with threaded handlers waits with a short
-//! limit ([`Rsr::progress_or_wait`]).
+//! messages over as buffers).
+//!
+//! A worker that finishes a threaded handler signals an eventfd that the
+//! endpoint waits on too ([`Endpoint::add_wake_source`]), so an endpoint
+//! asleep in blocking mode (or an event loop on its descriptor) wakes to
+//! send the answer.
+//!
+//! [`Endpoint::add_wake_source`]: crate::Endpoint::add_wake_source
 
 use crate::coll::messenger::{Messenger, Pattern, RecvId, SendId};
 use crate::coll::CollError;
 use bcl_core::ProcessAddr;
+use nix::sys::eventfd::{EfdFlags, EventFd};
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::VecDeque;
+use std::os::fd::AsFd;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
@@ -161,6 +167,8 @@ struct Answer {
 struct Pool {
     jobs: Option<mpsc::Sender<Job>>,
     answers: mpsc::Receiver<Answer>,
+    /// Readable while answers wait: wakes the endpoint.
+    ready: Arc<EventFd>,
     threads: Vec<std::thread::JoinHandle<()>>,
 }
 
@@ -169,10 +177,15 @@ impl Pool {
         let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
         let (answers_tx, answers) = mpsc::channel();
         let jobs_rx = Arc::new(Mutex::new(jobs_rx));
+        let ready = Arc::new(
+            EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
+                .map_err(|e| std::io::Error::from_raw_os_error(e as i32))?,
+        );
         let threads = (0..workers.max(1))
             .map(|i| -> std::io::Result<_> {
                 let jobs = jobs_rx.clone();
                 let answers = answers_tx.clone();
+                let ready = ready.clone();
                 std::thread::Builder::new()
                     .name(format!("bcl-rsr-{i}"))
                     .spawn(move || loop {
@@ -187,12 +200,15 @@ impl Pool {
                         if answers.send(answer).is_err() {
                             return;
                         }
+                        // Cannot fail short of a counter at 2^64 - 1.
+                        let _ = ready.write(1);
                     })
             })
             .collect::<std::io::Result<Vec<_>>>()?;
         Ok(Pool {
             jobs: Some(jobs_tx),
             answers,
+            ready,
             threads,
         })
     }
@@ -263,6 +279,8 @@ pub struct Rsr {
     completions: VecDeque<Completion>,
     /// The receive that takes the next RSR message from anyone.
     posted: RecvId,
+    /// Requests handed to the worker pool and not yet answered.
+    jobs_in_flight: usize,
     stats: RsrStats,
 }
 
@@ -285,6 +303,7 @@ impl Rsr {
             answer_sends: Vec::new(),
             completions: VecDeque::new(),
             posted,
+            jobs_in_flight: 0,
             stats: RsrStats::default(),
         }
     }
@@ -344,6 +363,7 @@ impl Rsr {
             let pool = Pool::new(self.workers).map_err(|e| {
                 CollError::Invalid(format!("cannot start the RSR worker threads: {e}"))
             })?;
+            self.m.endpoint_mut().add_wake_source(pool.ready.as_fd())?;
             self.pool = Some(pool);
         }
         self.handlers
@@ -419,8 +439,14 @@ impl Rsr {
                 self.on_message(r.from, r.tag, r.data)?;
             }
         }
-        if let Some(pool) = &self.pool {
-            while let Ok(a) = pool.answers.try_recv() {
+        if let Some(pool) = self.pool.as_ref().filter(|_| self.jobs_in_flight > 0) {
+            // The eventfd counts the answers queued (a worker queues, then
+            // counts): take exactly that many, and the count is zero
+            // whenever no job is out. No system call while none is.
+            let ready = pool.ready.read().unwrap_or(0);
+            for _ in 0..ready {
+                let Ok(a) = pool.answers.recv() else { break };
+                self.jobs_in_flight -= 1;
                 let id = self.m.isend(a.to, RSR_CONTEXT, a.tag, &a.data)?;
                 self.answer_sends.push(id);
                 moved += 1;
@@ -518,7 +544,9 @@ impl Rsr {
                 if let Some(jobs) = self.pool.as_ref().and_then(|p| p.jobs.as_ref()) {
                     // The workers live as long as the pool: a send cannot
                     // fail while it does.
-                    let _ = jobs.send(job);
+                    if jobs.send(job).is_ok() {
+                        self.jobs_in_flight += 1;
+                    }
                 }
                 return Ok(());
             }

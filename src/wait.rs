@@ -33,6 +33,9 @@ pub(crate) fn never_ready() -> io::Result<BorrowedFd<'static>> {
 /// The epoll token of the timer; methods use their index.
 const TIMER_TOKEN: u64 = u64::MAX;
 
+/// The epoll token of sources added by [`Waiter::add_source`].
+const EXTRA_TOKEN: u64 = u64::MAX - 1;
+
 /// What ended a wait.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Woken {
@@ -86,6 +89,13 @@ impl Waiter {
             armed: false,
             events: vec![EpollEvent::empty(); fds.len() + 1],
         })
+    }
+
+    /// Adds `fd` to the set: its readability wakes a wait too.
+    pub fn add_source(&mut self, fd: BorrowedFd<'_>) -> io::Result<()> {
+        self.epoll
+            .add(fd, EpollEvent::new(EpollFlags::EPOLLIN, EXTRA_TOKEN))
+            .map_err(to_io)
     }
 
     /// The epoll set's descriptor: readable when a method's descriptor is

@@ -206,18 +206,31 @@ fn unknown_ids_and_panicking_handlers_are_errors_at_the_sender() {
         .is_err());
 }
 
-/// A server thread answering `n` requests with its handlers, and a client
-/// calling them blocking.
+const STOP: u32 = 5;
+
+/// A server thread answering requests with its handlers until asked to
+/// stop, and a client calling them blocking. The server sleeps without a
+/// limit between requests: a threaded handler's answer leaves only
+/// because the finished worker wakes it (else the client's call times out).
 fn calls_between_threads(client: Endpoint, server: Endpoint) {
     let to = server.local();
-    let stop = Arc::new(AtomicU64::new(0));
-    let s_stop = stop.clone();
     let t = std::thread::spawn(move || {
+        let stop = Arc::new(AtomicU64::new(0));
         let mut s = Rsr::new(Messenger::new(server));
         s.register_handler(ECHO, |_, p| p.to_vec()).unwrap();
         s.register_threaded_handler(SHOUT, |_, p| shout(p)).unwrap();
-        while s_stop.load(Ordering::Relaxed) == 0 {
-            let soon = s.messenger().endpoint().now() + Duration::from_millis(2);
+        let flag = stop.clone();
+        s.register_handler(STOP, move |_, _| {
+            flag.store(1, Ordering::Relaxed);
+            Vec::new()
+        })
+        .unwrap();
+        while stop.load(Ordering::Relaxed) == 0 {
+            s.progress_or_wait(None).unwrap();
+        }
+        // Until the stop's answer is acknowledged.
+        for _ in 0..50 {
+            let soon = s.messenger().endpoint().now() + Duration::from_millis(1);
             s.progress_or_wait(Some(soon)).unwrap();
         }
         s.stats()
@@ -237,14 +250,9 @@ fn calls_between_threads(client: Endpoint, server: Endpoint) {
         ),
         "{e}"
     );
-    // Let the last answers' acknowledgements through before the server goes.
-    for _ in 0..20 {
-        let soon = c.messenger().endpoint().now() + Duration::from_millis(1);
-        c.progress_or_wait(Some(soon)).unwrap();
-    }
-    stop.store(1, Ordering::Relaxed);
+    c.call_blocking(to, STOP, b"", t_out).unwrap();
     let stats = t.join().unwrap();
-    assert_eq!(stats.requests_handled, 201);
+    assert_eq!(stats.requests_handled, 202);
 }
 
 #[test]
@@ -272,4 +280,76 @@ fn blocking_calls_over_udp() {
     a.add_peer(b.local(), b.descriptors()[0].clone());
     b.add_peer(a.local(), a.descriptors()[0].clone());
     calls_between_threads(a, b);
+}
+
+const GATE: u32 = 6;
+
+#[test]
+fn a_finished_worker_wakes_a_server_asleep_with_nothing_due() {
+    let open = |node| {
+        let udp = UdpMethod::open(UdpConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
+        Endpoint::builder(ProcessAddr::new(node, 0), JobKey(0x56))
+            .method(Box::new(udp))
+            .mode(ProgressMode::Blocking)
+            .build()
+            .unwrap()
+    };
+    let (mut client, mut server) = (open(1), open(2));
+    client.add_peer(server.local(), server.descriptors()[0].clone());
+    server.add_peer(client.local(), client.descriptors()[0].clone());
+    let to = server.local();
+    let (open_gate, gate) = std::sync::mpsc::channel::<()>();
+    let gate = Mutex::new(gate);
+    let t = std::thread::spawn(move || {
+        let stop = Arc::new(AtomicU64::new(0));
+        let mut s = Rsr::new(Messenger::new(server));
+        s.register_threaded_handler(GATE, move |_, _| {
+            gate.lock().unwrap().recv().unwrap();
+            b"through".to_vec()
+        })
+        .unwrap();
+        let flag = stop.clone();
+        s.register_handler(STOP, move |_, _| {
+            flag.store(1, Ordering::Relaxed);
+            Vec::new()
+        })
+        .unwrap();
+        while stop.load(Ordering::Relaxed) == 0 {
+            // No limit: only a frame, a protocol timer or the worker's
+            // signal wakes it.
+            s.progress_or_wait(None).unwrap();
+        }
+        for _ in 0..50 {
+            let soon = s.messenger().endpoint().now() + Duration::from_millis(1);
+            s.progress_or_wait(Some(soon)).unwrap();
+        }
+    });
+    let mut c = Rsr::new(Messenger::new(client));
+    let request = c.rsr(to, GATE, b"").unwrap();
+    // Until the request is acknowledged and both ends have nothing due.
+    for _ in 0..100 {
+        let soon = c.messenger().endpoint().now() + Duration::from_millis(1);
+        c.progress_or_wait(Some(soon)).unwrap();
+    }
+    assert!(
+        c.poll_completion().is_none(),
+        "the handler waits at its gate"
+    );
+    open_gate.send(()).unwrap();
+    let deadline = c.messenger().endpoint().now() + Duration::from_secs(20);
+    let done = loop {
+        if let Some(done) = c.poll_completion() {
+            break done;
+        }
+        assert!(
+            c.messenger().endpoint().now() < deadline,
+            "the answer never left: the finished worker did not wake the server"
+        );
+        c.progress_or_wait(Some(deadline)).unwrap();
+    };
+    assert_eq!(done.request, request);
+    assert_eq!(done.result, Ok(b"through".to_vec()));
+    c.call_blocking(to, STOP, b"", Duration::from_secs(20))
+        .unwrap();
+    t.join().unwrap();
 }
