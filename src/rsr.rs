@@ -424,6 +424,22 @@ impl Rsr {
         Ok(moved)
     }
 
+    /// Progress for an event loop on the endpoint's descriptor
+    /// ([`Messenger::service`]): the messenger's service, then requests,
+    /// answers and sends, and again while that made work. The descriptor is
+    /// armed when it returns.
+    pub fn service(&mut self) -> Result<usize, CollError> {
+        let mut moved = 0;
+        loop {
+            moved += self.m.service()?;
+            let handled = self.after_progress()?;
+            moved += handled;
+            if handled == 0 {
+                return Ok(moved);
+            }
+        }
+    }
+
     fn after_progress(&mut self) -> Result<usize, CollError> {
         let mut moved = 0;
         while let Some(got) = self.m.take_received(self.posted) {

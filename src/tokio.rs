@@ -41,7 +41,9 @@
 //!   sends that were in flight then may not be delivered.
 
 use crate::channels::{TransferFailed, TransferFailure};
+use crate::coll::CollError;
 use crate::endpoint::{Endpoint, Error};
+use crate::rsr::{CallError, RequestId, Rsr, RsrError};
 use ::tokio::io::unix::AsyncFd;
 use ::tokio::sync::{mpsc, oneshot, Mutex as AsyncMutex, Notify};
 use ::tokio::task::JoinHandle;
@@ -492,5 +494,142 @@ async fn drive(shared: Arc<Shared>) {
                 shared.lock().dispatch();
             }
         }
+    }
+}
+
+/// Remote service requests ([`crate::rsr`]) for async code: an [`Rsr`]
+/// served by a driver task on its endpoint's descriptor, as
+/// [`AsyncEndpoint`] serves an endpoint. Handlers are registered before
+/// (on the [`Rsr`]) or through [`AsyncRsr::with_rsr`]; inline ones run in
+/// the driver task (or in a task awaiting [`AsyncRsr::call`] that serves
+/// meanwhile), threaded ones on the pool.
+///
+/// `call` is cancel-safe in the sense of `send`: the request is sent
+/// before the first `.await`; dropped, its answer is discarded.
+#[derive(Clone)]
+pub struct AsyncRsr {
+    shared: Arc<RsrShared>,
+    _driver: Arc<DriverGuard>,
+}
+
+struct RsrShared {
+    /// A duplicate of the endpoint's descriptor, in tokio's reactor.
+    fd: AsyncFd<OwnedFd>,
+    state: Mutex<RsrState>,
+}
+
+struct RsrState {
+    rsr: Rsr,
+    /// Calls awaiting their answer.
+    calls: HashMap<RequestId, oneshot::Sender<Result<Vec<u8>, RsrError>>>,
+    failed: Option<String>,
+}
+
+impl RsrState {
+    /// Services the RSRs and hands answers to their callers.
+    fn serve(&mut self) -> Result<(), CollError> {
+        if let Some(why) = &self.failed {
+            return Err(CollError::Endpoint(stopped(why)));
+        }
+        if let Err(e) = self.rsr.service() {
+            self.failed = Some(e.to_string());
+            self.calls.clear();
+            return Err(e);
+        }
+        while let Some(c) = self.rsr.poll_completion() {
+            if let Some(tx) = self.calls.remove(&c.request) {
+                let _ = tx.send(c.result);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl RsrShared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, RsrState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl AsyncRsr {
+    /// Takes `rsr` over and starts its driver task on the current tokio
+    /// runtime (an error outside one).
+    pub fn new(mut rsr: Rsr) -> io::Result<AsyncRsr> {
+        let runtime = ::tokio::runtime::Handle::try_current().map_err(io::Error::other)?;
+        // See `AsyncEndpoint::new` on why `new` with an `OwnedFd` is sound.
+        #[allow(deprecated)]
+        let fd = AsyncFd::new(rsr.messenger().endpoint().as_fd().try_clone_to_owned()?)?;
+        let shared = Arc::new(RsrShared {
+            fd,
+            state: Mutex::new(RsrState {
+                rsr,
+                calls: HashMap::default(),
+                failed: None,
+            }),
+        });
+        let driver = runtime.spawn(drive_rsr(shared.clone()));
+        Ok(AsyncRsr {
+            shared,
+            _driver: Arc::new(DriverGuard(driver)),
+        })
+    }
+
+    /// Runs `f` on the [`Rsr`] (to register handlers, read counters), with
+    /// the lock held: `f` must not block.
+    pub fn with_rsr<R>(&self, f: impl FnOnce(&mut Rsr) -> R) -> R {
+        f(&mut self.shared.lock().rsr)
+    }
+
+    /// Asks `peer` to run its handler `id` on `payload` and waits for the
+    /// answer.
+    pub async fn call(
+        &self,
+        peer: ProcessAddr,
+        id: u32,
+        payload: &[u8],
+    ) -> Result<Vec<u8>, CallError> {
+        let answer = {
+            let mut state = self.shared.lock();
+            let request = state.rsr.rsr(peer, id, payload)?;
+            let (tx, rx) = oneshot::channel();
+            state.calls.insert(request, tx);
+            state.serve()?;
+            rx
+        };
+        let mut answer = std::pin::pin!(answer);
+        loop {
+            ::tokio::select! {
+                biased;
+                a = &mut answer => {
+                    return match a {
+                        Ok(result) => result.map_err(CallError::Rsr),
+                        Err(_) => Err(CallError::Coll(CollError::Endpoint(stopped(
+                            self.shared.lock().failed.as_deref().unwrap_or("closed"),
+                        )))),
+                    };
+                }
+                ready = self.shared.fd.readable() => {
+                    let mut guard = ready.map_err(|e| CallError::Coll(CollError::Endpoint(Error::Wait(e))))?;
+                    self.shared.lock().serve()?;
+                    guard.clear_ready();
+                }
+            }
+        }
+    }
+}
+
+/// The RSR driver: serves whenever the descriptor is readable.
+async fn drive_rsr(shared: Arc<RsrShared>) {
+    if shared.lock().serve().is_err() {
+        return;
+    }
+    loop {
+        let Ok(mut guard) = shared.fd.readable().await else {
+            return;
+        };
+        if shared.lock().serve().is_err() {
+            return;
+        }
+        guard.clear_ready();
     }
 }

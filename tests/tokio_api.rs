@@ -310,3 +310,69 @@ fn a_cancelled_channel_receive_loses_no_message() {
         assert_eq!(&buf[..len], &pattern(2000, 2)[..]);
     });
 }
+
+#[test]
+fn async_rsr_calls_from_many_tasks_and_peers() {
+    use bcl::coll::messenger::Messenger;
+    use bcl::rsr::Rsr;
+    use bcl::tokio::AsyncRsr;
+    // A server and four clients over udp; every client calls from 250
+    // tasks at once, half to an inline handler, half to a threaded one.
+    let open = |node| {
+        let udp = UdpMethod::open(UdpConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
+        Endpoint::builder(ProcessAddr::new(node, 0), JobKey(0x70d))
+            .method(Box::new(udp))
+            .mode(ProgressMode::Blocking)
+            .build()
+            .unwrap()
+    };
+    let mut server = open(100);
+    let mut clients: Vec<Endpoint> = (1..=4).map(open).collect();
+    for c in &mut clients {
+        c.add_peer(server.local(), server.descriptors()[0].clone());
+        server.add_peer(c.local(), c.descriptors()[0].clone());
+    }
+    let to = server.local();
+    runtime().block_on(async move {
+        let mut s = Rsr::new(Messenger::new(server));
+        s.register_handler(1, |from, p| {
+            let mut r = from.node.0.to_be_bytes().to_vec();
+            r.extend_from_slice(p);
+            r
+        })
+        .unwrap();
+        s.register_threaded_handler(2, |_, p| p.iter().rev().copied().collect())
+            .unwrap();
+        let server = AsyncRsr::new(s).unwrap();
+        let mut tasks = Vec::new();
+        for c in clients {
+            let node = c.local().node.0;
+            let c = AsyncRsr::new(Rsr::new(Messenger::new(c))).unwrap();
+            for i in 0..250u32 {
+                let c = c.clone();
+                tasks.push(tokio::spawn(async move {
+                    let p = format!("{node}:{i}").into_bytes();
+                    if i % 2 == 0 {
+                        let got = c.call(to, 1, &p).await.unwrap();
+                        let mut want = node.to_be_bytes().to_vec();
+                        want.extend_from_slice(&p);
+                        assert_eq!(got, want);
+                    } else {
+                        let got = c.call(to, 2, &p).await.unwrap();
+                        assert_eq!(got, p.iter().rev().copied().collect::<Vec<_>>());
+                    }
+                    c
+                }));
+            }
+        }
+        let mut keep = Vec::new();
+        for t in tasks {
+            keep.push(within("call", t).await.unwrap());
+        }
+        let handled = server.with_rsr(|r| r.stats().requests_handled);
+        assert_eq!(handled, 1000, "every request handled once");
+        // The clients' endpoints live until here, so their last
+        // acknowledgements went out.
+        drop(keep);
+    });
+}

@@ -1172,6 +1172,23 @@ impl Messenger {
         Ok(moved)
     }
 
+    /// Progress for an event loop that waits on the endpoint's descriptor
+    /// ([`Endpoint::service`], whose contract this keeps): the endpoint's
+    /// rounds, every message and event they produced, and again while
+    /// handling them made work (answers, clear-to-sends); the descriptor is
+    /// then armed for what comes next.
+    pub fn service(&mut self) -> Result<usize, CollError> {
+        let mut moved = 0;
+        loop {
+            moved += self.ep.service()?;
+            let handled = self.drain()?;
+            moved += handled;
+            if handled == 0 {
+                return Ok(moved);
+            }
+        }
+    }
+
     fn drain(&mut self) -> Result<usize, CollError> {
         let mut moved = 0;
         while let Some(d) = self.ep.poll_delivery() {
