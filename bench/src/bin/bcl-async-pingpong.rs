@@ -204,12 +204,17 @@ fn async_run(cli: &Cli, run: u32) -> Histogram<u64> {
 
 /// The same round trips as remote service requests (`bcl::rsr`): the
 /// client's `call_blocking` to an inline echo handler at the server, both
-/// over a messenger on a blocking endpoint, one thread per end.
+/// over a messenger on an endpoint in the blocking API's mode, one thread
+/// per end.
 fn rsr_run(cli: &Cli, run: u32) -> Histogram<u64> {
     use bcl::coll::messenger::Messenger;
     use bcl::rsr::Rsr;
     use std::sync::atomic::{AtomicBool, Ordering};
-    let (c, s) = pair(cli.method, ProgressMode::Blocking, run);
+    let mode = match cli.mode {
+        Mode::Blocking => ProgressMode::Blocking,
+        Mode::BusyPoll => ProgressMode::BusyPoll,
+    };
+    let (c, s) = pair(cli.method, mode, run);
     let stop = std::sync::Arc::new(AtomicBool::new(false));
     let server_stop = stop.clone();
     let server = std::thread::spawn(move || {
