@@ -3,8 +3,10 @@
 //! (`bcl::rsr`, an inline echo handler), against the same exchange through
 //! the blocking API (`send_blocking`, `recv_blocking`), one thread per end
 //! each way, in one process, alternating the three several times so a slow
-//! minute of the machine falls on all alike. Over shared memory or udp on
-//! the loopback interface. Prints each run's p50 and p99 and the median
+//! minute of the machine falls on all alike. Over shared memory, udp on
+//! the loopback interface, or afxdp between the two namespaces of
+//! `configs/lab/pair-xdp.toml` (root; the endpoints are opened in their
+//! namespaces, then driven from this process's threads). Prints each run's p50 and p99 and the median
 //! ratio of the p50s (async / blocking) with its range.
 //!
 //! The async ends run each in a current-thread runtime on its own thread
@@ -53,10 +55,32 @@ enum RuntimeKind {
     Shared,
 }
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
 enum Method {
     Shm,
     Udp,
+    Afxdp,
+}
+
+/// The lab of the afxdp runs, up while the benchmark runs (a static is
+/// never dropped: `main` takes it down at the end).
+static LAB: std::sync::OnceLock<bcl_lab::LabGuard> = std::sync::OnceLock::new();
+
+/// An afxdp endpoint on the first interface of lab node `node`, opened
+/// inside its namespace.
+fn afxdp_endpoint(node: &str, addr: ProcessAddr, job: JobKey, mode: ProgressMode) -> Endpoint {
+    let lab = LAB.get().expect("the lab is up");
+    let ifname = lab.interfaces(node).expect("interfaces").remove(0).ifname;
+    lab.spawn_in(node, move || {
+        let m = bcl::afxdp::AfXdpMethod::open(bcl::afxdp::AfXdpConfig::new(ifname)).expect("afxdp");
+        Endpoint::builder(addr, job)
+            .mode(mode)
+            .method(Box::new(m))
+            .build()
+            .expect("endpoint")
+    })
+    .join()
+    .expect("open in the namespace")
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -78,13 +102,17 @@ fn pair(method: Method, mode: ProgressMode, run: u32) -> (Endpoint, Endpoint) {
             Method::Udp => b.method(Box::new(
                 UdpMethod::open(UdpConfig::new("127.0.0.1:0".parse().unwrap())).expect("udp"),
             )),
+            Method::Afxdp => {
+                let node = if addr == ca { "a" } else { "b" };
+                return afxdp_endpoint(node, addr, job, mode);
+            }
         };
         b.build().expect("endpoint")
     };
     let (mut c, mut s) = (open(ca), open(sa));
     let descriptor = |ep: &Endpoint, addr: ProcessAddr| match method {
         Method::Shm => Descriptor::new("shm", format!("{addr}@{}", bcl::shm::node_identity())),
-        Method::Udp => ep.descriptors()[0].clone(),
+        Method::Udp | Method::Afxdp => ep.descriptors()[0].clone(),
     };
     let (dc, ds) = (descriptor(&c, ca), descriptor(&s, sa));
     c.add_peer(sa, ds);
@@ -256,6 +284,22 @@ fn main() {
         eprintln!("bcl-async-pingpong: --iters and --reps must be at least 1");
         std::process::exit(2);
     }
+    if cli.method == Method::Afxdp {
+        if let Some(why) = bcl_lab::privilege_problem() {
+            eprintln!("bcl-async-pingpong: --method afxdp needs the lab: {why}");
+            std::process::exit(2);
+        }
+        let config = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/lab/pair-xdp.toml");
+        match bcl_lab::LabGuard::up(&config) {
+            Ok(guard) => {
+                let _ = LAB.set(guard);
+            }
+            Err(e) => {
+                eprintln!("bcl-async-pingpong: bringing up {}: {e}", config.display());
+                std::process::exit(2);
+            }
+        }
+    }
     println!(
         "# bcl-async-pingpong: {:?}, {} B, {} round trips per run, blocking API in {:?} mode, async runtime {:?}",
         cli.method, cli.size, cli.iters, cli.mode, cli.runtime
@@ -292,5 +336,10 @@ fn main() {
             ratios[ratios.len() - 1],
             ratios.len()
         );
+    }
+    if let Some(lab) = LAB.get() {
+        if let Err(e) = lab.down() {
+            eprintln!("bcl-async-pingpong: taking the lab down: {e}");
+        }
     }
 }
