@@ -289,7 +289,8 @@ fn main() {
             eprintln!("bcl-async-pingpong: --method afxdp needs the lab: {why}");
             std::process::exit(2);
         }
-        let config = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/lab/pair-xdp.toml");
+        let config =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/lab/pair-xdp.toml");
         match bcl_lab::LabGuard::up(&config) {
             Ok(guard) => {
                 let _ = LAB.set(guard);
