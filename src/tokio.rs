@@ -153,10 +153,16 @@ impl AsyncEndpoint {
     }
 
     /// Runs `f` on the endpoint (to add peers, read statistics, ...), with
-    /// the lock held: `f` must not block.
+    /// the lock held: `f` must not block. The endpoint is served after it,
+    /// so work `f` made leaves at once; events it produced for this
+    /// handle's calls are handed out as usual.
     pub fn with_endpoint<R>(&self, f: impl FnOnce(&mut Endpoint) -> R) -> R {
         let mut state = self.shared.lock();
-        f(&mut state.ep)
+        let r = f(&mut state.ep);
+        // An error shows again in the driver's next round.
+        let _ = state.ep.service();
+        state.dispatch();
+        r
     }
 
     /// Sends `data` to `dst` and waits until the receiver acknowledged it.
@@ -575,9 +581,14 @@ impl AsyncRsr {
     }
 
     /// Runs `f` on the [`Rsr`] (to register handlers, read counters), with
-    /// the lock held: `f` must not block.
+    /// the lock held: `f` must not block. The RSRs are served after it, so
+    /// work `f` made leaves at once.
     pub fn with_rsr<R>(&self, f: impl FnOnce(&mut Rsr) -> R) -> R {
-        f(&mut self.shared.lock().rsr)
+        let mut state = self.shared.lock();
+        let r = f(&mut state.rsr);
+        // An error shows again in the driver's next round.
+        let _ = state.serve();
+        r
     }
 
     /// Asks `peer` to run its handler `id` on `payload` and waits for the
