@@ -208,6 +208,45 @@ fn unknown_ids_and_panicking_handlers_are_errors_at_the_sender() {
 
 const STOP: u32 = 5;
 
+/// Serves `s` on this thread until a request to its `STOP` handler comes
+/// (registered here), sleeping without a limit in between: only a frame,
+/// a protocol timer or a worker's signal wakes it. Then lets the stop's
+/// answer be acknowledged, and returns the counters.
+fn serve_until_stopped(mut s: Rsr) -> bcl::rsr::RsrStats {
+    let stop = Arc::new(AtomicU64::new(0));
+    let flag = stop.clone();
+    s.register_handler(STOP, move |_, _| {
+        flag.store(1, Ordering::Relaxed);
+        Vec::new()
+    })
+    .unwrap();
+    while stop.load(Ordering::Relaxed) == 0 {
+        s.progress_or_wait(None).unwrap();
+    }
+    for _ in 0..50 {
+        let soon = s.messenger().endpoint().now() + Duration::from_millis(1);
+        s.progress_or_wait(Some(soon)).unwrap();
+    }
+    s.stats()
+}
+
+/// Two blocking udp endpoints on the loopback interface that know each
+/// other.
+fn udp_pair(job: u32) -> (Endpoint, Endpoint) {
+    let open = |node| {
+        let udp = UdpMethod::open(UdpConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
+        Endpoint::builder(ProcessAddr::new(node, 0), JobKey(job))
+            .method(Box::new(udp))
+            .mode(ProgressMode::Blocking)
+            .build()
+            .unwrap()
+    };
+    let (mut a, mut b) = (open(1), open(2));
+    a.add_peer(b.local(), b.descriptors()[0].clone());
+    b.add_peer(a.local(), a.descriptors()[0].clone());
+    (a, b)
+}
+
 /// A server thread answering requests with its handlers until asked to
 /// stop, and a client calling them blocking. The server sleeps without a
 /// limit between requests: a threaded handler's answer leaves only
@@ -215,25 +254,10 @@ const STOP: u32 = 5;
 fn calls_between_threads(client: Endpoint, server: Endpoint) {
     let to = server.local();
     let t = std::thread::spawn(move || {
-        let stop = Arc::new(AtomicU64::new(0));
         let mut s = Rsr::new(Messenger::new(server));
         s.register_handler(ECHO, |_, p| p.to_vec()).unwrap();
         s.register_threaded_handler(SHOUT, |_, p| shout(p)).unwrap();
-        let flag = stop.clone();
-        s.register_handler(STOP, move |_, _| {
-            flag.store(1, Ordering::Relaxed);
-            Vec::new()
-        })
-        .unwrap();
-        while stop.load(Ordering::Relaxed) == 0 {
-            s.progress_or_wait(None).unwrap();
-        }
-        // Until the stop's answer is acknowledged.
-        for _ in 0..50 {
-            let soon = s.messenger().endpoint().now() + Duration::from_millis(1);
-            s.progress_or_wait(Some(soon)).unwrap();
-        }
-        s.stats()
+        serve_until_stopped(s)
     });
     let mut c = Rsr::new(Messenger::new(client));
     let t_out = Duration::from_secs(20);
@@ -268,17 +292,7 @@ fn blocking_calls_over_shared_memory() {
 
 #[test]
 fn blocking_calls_over_udp() {
-    let open = |node| {
-        let udp = UdpMethod::open(UdpConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
-        Endpoint::builder(ProcessAddr::new(node, 0), JobKey(0x55))
-            .method(Box::new(udp))
-            .mode(ProgressMode::Blocking)
-            .build()
-            .unwrap()
-    };
-    let (mut a, mut b) = (open(1), open(2));
-    a.add_peer(b.local(), b.descriptors()[0].clone());
-    b.add_peer(a.local(), a.descriptors()[0].clone());
+    let (a, b) = udp_pair(0x55);
     calls_between_threads(a, b);
 }
 
@@ -286,43 +300,18 @@ const GATE: u32 = 6;
 
 #[test]
 fn a_finished_worker_wakes_a_server_asleep_with_nothing_due() {
-    let open = |node| {
-        let udp = UdpMethod::open(UdpConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
-        Endpoint::builder(ProcessAddr::new(node, 0), JobKey(0x56))
-            .method(Box::new(udp))
-            .mode(ProgressMode::Blocking)
-            .build()
-            .unwrap()
-    };
-    let (mut client, mut server) = (open(1), open(2));
-    client.add_peer(server.local(), server.descriptors()[0].clone());
-    server.add_peer(client.local(), client.descriptors()[0].clone());
+    let (client, server) = udp_pair(0x56);
     let to = server.local();
     let (open_gate, gate) = std::sync::mpsc::channel::<()>();
     let gate = Mutex::new(gate);
     let t = std::thread::spawn(move || {
-        let stop = Arc::new(AtomicU64::new(0));
         let mut s = Rsr::new(Messenger::new(server));
         s.register_threaded_handler(GATE, move |_, _| {
             gate.lock().unwrap().recv().unwrap();
             b"through".to_vec()
         })
         .unwrap();
-        let flag = stop.clone();
-        s.register_handler(STOP, move |_, _| {
-            flag.store(1, Ordering::Relaxed);
-            Vec::new()
-        })
-        .unwrap();
-        while stop.load(Ordering::Relaxed) == 0 {
-            // No limit: only a frame, a protocol timer or the worker's
-            // signal wakes it.
-            s.progress_or_wait(None).unwrap();
-        }
-        for _ in 0..50 {
-            let soon = s.messenger().endpoint().now() + Duration::from_millis(1);
-            s.progress_or_wait(Some(soon)).unwrap();
-        }
+        serve_until_stopped(s)
     });
     let mut c = Rsr::new(Messenger::new(client));
     let request = c.rsr(to, GATE, b"").unwrap();
