@@ -298,21 +298,31 @@ impl AsyncEndpoint {
         stopped(self.shared.lock().failed.as_deref().unwrap_or("closed"))
     }
 
-    /// Awaits `fut`, serving the endpoint in this task whenever its
-    /// descriptor is readable meanwhile (as the driver task does): what
-    /// `fut` waits for then reaches it without a hand-over between tasks.
-    /// Cancel-safe if `fut` is: a service runs to its end within one poll.
+    /// Awaits `fut`, serving this endpoint meanwhile ([`serving_until`]).
     async fn serving_until<F: std::future::Future>(&self, fut: F) -> Result<F::Output, Error> {
-        let mut fut = std::pin::pin!(fut);
-        loop {
-            ::tokio::select! {
-                biased;
-                out = &mut fut => return Ok(out),
-                ready = self.shared.fd.readable() => {
-                    let mut guard = ready.map_err(Error::Wait)?;
-                    self.shared.serve()?;
-                    guard.clear_ready();
-                }
+        serving_until(&self.shared.fd, || self.shared.serve(), fut).await
+    }
+}
+
+/// Awaits `fut`, running `serve` whenever `fd` (a duplicate of an
+/// endpoint's descriptor) is readable meanwhile, as a driver task does:
+/// what `fut` waits for then reaches the awaiting task without a hand-over
+/// between tasks. Cancel-safe if `fut` is: a service runs to its end
+/// within one poll.
+async fn serving_until<F: std::future::Future, E: From<Error>>(
+    fd: &AsyncFd<OwnedFd>,
+    mut serve: impl FnMut() -> Result<(), E>,
+    fut: F,
+) -> Result<F::Output, E> {
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        ::tokio::select! {
+            biased;
+            out = &mut fut => return Ok(out),
+            ready = fd.readable() => {
+                let mut guard = ready.map_err(|e| E::from(Error::Wait(e)))?;
+                serve()?;
+                guard.clear_ready();
             }
         }
     }
@@ -607,24 +617,14 @@ impl AsyncRsr {
             state.serve()?;
             rx
         };
-        let mut answer = std::pin::pin!(answer);
-        loop {
-            ::tokio::select! {
-                biased;
-                a = &mut answer => {
-                    return match a {
-                        Ok(result) => result.map_err(CallError::Rsr),
-                        Err(_) => Err(CallError::Coll(CollError::Endpoint(stopped(
-                            self.shared.lock().failed.as_deref().unwrap_or("closed"),
-                        )))),
-                    };
-                }
-                ready = self.shared.fd.readable() => {
-                    let mut guard = ready.map_err(|e| CallError::Coll(CollError::Endpoint(Error::Wait(e))))?;
-                    self.shared.lock().serve()?;
-                    guard.clear_ready();
-                }
-            }
+        let answer =
+            serving_until::<_, CollError>(&self.shared.fd, || self.shared.lock().serve(), answer)
+                .await?;
+        match answer {
+            Ok(result) => result.map_err(CallError::Rsr),
+            Err(_) => Err(CallError::Coll(CollError::Endpoint(stopped(
+                self.shared.lock().failed.as_deref().unwrap_or("closed"),
+            )))),
         }
     }
 }
