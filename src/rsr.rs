@@ -14,20 +14,25 @@
 //! Two kinds of handler, as in Nexus:
 //!
 //! - **Inline** ([`Rsr::register_handler`]) runs inside [`Rsr::progress`],
-//!   in arrival order. It holds up every other request and all of the
+//!   in arrival order, on the request's payload where it arrived (the
+//!   endpoint's receive ring, or a direct method's queue: no copy, see
+//!   [`InPlace`]). It holds up every other request and all of the
 //!   endpoint's traffic while it runs, so it must be short: a few
 //!   microseconds (a lookup, an update, a copy), never a wait.
 //! - **Threaded** ([`Rsr::register_threaded_handler`]) runs on a pool of
-//!   worker threads ([`Rsr::set_workers`], 2 by default) and may block.
-//!   Requests start in arrival order; their replies leave as they finish.
+//!   worker threads ([`Rsr::set_workers`], 2 by default) and may block. It
+//!   gets its own copy of the payload (it runs after the ring space is
+//!   reused). The requests of one sender to one handler run one at a time,
+//!   in the order sent, as inline ones do; other pairs' run beside them, and
+//!   answers leave as they finish.
 //!
 //! A request to an id nobody registered gets [`RsrError::UnknownHandler`]
 //! back, and a handler that panics [`RsrError::HandlerPanicked`] with the
 //! panic's message; the receiving endpoint goes on either way.
 //!
-//! What is not here yet: a small request's payload is copied once out of
-//! the receive ring before the handler sees it (the messenger hands
-//! messages over as buffers).
+//! A progress call ends early when a message made an answer or a
+//! completion, and answers are put on the wire before it returns: an
+//! inline handler's reply does not wait for another receive poll.
 //!
 //! A worker that finishes a threaded handler signals an eventfd that the
 //! endpoint waits on too ([`Endpoint::add_wake_source`]), so an endpoint
@@ -36,7 +41,7 @@
 //!
 //! [`Endpoint::add_wake_source`]: crate::Endpoint::add_wake_source
 
-use crate::coll::messenger::{Messenger, Pattern, RecvId, SendId};
+use crate::coll::messenger::{InPlace, Messenger, Pattern, RecvId, SendId};
 use crate::coll::CollError;
 use bcl_core::ProcessAddr;
 use nix::sys::eventfd::{EfdFlags, EventFd};
@@ -50,6 +55,9 @@ use std::time::Duration;
 /// The messenger context of RSR traffic. Communicators use contexts
 /// `2·id` and `2·id + 1` from 0 up; this one is beyond any of them.
 pub const RSR_CONTEXT: u32 = u32::MAX;
+
+/// Busy-polling rounds between clock readings of a waiting call.
+const CLOCK_CHECK_ROUNDS: u32 = 64;
 
 /// Largest handler id (30 bits: the rest of the tag holds the kind and
 /// the request id).
@@ -260,51 +268,82 @@ pub struct RsrStats {
     /// Replies and errors that matched no request of this process
     /// (dropped).
     pub unmatched_answers: u64,
+    /// RSR messages (requests and answers) handled where they arrived,
+    /// without a copy into a receive (see [`InPlace`]).
+    pub taken_in_place: u64,
 }
 
 /// Remote service requests over a [`Messenger`] (see the module
 /// documentation).
 pub struct Rsr {
     m: Messenger,
+    /// The receive that takes the next RSR message from anyone when it
+    /// cannot be taken in place.
+    posted: RecvId,
+    sends: Sends,
+    d: Dispatch,
+}
+
+/// Sends to watch: of requests (to fail their request if they fail) and of
+/// answers (to forget once done). Inline sends complete when accepted and
+/// are never here.
+#[derive(Default)]
+struct Sends {
+    requests: Vec<(SendId, RequestId)>,
+    answers: Vec<SendId>,
+}
+
+/// Everything of an [`Rsr`] that handles a message: apart from the
+/// messenger, so that it can run while the messenger lends a message in
+/// place.
+struct Dispatch {
     handlers: HashMap<u32, Handler>,
     workers: usize,
     pool: Option<Pool>,
     next_request: u32,
     /// Requests awaiting their answer: handler id by request.
     pending: HashMap<RequestId, u32>,
-    /// Sends of requests, to fail their request if they fail.
-    request_sends: Vec<(SendId, RequestId)>,
-    /// Sends of answers, forgotten once done.
-    answer_sends: Vec<SendId>,
     completions: VecDeque<Completion>,
-    /// The receive that takes the next RSR message from anyone.
-    posted: RecvId,
+    /// Answers made and not yet handed to the messenger.
+    answers: Vec<Answer>,
+    /// Threaded requests by (sender, handler) while one of the pair's runs:
+    /// those waiting their turn. A pair's requests run one at a time, in
+    /// arrival order, as its inline requests do.
+    running: HashMap<(ProcessAddr, u32), VecDeque<Job>>,
     /// Requests handed to the worker pool and not yet answered.
     jobs_in_flight: usize,
     stats: RsrStats,
 }
 
+/// The pattern of the receive kept posted for RSR messages.
+fn any_rsr() -> Pattern {
+    Pattern {
+        context: RSR_CONTEXT,
+        from: None,
+        tag: None,
+    }
+}
+
 impl Rsr {
     /// RSRs over `m`'s endpoint.
     pub fn new(mut m: Messenger) -> Rsr {
-        let posted = m.irecv_matching(Pattern {
-            context: RSR_CONTEXT,
-            from: None,
-            tag: None,
-        });
+        let posted = m.irecv_matching(any_rsr());
         Rsr {
             m,
-            handlers: HashMap::default(),
-            workers: 2,
-            pool: None,
-            next_request: 0,
-            pending: HashMap::default(),
-            request_sends: Vec::new(),
-            answer_sends: Vec::new(),
-            completions: VecDeque::new(),
             posted,
-            jobs_in_flight: 0,
-            stats: RsrStats::default(),
+            sends: Sends::default(),
+            d: Dispatch {
+                handlers: HashMap::default(),
+                workers: 2,
+                pool: None,
+                next_request: 0,
+                pending: HashMap::default(),
+                completions: VecDeque::new(),
+                answers: Vec::new(),
+                running: HashMap::default(),
+                jobs_in_flight: 0,
+                stats: RsrStats::default(),
+            },
         }
     }
 
@@ -320,13 +359,13 @@ impl Rsr {
 
     /// The counters.
     pub fn stats(&self) -> RsrStats {
-        self.stats
+        self.d.stats
     }
 
     /// Worker threads for threaded handlers (default 2), before the first
     /// threaded handler is registered.
     pub fn set_workers(&mut self, n: usize) {
-        self.workers = n.max(1);
+        self.d.workers = n.max(1);
     }
 
     fn check_id(id: u32) -> Result<(), CollError> {
@@ -347,7 +386,7 @@ impl Rsr {
         handler: impl FnMut(ProcessAddr, &[u8]) -> Vec<u8> + Send + 'static,
     ) -> Result<(), CollError> {
         Self::check_id(id)?;
-        self.handlers.insert(id, Handler::Inline(Box::new(handler)));
+        self.d.handlers.insert(id, Handler::Inline(Box::new(handler)));
         Ok(())
     }
 
@@ -359,20 +398,22 @@ impl Rsr {
         handler: impl Fn(ProcessAddr, &[u8]) -> Vec<u8> + Send + Sync + 'static,
     ) -> Result<(), CollError> {
         Self::check_id(id)?;
-        if self.pool.is_none() {
-            let pool = Pool::new(self.workers).map_err(|e| {
+        if self.d.pool.is_none() {
+            let pool = Pool::new(self.d.workers).map_err(|e| {
                 CollError::Invalid(format!("cannot start the RSR worker threads: {e}"))
             })?;
             self.m.endpoint_mut().add_wake_source(pool.ready.as_fd())?;
-            self.pool = Some(pool);
+            self.d.pool = Some(pool);
         }
-        self.handlers
+        self.d
+            .handlers
             .insert(id, Handler::Threaded(Arc::new(handler)));
         Ok(())
     }
 
     /// Asks `peer` to run its handler `id` on `payload`; the answer comes
-    /// as a [`Completion`] ([`Rsr::poll_completion`]).
+    /// as a [`Completion`] ([`Rsr::poll_completion`]). The request leaves
+    /// with the next progress call (several made in a row leave together).
     pub fn rsr(
         &mut self,
         peer: ProcessAddr,
@@ -380,9 +421,9 @@ impl Rsr {
         payload: &[u8],
     ) -> Result<RequestId, CollError> {
         Self::check_id(id)?;
-        let number = self.next_request;
+        let number = self.d.next_request;
         let request = RequestId { peer, number };
-        if self.pending.contains_key(&request) {
+        if self.d.pending.contains_key(&request) {
             return Err(CollError::Invalid(format!(
                 "2^32 requests to {peer} are awaiting answers"
             )));
@@ -390,38 +431,52 @@ impl Rsr {
         let send = self
             .m
             .isend(peer, RSR_CONTEXT, tag(KIND_REQUEST, id, number), payload)?;
-        self.next_request = number.wrapping_add(1);
-        self.pending.insert(request, id);
-        self.request_sends.push((send, request));
-        self.stats.requests_sent += 1;
+        self.d.next_request = number.wrapping_add(1);
+        self.d.pending.insert(request, id);
+        if !send.completed_at_once() {
+            self.sends.requests.push((send, request));
+        }
+        self.d.stats.requests_sent += 1;
         Ok(request)
     }
 
     /// The next answered request, if any.
     pub fn poll_completion(&mut self) -> Option<Completion> {
-        self.completions.pop_front()
+        self.d.completions.pop_front()
     }
 
     /// Requests awaiting their answer.
     pub fn pending(&self) -> usize {
-        self.pending.len()
+        self.d.pending.len()
     }
 
-    /// One round of progress: the messenger's, then every request that
-    /// arrived (inline handlers run here), the worker pool's answers, and
-    /// the outcomes of sends. Returns the work done.
+    /// One round of progress: the messenger's, handling every request
+    /// that arrived (inline handlers run here, on the message where it
+    /// arrived) and every answer; then the worker pool's answers and the
+    /// outcomes of sends. Answers made leave before it returns. Returns
+    /// the work done.
     pub fn progress(&mut self) -> Result<usize, CollError> {
-        let mut moved = self.m.progress()?;
-        moved += self.after_progress()?;
-        Ok(moved)
+        let d = &mut self.d;
+        let mut in_place = InPlace {
+            context: RSR_CONTEXT,
+            behind: self.posted,
+            take: &mut |from, tag, data| d.on_message_in_place(from, tag, data),
+        };
+        let moved = self.m.progress_in_place(&mut in_place)?;
+        Ok(moved + self.after_progress()?)
     }
 
     /// [`Rsr::progress`], sleeping first until there is work or `until`
     /// when the endpoint blocks.
     pub fn progress_or_wait(&mut self, until: Option<bcl_core::Time>) -> Result<usize, CollError> {
-        let mut moved = self.m.progress_or_wait(until)?;
-        moved += self.after_progress()?;
-        Ok(moved)
+        let d = &mut self.d;
+        let mut in_place = InPlace {
+            context: RSR_CONTEXT,
+            behind: self.posted,
+            take: &mut |from, tag, data| d.on_message_in_place(from, tag, data),
+        };
+        let moved = self.m.progress_or_wait_in_place(until, &mut in_place)?;
+        Ok(moved + self.after_progress()?)
     }
 
     /// Progress for an event loop on the endpoint's descriptor
@@ -431,7 +486,13 @@ impl Rsr {
     pub fn service(&mut self) -> Result<usize, CollError> {
         let mut moved = 0;
         loop {
-            moved += self.m.service()?;
+            let d = &mut self.d;
+            let mut in_place = InPlace {
+                context: RSR_CONTEXT,
+                behind: self.posted,
+                take: &mut |from, tag, data| d.on_message_in_place(from, tag, data),
+            };
+            moved += self.m.service_in_place(&mut in_place)?;
             let handled = self.after_progress()?;
             moved += handled;
             if handled == 0 {
@@ -440,44 +501,48 @@ impl Rsr {
         }
     }
 
+    /// What follows the messenger's progress: RSR messages that came
+    /// through the posted receive, answers of the worker pool, sending the
+    /// answers made, and the outcomes of sends.
     fn after_progress(&mut self) -> Result<usize, CollError> {
         let mut moved = 0;
-        while let Some(got) = self.m.take_received(self.posted) {
-            self.posted = self.m.irecv_matching(Pattern {
-                context: RSR_CONTEXT,
-                from: None,
-                tag: None,
-            });
+        while !self.m.is_waiting(self.posted) {
+            let Some(got) = self.m.take_received(self.posted) else {
+                break;
+            };
+            self.posted = self.m.irecv_matching(any_rsr());
             moved += 1;
             // The receive takes anyone: a failure names a peer that is
             // gone, whose requests fail through their sends.
             if let Ok(r) = got {
-                self.on_message(r.from, r.tag, r.data)?;
+                self.d.on_message(r.from, r.tag, &r.data);
             }
         }
-        if let Some(pool) = self.pool.as_ref().filter(|_| self.jobs_in_flight > 0) {
-            // The eventfd counts the answers queued (a worker queues, then
-            // counts): take exactly that many, and the count is zero
-            // whenever no job is out. No system call while none is.
-            let ready = pool.ready.read().unwrap_or(0);
-            for _ in 0..ready {
-                let Ok(a) = pool.answers.recv() else { break };
-                self.jobs_in_flight -= 1;
+        moved += self.d.collect_pool_answers();
+        if !self.d.answers.is_empty() {
+            for a in self.d.answers.drain(..) {
                 let id = self.m.isend(a.to, RSR_CONTEXT, a.tag, &a.data)?;
-                self.answer_sends.push(id);
+                if !id.completed_at_once() {
+                    self.sends.answers.push(id);
+                }
                 moved += 1;
             }
+            // Out now, not after the next round's receive half.
+            self.m.endpoint_mut().transmit()?;
         }
-        self.reap_sends();
+        if !self.sends.requests.is_empty() || !self.sends.answers.is_empty() {
+            self.reap_sends();
+        }
         Ok(moved)
     }
 
     /// Forgets completed sends; a request whose send failed fails.
     fn reap_sends(&mut self) {
         let m = &mut self.m;
-        self.answer_sends.retain(|&id| m.take_send(id).is_none());
+        self.sends.answers.retain(|&id| m.take_send(id).is_none());
         let mut failed = Vec::new();
-        self.request_sends
+        self.sends
+            .requests
             .retain(|&(id, request)| match m.take_send(id) {
                 None => true,
                 Some(Ok(())) => false,
@@ -487,8 +552,8 @@ impl Rsr {
                 }
             });
         for (request, e) in failed {
-            if let Some(handler) = self.pending.remove(&request) {
-                self.completions.push_back(Completion {
+            if let Some(handler) = self.d.pending.remove(&request) {
+                self.d.completions.push_back(Completion {
                     request,
                     result: Err(RsrError::Failed {
                         peer: request.peer,
@@ -498,80 +563,6 @@ impl Rsr {
                 });
             }
         }
-    }
-
-    fn on_message(
-        &mut self,
-        from: ProcessAddr,
-        tag_bits: u64,
-        data: Vec<u8>,
-    ) -> Result<(), CollError> {
-        let (kind, handler, number) = untag(tag_bits);
-        match kind {
-            KIND_REQUEST => self.on_request(from, handler, number, data),
-            KIND_REPLY | KIND_ERROR => {
-                let request = RequestId { peer: from, number };
-                let Some(asked) = self.pending.remove(&request) else {
-                    self.stats.unmatched_answers += 1;
-                    return Ok(());
-                };
-                let result = if kind == KIND_REPLY {
-                    Ok(data)
-                } else {
-                    Err(decode_error(from, asked, &data))
-                };
-                self.completions.push_back(Completion { request, result });
-                Ok(())
-            }
-            _ => {
-                self.stats.unmatched_answers += 1;
-                Ok(())
-            }
-        }
-    }
-
-    fn on_request(
-        &mut self,
-        from: ProcessAddr,
-        id: u32,
-        number: u32,
-        payload: Vec<u8>,
-    ) -> Result<(), CollError> {
-        self.stats.requests_handled += 1;
-        let answer = match self.handlers.get_mut(&id) {
-            None => {
-                let mut data = vec![ERROR_UNKNOWN_HANDLER];
-                data.extend_from_slice(format!("no handler {id}").as_bytes());
-                Answer {
-                    to: from,
-                    tag: tag(KIND_ERROR, id, number),
-                    data,
-                }
-            }
-            Some(Handler::Inline(f)) => run_handler(from, id, number, || f(from, &payload)),
-            Some(Handler::Threaded(f)) => {
-                let job = Job {
-                    from,
-                    handler_id: id,
-                    request: number,
-                    payload,
-                    handler: f.clone(),
-                };
-                if let Some(jobs) = self.pool.as_ref().and_then(|p| p.jobs.as_ref()) {
-                    // The workers live as long as the pool: a send cannot
-                    // fail while it does.
-                    if jobs.send(job).is_ok() {
-                        self.jobs_in_flight += 1;
-                    }
-                }
-                return Ok(());
-            }
-        };
-        let send = self
-            .m
-            .isend(answer.to, RSR_CONTEXT, answer.tag, &answer.data)?;
-        self.answer_sends.push(send);
-        Ok(())
     }
 
     /// Sends a request and makes progress until its answer comes or
@@ -584,18 +575,145 @@ impl Rsr {
         timeout: Duration,
     ) -> Result<Vec<u8>, CallError> {
         let request = self.rsr(peer, id, payload)?;
+        // The caller waits for nothing else: out now.
+        self.m.endpoint_mut().transmit().map_err(CollError::from)?;
         let deadline = self.m.endpoint().now() + timeout;
+        // Busy-polling, the clock is read every few rounds only (a reading
+        // is a large part of an idle round); a sleeping round reads it
+        // every time.
+        let every = match self.m.endpoint().mode() {
+            crate::ProgressMode::BusyPoll => CLOCK_CHECK_ROUNDS,
+            crate::ProgressMode::Blocking => 1,
+        };
+        let mut rounds = 0u32;
         loop {
-            if let Some(i) = self.completions.iter().position(|c| c.request == request) {
-                if let Some(c) = self.completions.remove(i) {
+            if let Some(i) = self.d.completions.iter().position(|c| c.request == request) {
+                if let Some(c) = self.d.completions.remove(i) {
                     return c.result.map_err(CallError::Rsr);
                 }
             }
-            if self.m.endpoint().now() >= deadline {
+            if rounds.is_multiple_of(every) && self.m.endpoint().now() >= deadline {
                 return Err(CallError::Timeout(timeout));
             }
+            rounds = rounds.wrapping_add(1);
             self.progress_or_wait(Some(deadline))?;
         }
+    }
+}
+
+impl Dispatch {
+    /// [`Dispatch::on_message`] on a message lent in place.
+    fn on_message_in_place(&mut self, from: ProcessAddr, tag_bits: u64, data: &[u8]) -> bool {
+        self.stats.taken_in_place += 1;
+        self.on_message(from, tag_bits, data)
+    }
+
+    /// Handles one RSR message (in place or received); returns whether
+    /// it made an answer or a completion (the caller's cue to stop polling
+    /// and act on it).
+    fn on_message(&mut self, from: ProcessAddr, tag_bits: u64, data: &[u8]) -> bool {
+        let (kind, handler, number) = untag(tag_bits);
+        match kind {
+            KIND_REQUEST => self.on_request(from, handler, number, data),
+            KIND_REPLY | KIND_ERROR => {
+                let request = RequestId { peer: from, number };
+                let Some(asked) = self.pending.remove(&request) else {
+                    self.stats.unmatched_answers += 1;
+                    return false;
+                };
+                let result = if kind == KIND_REPLY {
+                    Ok(data.to_vec())
+                } else {
+                    Err(decode_error(from, asked, data))
+                };
+                self.completions.push_back(Completion { request, result });
+                true
+            }
+            _ => {
+                self.stats.unmatched_answers += 1;
+                false
+            }
+        }
+    }
+
+    /// Runs (inline) or queues (threaded) the handler of a request.
+    fn on_request(&mut self, from: ProcessAddr, id: u32, number: u32, payload: &[u8]) -> bool {
+        self.stats.requests_handled += 1;
+        let answer = match self.handlers.get_mut(&id) {
+            None => {
+                let mut data = vec![ERROR_UNKNOWN_HANDLER];
+                data.extend_from_slice(format!("no handler {id}").as_bytes());
+                Answer {
+                    to: from,
+                    tag: tag(KIND_ERROR, id, number),
+                    data,
+                }
+            }
+            Some(Handler::Inline(f)) => run_handler(from, id, number, || f(from, payload)),
+            Some(Handler::Threaded(f)) => {
+                // The worker runs after the ring space is reused: it gets
+                // its own copy.
+                let job = Job {
+                    from,
+                    handler_id: id,
+                    request: number,
+                    payload: payload.to_vec(),
+                    handler: f.clone(),
+                };
+                match self.running.get_mut(&(from, id)) {
+                    Some(waiting) => waiting.push_back(job),
+                    None => {
+                        self.running.insert((from, id), VecDeque::new());
+                        self.start(job);
+                    }
+                }
+                return false;
+            }
+        };
+        self.answers.push(answer);
+        true
+    }
+
+    /// Hands a job to the worker pool.
+    fn start(&mut self, job: Job) {
+        if let Some(jobs) = self.pool.as_ref().and_then(|p| p.jobs.as_ref()) {
+            // The workers live as long as the pool: a send cannot fail
+            // while it does.
+            if jobs.send(job).is_ok() {
+                self.jobs_in_flight += 1;
+            }
+        }
+    }
+
+    /// Takes the worker pool's answers into `answers`, starting the next
+    /// waiting request of each pair whose request finished. Returns how
+    /// many.
+    fn collect_pool_answers(&mut self) -> usize {
+        let Some(pool) = self.pool.as_ref().filter(|_| self.jobs_in_flight > 0) else {
+            return 0;
+        };
+        // The eventfd counts the answers queued (a worker queues, then
+        // counts): take exactly that many, and the count is zero whenever
+        // no job is out. No system call while none is.
+        let ready = pool.ready.read().unwrap_or(0);
+        let mut finished = Vec::new();
+        for _ in 0..ready {
+            let Ok(a) = pool.answers.recv() else { break };
+            self.jobs_in_flight -= 1;
+            let (_, handler, _) = untag(a.tag);
+            finished.push((a.to, handler));
+            self.answers.push(a);
+        }
+        for pair in &finished {
+            let next = self.running.get_mut(pair).and_then(|q| q.pop_front());
+            match next {
+                Some(job) => self.start(job),
+                None => {
+                    self.running.remove(pair);
+                }
+            }
+        }
+        finished.len()
     }
 }
 

@@ -1,7 +1,8 @@
 //! Remote service requests (`bcl::rsr`): both kinds of handler on the
 //! simulated fabric with loss and reordering (every request answered
-//! exactly once, replies matched to their requests, inline handlers in the
-//! sender's order), payloads past the eager limit, unknown handler ids,
+//! exactly once, replies matched to their requests, handlers of both kinds
+//! in the sender's order, small requests handled in place), payloads past
+//! the eager limit, unknown handler ids,
 //! panicking handlers; and between threads over shared memory and udp.
 
 mod shm_common;
@@ -103,12 +104,17 @@ fn both_kinds_of_handler_answer_every_request_once_over_a_lossy_fabric() {
             })
             .unwrap();
     }
+    let threaded_order = Arc::new(Mutex::new(Vec::new()));
     {
-        let calls = calls.clone();
+        let (calls, order) = (calls.clone(), threaded_order.clone());
+        rsrs[1].set_workers(4);
         rsrs[1]
             .register_threaded_handler(SHOUT, move |_, p| {
                 calls.fetch_add(1, Ordering::Relaxed);
-                std::thread::sleep(Duration::from_micros(100));
+                // Uneven times: requests run side by side would finish out
+                // of order.
+                std::thread::sleep(Duration::from_micros(50 + (p.len() as u64 * 37) % 300));
+                order.lock().unwrap().push(p.len());
                 shout(p)
             })
             .unwrap();
@@ -116,11 +122,13 @@ fn both_kinds_of_handler_answer_every_request_once_over_a_lossy_fabric() {
     let n = 200;
     let mut expect = HashMap::new();
     let mut echo_lens = Vec::new();
+    let mut shout_lens = Vec::new();
     for i in 0..n {
         let (id, want) = if i % 2 == 0 {
             echo_lens.push(payload(i).len());
             (ECHO, payload(i))
         } else {
+            shout_lens.push(payload(i).len());
             (SHOUT, shout(&payload(i)))
         };
         let r = rsrs[0].rsr(b, id, &payload(i)).unwrap();
@@ -148,6 +156,16 @@ fn both_kinds_of_handler_answer_every_request_once_over_a_lossy_fabric() {
         *order.lock().unwrap(),
         echo_lens,
         "inline handlers run in the sender's order"
+    );
+    assert_eq!(
+        *threaded_order.lock().unwrap(),
+        shout_lens,
+        "a sender's requests to a threaded handler run one at a time, in its order"
+    );
+    let in_place = rsrs[1].stats().taken_in_place;
+    assert!(
+        in_place > 0 && in_place <= n as u64 * 9 / 10,
+        "small requests are handled in place, large ones never: {in_place}"
     );
     assert_eq!(rsrs[0].pending(), 0);
     assert!(
@@ -277,6 +295,11 @@ fn calls_between_threads(client: Endpoint, server: Endpoint) {
     c.call_blocking(to, STOP, b"", t_out).unwrap();
     let stats = t.join().unwrap();
     assert_eq!(stats.requests_handled, 202);
+    // One call at a time, so nothing is ever held back: every small
+    // request and every small answer is handled where it arrived (90 small
+    // payloads to each of two handlers, the unknown id, the stop).
+    assert_eq!(stats.taken_in_place, 182, "requests handled in place");
+    assert_eq!(c.stats().taken_in_place, 182, "answers taken in place");
 }
 
 #[test]

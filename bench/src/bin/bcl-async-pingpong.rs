@@ -6,8 +6,11 @@
 //! minute of the machine falls on all alike. Over shared memory, udp on
 //! the loopback interface, or afxdp between the two namespaces of
 //! `configs/lab/pair-xdp.toml` (root; the endpoints are opened in their
-//! namespaces, then driven from this process's threads). Prints each run's p50 and p99 and the median
-//! ratio of the p50s (async / blocking) with its range.
+//! namespaces, then driven from this process's threads). The RSRs are
+//! compared with the exchange `bcl-pingpong` makes (`send_until` and
+//! `transmit`, `recv_with_until`), run alongside. Prints each run's p50 and
+//! p99 and the median ratios of the p50s (async / blocking, rsr /
+//! pingpong) with their ranges.
 //!
 //! The async ends run each in a current-thread runtime on its own thread
 //! (`--runtime per-end`, thread-per-core style), or both in one
@@ -47,6 +50,9 @@ struct Cli {
     /// workers).
     #[arg(long, value_enum, default_value = "per-end")]
     runtime: RuntimeKind,
+    /// Leave the async runs out (only blocking against RSR).
+    #[arg(long)]
+    no_async: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -122,6 +128,62 @@ fn pair(method: Method, mode: ProgressMode, run: u32) -> (Endpoint, Endpoint) {
 
 fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("histogram")
+}
+
+/// Round trips as `bcl-pingpong` makes them (`send_until`, then
+/// `transmit` so the message leaves at once; `recv_with_until`, which
+/// reads a busy-polled message in place), one thread per end: the RSRs'
+/// baseline.
+fn pingpong_run(cli: &Cli, run: u32) -> Histogram<u64> {
+    let mode = match cli.mode {
+        Mode::Blocking => ProgressMode::Blocking,
+        Mode::BusyPoll => ProgressMode::BusyPoll,
+    };
+    let (mut c, mut s) = pair(cli.method, mode, run);
+    let total = cli.iters + cli.iters / 10;
+    fn reap(ep: &mut Endpoint) {
+        while let Some(ev) = ep.poll_send_event() {
+            if let bcl::SendEvent::Failed(_, why) = ev {
+                panic!("send failed: {why}");
+            }
+        }
+    }
+    let server = std::thread::spawn(move || {
+        let mut m = Vec::new();
+        for _ in 0..total {
+            let until = s.now() + T;
+            let from = s
+                .recv_with_until(until, |from, bytes| {
+                    m.clear();
+                    m.extend_from_slice(bytes);
+                    from
+                })
+                .expect("server recv")
+                .expect("a request in time");
+            s.send_until(from, &m, until).expect("server send");
+            s.transmit().expect("server transmit");
+            reap(&mut s);
+        }
+        s
+    });
+    let to = ProcessAddr::new(1, 2);
+    let msg = vec![0x5a; cli.size];
+    let mut h = histogram();
+    for i in 0..total {
+        let t0 = Instant::now();
+        let until = c.now() + T;
+        c.send_until(to, &msg, until).expect("client send");
+        c.transmit().expect("client transmit");
+        c.recv_with_until(until, |_, _| ())
+            .expect("client recv")
+            .expect("an answer in time");
+        reap(&mut c);
+        if i >= total - cli.iters {
+            h.record(t0.elapsed().as_nanos() as u64).expect("record");
+        }
+    }
+    let _s = server.join().expect("server thread");
+    h
 }
 
 /// Round trips through the blocking API, one thread per end.
@@ -249,8 +311,13 @@ fn rsr_run(cli: &Cli, run: u32) -> Histogram<u64> {
         let mut s = Rsr::new(Messenger::new(s));
         s.register_handler(1, |_, p| p.to_vec()).expect("handler");
         while !server_stop.load(Ordering::Relaxed) {
-            let soon = s.messenger().endpoint().now() + Duration::from_millis(2);
-            s.progress_or_wait(Some(soon)).expect("server progress");
+            if mode == ProgressMode::BusyPoll {
+                // As a busy-polling server loops: no clock reading.
+                s.progress().expect("server progress");
+            } else {
+                let soon = s.messenger().endpoint().now() + Duration::from_millis(2);
+                s.progress_or_wait(Some(soon)).expect("server progress");
+            }
         }
     });
     let mut c = Rsr::new(Messenger::new(c));
@@ -312,11 +379,18 @@ fn main() {
     let mut ratios = Vec::new();
     let mut rsr_ratios = Vec::new();
     for rep in 0..cli.reps {
-        let run = rep as u32 * 3;
+        let run = rep as u32 * 4;
         let b = blocking_run(&cli, run);
-        let a = async_run(&cli, run + 1);
+        let a = (!cli.no_async).then(|| async_run(&cli, run + 1));
+        let p = pingpong_run(&cli, run + 3);
         let r = rsr_run(&cli, run + 2);
-        for (name, h) in [("blocking", &b), ("async", &a), ("rsr", &r)] {
+        let runs = [
+            ("blocking", Some(&b)),
+            ("async", a.as_ref()),
+            ("pingpong", Some(&p)),
+            ("rsr", Some(&r)),
+        ];
+        for (name, h) in runs.iter().filter_map(|(n, h)| Some((n, (*h)?))) {
             println!(
                 "{:>4} {:>9} {:>12.2} {:>12.2}",
                 rep + 1,
@@ -325,13 +399,21 @@ fn main() {
                 us(h.value_at_quantile(0.99))
             );
         }
-        ratios.push(a.value_at_quantile(0.5) as f64 / b.value_at_quantile(0.5) as f64);
-        rsr_ratios.push(r.value_at_quantile(0.5) as f64 / b.value_at_quantile(0.5) as f64);
+        if let Some(a) = &a {
+            ratios.push(a.value_at_quantile(0.5) as f64 / b.value_at_quantile(0.5) as f64);
+        }
+        rsr_ratios.push(r.value_at_quantile(0.5) as f64 / p.value_at_quantile(0.5) as f64);
     }
-    for (name, mut ratios) in [("async", ratios), ("rsr", rsr_ratios)] {
+    for (name, mut ratios) in [
+        ("async / blocking", ratios),
+        ("rsr / pingpong", rsr_ratios),
+    ] {
+        if ratios.is_empty() {
+            continue;
+        }
         ratios.sort_by(f64::total_cmp);
         println!(
-            "{name} / blocking p50: median {:.2} [{:.2}–{:.2}] over {} alternating runs",
+            "{name} p50: median {:.2} [{:.2}–{:.2}] over {} alternating runs",
             ratios[ratios.len() / 2],
             ratios[0],
             ratios[ratios.len() - 1],

@@ -132,8 +132,14 @@ fn library_dir() -> Result<PathBuf, String> {
     for name in ["libmpi.so", "libmpi.so.12", "libmpich.so", "libmpich.so.12"] {
         let link = dir.join(name);
         if std::fs::read_link(&link).ok().as_deref() != Some(target.as_path()) {
-            let _ = std::fs::remove_file(&link);
-            std::os::unix::fs::symlink(&target, &link)
+            // Made under a name of this process's, then renamed over the
+            // link: several bclcc runs at once (a parallel make, parallel
+            // tests) each replace it atomically instead of racing between
+            // a removal and a creation.
+            let fresh = dir.join(format!(".{name}.{}", std::process::id()));
+            let _ = std::fs::remove_file(&fresh);
+            std::os::unix::fs::symlink(&target, &fresh)
+                .and_then(|()| std::fs::rename(&fresh, &link))
                 .map_err(|e| format!("linking {}: {e}", link.display()))?;
         }
     }
