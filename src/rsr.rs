@@ -386,7 +386,9 @@ impl Rsr {
         handler: impl FnMut(ProcessAddr, &[u8]) -> Vec<u8> + Send + 'static,
     ) -> Result<(), CollError> {
         Self::check_id(id)?;
-        self.d.handlers.insert(id, Handler::Inline(Box::new(handler)));
+        self.d
+            .handlers
+            .insert(id, Handler::Inline(Box::new(handler)));
         Ok(())
     }
 

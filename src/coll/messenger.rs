@@ -1158,7 +1158,9 @@ impl Messenger {
         let mut moved = 0;
         let rounds = self.ep.engine_stats().rounds;
         for _ in 0..RX_BUDGET {
-            let mut taker = in_place.as_deref_mut().filter(|t| self.is_waiting(t.behind));
+            let mut taker = in_place
+                .as_deref_mut()
+                .filter(|t| self.is_waiting(t.behind));
             let (assembling, pool) = (&mut self.assembling, &mut self.pool);
             match self.ep.poll_recv_with(|from, bytes| {
                 if let Some(stop) = taker.as_mut().and_then(|t| t.offer(from, bytes)) {
@@ -1298,9 +1300,9 @@ impl Messenger {
         while let Some(d) = self.ep.poll_delivery() {
             moved += 1;
             let bytes = self.ep.message(&d).unwrap_or_default();
-            let taker = in_place.as_deref_mut().filter(|t| {
-                matches!(self.recvs.try_get(t.behind.0), Some(RecvState::Waiting(_)))
-            });
+            let taker = in_place
+                .as_deref_mut()
+                .filter(|t| matches!(self.recvs.try_get(t.behind.0), Some(RecvState::Waiting(_))));
             let m = match taker.and_then(|t| t.offer(d.from, bytes)) {
                 Some(stop) => Owned::Taken { stop },
                 None => Owned::parse(d.from, bytes, &mut self.assembling, &mut self.pool),

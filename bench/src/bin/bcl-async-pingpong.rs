@@ -404,10 +404,7 @@ fn main() {
         }
         rsr_ratios.push(r.value_at_quantile(0.5) as f64 / p.value_at_quantile(0.5) as f64);
     }
-    for (name, mut ratios) in [
-        ("async / blocking", ratios),
-        ("rsr / pingpong", rsr_ratios),
-    ] {
+    for (name, mut ratios) in [("async / blocking", ratios), ("rsr / pingpong", rsr_ratios)] {
         if ratios.is_empty() {
             continue;
         }
