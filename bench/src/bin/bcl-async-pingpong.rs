@@ -95,6 +95,16 @@ enum Mode {
     BusyPoll,
 }
 
+impl Mode {
+    /// The endpoints' progress mode.
+    fn progress_mode(self) -> ProgressMode {
+        match self {
+            Mode::Blocking => ProgressMode::Blocking,
+            Mode::BusyPoll => ProgressMode::BusyPoll,
+        }
+    }
+}
+
 const T: Duration = Duration::from_secs(30);
 
 /// Two endpoints that know each other: (client, server).
@@ -135,10 +145,7 @@ fn histogram() -> Histogram<u64> {
 /// reads a busy-polled message in place), one thread per end: the RSRs'
 /// baseline.
 fn pingpong_run(cli: &Cli, run: u32) -> Histogram<u64> {
-    let mode = match cli.mode {
-        Mode::Blocking => ProgressMode::Blocking,
-        Mode::BusyPoll => ProgressMode::BusyPoll,
-    };
+    let mode = cli.mode.progress_mode();
     let (mut c, mut s) = pair(cli.method, mode, run);
     let total = cli.iters + cli.iters / 10;
     fn reap(ep: &mut Endpoint) {
@@ -188,10 +195,7 @@ fn pingpong_run(cli: &Cli, run: u32) -> Histogram<u64> {
 
 /// Round trips through the blocking API, one thread per end.
 fn blocking_run(cli: &Cli, run: u32) -> Histogram<u64> {
-    let mode = match cli.mode {
-        Mode::Blocking => ProgressMode::Blocking,
-        Mode::BusyPoll => ProgressMode::BusyPoll,
-    };
+    let mode = cli.mode.progress_mode();
     let (mut c, mut s) = pair(cli.method, mode, run);
     let total = cli.iters + cli.iters / 10;
     let server = std::thread::spawn(move || {
@@ -300,10 +304,7 @@ fn rsr_run(cli: &Cli, run: u32) -> Histogram<u64> {
     use bcl::coll::messenger::Messenger;
     use bcl::rsr::Rsr;
     use std::sync::atomic::{AtomicBool, Ordering};
-    let mode = match cli.mode {
-        Mode::Blocking => ProgressMode::Blocking,
-        Mode::BusyPoll => ProgressMode::BusyPoll,
-    };
+    let mode = cli.mode.progress_mode();
     let (c, s) = pair(cli.method, mode, run);
     let stop = std::sync::Arc::new(AtomicBool::new(false));
     let server_stop = stop.clone();
