@@ -257,6 +257,7 @@ impl EndpointBuilder {
             blocking,
             all_signal,
             poll_armed: false,
+            last_round_rx: 0,
             stats: EngineStats::default(),
             has_direct: quick.is_some(),
             quick,
@@ -295,6 +296,9 @@ pub struct Endpoint {
     /// [`Endpoint::service`] armed the descriptor for an outside event
     /// loop: the methods' `finish_wait` is due before the next round.
     poll_armed: bool,
+    /// Frames received by the last progress round (a full round that
+    /// received none found every receive queue empty).
+    last_round_rx: usize,
     stats: EngineStats,
     methods: Vec<MethodSlot>,
     clock: Arc<dyn Clock>,
@@ -481,6 +485,7 @@ impl Endpoint {
             self.schedule.record_rx(i, n);
             moved += n;
         }
+        self.last_round_rx = moved;
         // A direct method brought something and nothing else is waiting:
         // hand it to the caller now, and leave timers, transmission and
         // housekeeping (none of which has work) to the next round. On a
@@ -666,7 +671,10 @@ impl Endpoint {
             self.schedule.full_round_next();
             let n = self.progress()?;
             moved += n;
-            if n == 0 && self.arm_for_poll()? {
+            // A round that moved nothing, or only sent: every receive poll
+            // of it (a full round polls every method) came back empty, so
+            // no confirming round is needed before arming.
+            if (n == 0 || self.last_round_rx == 0) && self.arm_for_poll()? {
                 return Ok(moved);
             }
         }
