@@ -671,10 +671,14 @@ impl Endpoint {
             self.schedule.full_round_next();
             let n = self.progress()?;
             moved += n;
-            // A round that moved nothing, or only sent: every receive poll
-            // of it (a full round polls every method) came back empty, so
-            // no confirming round is needed before arming.
-            if (n == 0 || self.last_round_rx == 0) && self.arm_for_poll()? {
+            // A round that moved nothing, or (without a direct method) only
+            // sent: every receive poll of it (a full round polls every
+            // method) came back empty, so no confirming round is needed
+            // before arming. A direct method's round also moves bulk data
+            // in its housekeeping, which may have more to move: there only
+            // a round that moved nothing says so.
+            let only_sent = !self.has_direct && self.last_round_rx == 0;
+            if (n == 0 || only_sent) && self.arm_for_poll()? {
                 return Ok(moved);
             }
         }
