@@ -628,6 +628,14 @@ impl Endpoint {
     /// wants to transmit, or a deadline has passed), else the time to the
     /// next deadline or `until` (`Some(None)`: no deadline at all).
     fn idle_for(&self, until: Option<Time>) -> Option<Option<Duration>> {
+        let (now, deadline) = self.idle_until(until)?;
+        Some(deadline.map(|d| d - now))
+    }
+
+    /// Like [`Endpoint::idle_for`], as instants: `None` if there is work
+    /// now, else the present and the next deadline (the port's or `until`,
+    /// whichever is first; `None`: no deadline at all).
+    fn idle_until(&self, until: Option<Time>) -> Option<(Time, Option<Time>)> {
         if (0..self.methods.len()).any(|i| self.port.wants_transmit(i as u8)) {
             return None;
         }
@@ -638,8 +646,7 @@ impl Endpoint {
         };
         match deadline {
             Some(d) if d <= now => None,
-            Some(d) => Some(Some(d - now)),
-            None => Some(None),
+            _ => Some((now, deadline)),
         }
     }
 
@@ -666,11 +673,36 @@ impl Endpoint {
     /// call when a method has no descriptor of its own (it can only be
     /// polled): the loop then polls through the descriptor.
     pub fn service(&mut self) -> Result<usize, Error> {
+        self.service_rounds(false).map(|(moved, _)| moved)
+    }
+
+    /// Like [`Endpoint::service`], but returns as soon as a round produced
+    /// events for the application (a delivery, a send's completion or
+    /// failure, a channel event), without arming the descriptor. The
+    /// caller hands the events out, lets whoever awaits them act (a reply
+    /// leaves in the service its send makes), and must call a service
+    /// again before it waits: the descriptor may not wake it (its timer
+    /// is not set for the deadlines that round made). This takes the
+    /// confirming receive poll and the timer's arming (a system call each)
+    /// off the path from an arrival to the answer it leads to.
+    ///
+    /// Returns the frames moved and whether the descriptor is armed.
+    pub(crate) fn service_for_events(&mut self) -> Result<(usize, bool), Error> {
+        self.service_rounds(true)
+    }
+
+    /// The rounds of a service; with `stop_at_events`, it ends unarmed
+    /// after a round that produced events for the application.
+    fn service_rounds(&mut self, stop_at_events: bool) -> Result<(usize, bool), Error> {
         let mut moved = 0;
         for _ in 0..SERVICE_ROUNDS {
             self.schedule.full_round_next();
+            let events = self.event_count();
             let n = self.progress()?;
             moved += n;
+            if stop_at_events && self.event_count() != events {
+                return Ok((moved, false));
+            }
             // A round that moved nothing, or (without a direct method) only
             // sent: every receive poll of it (a full round polls every
             // method) came back empty, so no confirming round is needed
@@ -679,24 +711,29 @@ impl Endpoint {
             // a round that moved nothing says so.
             let only_sent = !self.has_direct && self.last_round_rx == 0;
             if (n == 0 || only_sent) && self.arm_for_poll()? {
-                return Ok(moved);
+                return Ok((moved, true));
             }
         }
         if let Some(w) = self.waiter.as_mut() {
             w.arm(Some(Duration::ZERO))?;
         }
-        Ok(moved)
+        Ok((moved, true))
+    }
+
+    /// Events the port has produced for the application so far
+    /// (deliveries, send completions and failures, channel events): a
+    /// change says a round made some.
+    fn event_count(&self) -> u64 {
+        let s = self.port.stats();
+        s.messages_completed + s.messages_failed + s.messages_delivered + s.channel_events
     }
 
     /// After a round that moved nothing: arms the descriptor for what comes
     /// next, or says there is work now (`false`).
     fn arm_for_poll(&mut self) -> Result<bool, Error> {
-        let Some(mut timeout) = self.idle_for(None) else {
+        let Some((now, deadline)) = self.idle_until(None) else {
             return Ok(false);
         };
-        if !self.all_signal {
-            timeout = Some(Duration::ZERO);
-        }
         // As before a sleep: methods arm what makes their peers signal, and
         // one that already has work says so.
         let mut quiet = true;
@@ -714,7 +751,12 @@ impl Endpoint {
             return Ok(true);
         };
         self.poll_armed = true;
-        waiter.arm(timeout)?;
+        match deadline {
+            // Without a descriptor for every method, the loop polls.
+            _ if !self.all_signal => waiter.arm(Some(Duration::ZERO))?,
+            Some(d) => waiter.arm_at(d, now)?,
+            None => waiter.arm(None)?,
+        }
         Ok(true)
     }
 
@@ -737,15 +779,11 @@ impl Endpoint {
             // Busy polling: `wait` would return at once.
             return self.progress();
         }
-        let events = |p: &Port| {
-            let s = p.stats();
-            s.messages_completed + s.messages_failed + s.messages_delivered + s.channel_events
-        };
-        let before = events(&self.port);
+        let before = self.event_count();
         let moved = self.progress()?;
         // A completion or failure can come from a timer alone (no frame
         // moved): the caller must see it before anything sleeps.
-        if moved == 0 && events(&self.port) == before {
+        if moved == 0 && self.event_count() == before {
             self.wait(until)?;
         }
         Ok(moved)

@@ -5,7 +5,13 @@
 //! [`AsyncFd`] and calls [`Endpoint::service`] whenever it is readable: the
 //! endpoint makes progress (acknowledgements, retransmissions, arrivals)
 //! whether or not any task is awaiting something, and an idle endpoint
-//! costs no wake-ups. Any number of tasks may use one `AsyncEndpoint` at
+//! costs no wake-ups. A service here stops at the first round that made
+//! events for the tasks (an arrival, a send's completion) without arming
+//! the descriptor: the tasks act first (a reply leaves in the service its
+//! send makes, which arms it), and the driver runs the service still owed
+//! after them. That keeps the confirming receive poll and the timer's
+//! arming off the path from an arrival to its answer, as in the blocking
+//! API. Any number of tasks may use one `AsyncEndpoint` at
 //! once (it is `Clone`, `Send` and `Sync`); each operation holds the
 //! endpoint's lock only for the non-blocking calls it makes, never across
 //! an `.await`.
@@ -88,6 +94,9 @@ struct Shared {
     /// `recv` made room in the queue: the driver may take more from the
     /// ring.
     room: Notify,
+    /// A service stopped at events and left the endpoint unarmed: the
+    /// driver owes it another service ([`State::service_owed`]).
+    service_owed: Notify,
 }
 
 struct State {
@@ -104,6 +113,11 @@ struct State {
     channel_kept: HashMap<ChannelId, VecDeque<ChannelEvent>>,
     /// Why the driver stopped, once it has.
     failed: Option<String>,
+    /// The last service stopped at events without arming the descriptor:
+    /// nobody may rely on it to wake them until another service ran. The
+    /// driver runs that one (after the woken tasks had their turn) unless
+    /// a task's own service came first.
+    service_owed: bool,
 }
 
 fn stopped(why: &str) -> Error {
@@ -136,9 +150,11 @@ impl AsyncEndpoint {
                 channel_recvs: HashMap::default(),
                 channel_kept: HashMap::default(),
                 failed: None,
+                service_owed: false,
             }),
             inbox: AsyncMutex::new(rx),
             room: Notify::new(),
+            service_owed: Notify::new(),
         });
         let driver = runtime.spawn(drive(shared.clone()));
         Ok(AsyncEndpoint {
@@ -160,7 +176,7 @@ impl AsyncEndpoint {
         let mut state = self.shared.lock();
         let r = f(&mut state.ep);
         // An error shows again in the driver's next round.
-        let _ = state.ep.service();
+        let _ = state.service();
         state.dispatch();
         r
     }
@@ -176,9 +192,10 @@ impl AsyncEndpoint {
             let handle = state.ep.send(dst, data)?;
             let (tx, rx) = oneshot::channel();
             state.sends.insert(handle, tx);
-            // The frames leave now, and a send that completed at once (a
-            // direct method) is reported.
-            let served = state.ep.service();
+            // The frames leave now (before the service's receive polls),
+            // and a send that completed at once (a direct method) is
+            // reported.
+            let served = state.ep.transmit().and_then(|_| state.service());
             state.dispatch();
             served?;
             rx
@@ -222,7 +239,7 @@ impl AsyncEndpoint {
             let handle = state.ep.send_on_channel(dst, ch, buffer)?;
             let (tx, rx) = oneshot::channel();
             state.channel_sends.insert(handle, tx);
-            let served = state.ep.service();
+            let served = state.service();
             state.dispatch();
             served.map_err(|e| endpoint_failed(e, None))?;
             rx
@@ -271,7 +288,7 @@ impl AsyncEndpoint {
             state.ep.post(ch, from, buffer)?;
             let (tx, rx) = oneshot::channel();
             state.channel_recvs.insert(ch, tx);
-            let served = state.ep.service();
+            let served = state.service();
             state.dispatch();
             served.map_err(|e| endpoint_failed(e, None))?;
             rx
@@ -321,6 +338,8 @@ async fn serving_until<F: std::future::Future, E: From<Error>>(
             out = &mut fut => return Ok(out),
             ready = fd.readable() => {
                 let mut guard = ready.map_err(|e| E::from(Error::Wait(e)))?;
+                // A service that stops at events leaves the next one to
+                // the driver (`State::service_owed`).
                 serve()?;
                 guard.clear_ready();
             }
@@ -386,14 +405,21 @@ impl Shared {
     }
 
     /// One service of the endpoint and the hand-out of what it produced;
-    /// an error stops the endpoint for every handle.
+    /// an error stops the endpoint for every handle. The service stops at
+    /// the first round that made events (see
+    /// [`Endpoint::service_for_events`]); if that left the endpoint
+    /// unarmed, the driver is told it owes another.
     fn serve(&self) -> Result<(), Error> {
         let mut state = self.lock();
         if let Some(why) = &state.failed {
             return Err(stopped(why));
         }
-        match state.ep.service() {
-            Ok(_) => {
+        match state.ep.service_for_events() {
+            Ok((_, armed)) => {
+                state.service_owed = !armed;
+                if !armed {
+                    self.service_owed.notify_one();
+                }
                 state.dispatch();
                 Ok(())
             }
@@ -407,6 +433,13 @@ impl Shared {
 }
 
 impl State {
+    /// A whole service of the endpoint (it arms the descriptor).
+    fn service(&mut self) -> Result<usize, Error> {
+        let moved = self.ep.service()?;
+        self.service_owed = false;
+        Ok(moved)
+    }
+
     /// Hands completed sends to their waiters and arriving messages to the
     /// queue (as many as it has room for; the rest wait in the ring until
     /// `recv` makes room). Releasing a delivery only frees its ring slot
@@ -503,8 +536,18 @@ async fn drive(shared: Arc<Shared>) {
                 if shared.serve().is_err() {
                     return;
                 }
-                // `service` armed the descriptor for what comes next.
+                // The service armed the descriptor for what comes next, or
+                // stopped at events and owes another (the branch below).
                 guard.clear_ready();
+            }
+            () = shared.service_owed.notified() => {
+                // The tasks the events woke go first: a reply they send
+                // leaves in their own service, which arms the endpoint.
+                ::tokio::task::yield_now().await;
+                let owed = shared.lock().service_owed;
+                if owed && shared.serve().is_err() {
+                    return;
+                }
             }
             () = shared.room.notified() => {
                 shared.lock().dispatch();

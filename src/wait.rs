@@ -7,6 +7,7 @@
 //! timeouts) and sleeps in `epoll_wait` until a frame arrives or the timer
 //! fires, so an idle endpoint burns no CPU.
 
+use bcl_core::Time;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
@@ -53,6 +54,9 @@ pub(crate) struct Waiter {
     timer: TimerFd,
     /// Whether the timer is armed (a disarmed timer is not disarmed again).
     armed: bool,
+    /// The instant [`Waiter::arm_at`] last armed the timer for, while that
+    /// arming stands (any other arming or a drained expiration forgets it).
+    armed_at: Option<Time>,
     events: Vec<EpollEvent>,
 }
 
@@ -87,6 +91,7 @@ impl Waiter {
             epoll,
             timer,
             armed: false,
+            armed_at: None,
             events: vec![EpollEvent::empty(); fds.len() + 1],
         })
     }
@@ -108,6 +113,7 @@ impl Waiter {
     /// it (`None`). Either clears an expiration nobody read, so the set is
     /// readable again only for what comes next.
     pub fn arm(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        self.armed_at = None;
         match timeout {
             // A zero TimeSpec would disarm the timer: wait at least 1 ns.
             Some(t) => {
@@ -130,6 +136,21 @@ impl Waiter {
         Ok(())
     }
 
+    /// Arms the timer to fire at `deadline` (`now` is the present on the
+    /// same clock), unless it stands armed for that very instant already:
+    /// an event loop's services see the same port deadline round after
+    /// round, and re-arming it would cost a system call each time. A timer
+    /// armed for `deadline` has not fired yet as long as `deadline` is
+    /// still ahead, which is the only case a caller arms for.
+    pub fn arm_at(&mut self, deadline: Time, now: Time) -> io::Result<()> {
+        if self.armed && self.armed_at == Some(deadline) {
+            return Ok(());
+        }
+        self.arm(Some(deadline.saturating_since(now)))?;
+        self.armed_at = Some(deadline);
+        Ok(())
+    }
+
     /// Sleeps until a descriptor is readable or `timeout` has passed (no
     /// timeout: until a descriptor is readable).
     pub fn wait(&mut self, timeout: Option<Duration>) -> io::Result<Woken> {
@@ -145,6 +166,7 @@ impl Waiter {
                 // Drain the expiration; the timer is now disarmed (one-shot).
                 let _ = self.timer.wait();
                 self.armed = false;
+                self.armed_at = None;
                 if woken == Woken::Spurious {
                     woken = Woken::Timer;
                 }
