@@ -53,6 +53,23 @@ struct Cli {
     /// Leave the async runs out (only blocking against RSR).
     #[arg(long)]
     no_async: bool,
+    /// Run only this API, `--reps` times, and print no ratios: for a
+    /// profiler or a system-call count of one API alone.
+    #[arg(long, value_enum)]
+    only: Option<Api>,
+}
+
+/// The exchanges the benchmark times.
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+enum Api {
+    /// `send_blocking`/`recv_blocking`.
+    Blocking,
+    /// `bcl::tokio`.
+    Async,
+    /// `bcl-pingpong`'s exchange.
+    Pingpong,
+    /// `bcl::rsr` calls.
+    Rsr,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -379,6 +396,26 @@ fn main() {
     );
     let mut ratios = Vec::new();
     let mut rsr_ratios = Vec::new();
+    if let Some(api) = cli.only {
+        for rep in 0..cli.reps {
+            let run = rep as u32 * 4;
+            let h = match api {
+                Api::Blocking => blocking_run(&cli, run),
+                Api::Async => async_run(&cli, run + 1),
+                Api::Pingpong => pingpong_run(&cli, run + 3),
+                Api::Rsr => rsr_run(&cli, run + 2),
+            };
+            println!(
+                "{:>4} {:>9} {:>12.2} {:>12.2}",
+                rep + 1,
+                format!("{api:?}").to_lowercase(),
+                us(h.value_at_quantile(0.5)),
+                us(h.value_at_quantile(0.99))
+            );
+        }
+        lab_down();
+        return;
+    }
     for rep in 0..cli.reps {
         let run = rep as u32 * 4;
         let b = blocking_run(&cli, run);
@@ -418,6 +455,11 @@ fn main() {
             ratios.len()
         );
     }
+    lab_down();
+}
+
+/// Takes the afxdp runs' lab down, if it is up.
+fn lab_down() {
     if let Some(lab) = LAB.get() {
         if let Err(e) = lab.down() {
             eprintln!("bcl-async-pingpong: taking the lab down: {e}");
