@@ -59,6 +59,11 @@
 #   BCL_VM_CACHE=DIR            download/kernel cache
 #   BCL_VM_TARGET_DIR=DIR       cargo target dir for the static build
 #   BCL_VM_KERNEL_REFRESH=1     look up the current kernel package again
+#   BCL_VM_KERNEL_SUITE=SUITE   take the kernel from this Debian suite instead
+#                               (e.g. trixie-backports, for a kernel whose
+#                               virtio-net has AF_XDP zero-copy), through a
+#                               private apt configuration under the cache
+#                               (the host's own apt sources stay as they are)
 #   BCL_VM_KEEP=1               keep the work directory (console log, initrd)
 #   BCL_VM_QEMU_EXTRA="..."     extra QEMU arguments (e.g. -d trace:virtqueue_pop)
 set -euo pipefail
@@ -106,6 +111,9 @@ HOST_REV_ARGS="--sizes 64,1400,16K --iters 8 --warmup 2 --window 32 --verify --t
 HOST_CL_PID=""
 
 VFIO_MODULES="irqbypass vfio vfio_iommu_type1 vfio_virqfd vfio-pci-core vfio-pci"
+# Those the kernel must have, as modules or built in (vfio_virqfd is part
+# of vfio itself from Linux 6.2 on; irqbypass may be built in).
+VFIO_REQUIRED="vfio vfio_iommu_type1 vfio-pci-core vfio-pci"
 # Kernel virtio-net driver, so that bind/unbind move the NICs between a
 # real kernel driver and vfio-pci. Modules that are built in are skipped.
 NIC_MODULES="virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci failover net_failover virtio_net"
@@ -162,24 +170,60 @@ log "packages ready ($(since "$t") s): $("$QEMU" --version | head -1)"
 t=$(date +%s.%N)
 mkdir -p "$CACHE" || die "cannot create $CACHE (run as root or set BCL_VM_CACHE)"
 KDIR=""
+KERNEL_SUITE=${BCL_VM_KERNEL_SUITE:-}
+# The kernel of the host's apt sources is cached as kernel-PACKAGE, one of
+# another suite as kernel-SUITE-PACKAGE (so neither run picks the other's).
+APT_OPTS=()
+KPREFIX=kernel-
+if [ -n "$KERNEL_SUITE" ]; then
+  case "$KERNEL_SUITE" in
+    *[!a-z0-9-]*) die "BCL_VM_KERNEL_SUITE must be a Debian suite name, not '$KERNEL_SUITE'" ;;
+  esac
+  KPREFIX=kernel-$KERNEL_SUITE-
+  APTDIR=$CACHE/apt-$KERNEL_SUITE
+  APT_OPTS=(-o "Dir::Etc::SourceList=$APTDIR/sources.list" -o "Dir::Etc::SourceParts=$APTDIR/parts"
+    -o "Dir::State::Lists=$APTDIR/lists" -o "Dir::Cache=$APTDIR/cache")
+fi
 if [ "${BCL_VM_KERNEL_REFRESH:-0}" != 1 ]; then
-  KDIR=$(ls -d "$CACHE"/kernel-linux-image-* 2>/dev/null | sort -V | tail -1 || true)
+  KDIR=$(ls -d "$CACHE"/"$KPREFIX"linux-image-* 2>/dev/null | sort -V | tail -1 || true)
   [ -n "$KDIR" ] && [ -f "$KDIR/complete" ] || KDIR=""
 fi
 if [ -z "$KDIR" ]; then
-  apt_update "kernel package"
-  KPKG=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
-  [ -n "$KPKG" ] || die "cannot find the kernel package linux-image-amd64 depends on"
-  KDIR=$CACHE/kernel-$KPKG
+  if [ -n "$KERNEL_SUITE" ]; then
+    is_root || die "need root to run apt-get (kernel from $KERNEL_SUITE)"
+    mkdir -p "$APTDIR/parts" "$APTDIR/lists/partial" "$APTDIR/cache/archives/partial"
+    echo "deb http://deb.debian.org/debian $KERNEL_SUITE main" > "$APTDIR/sources.list"
+    log "apt-get update ($KERNEL_SUITE only, lists in $APTDIR)"
+    apt-get "${APT_OPTS[@]}" update -q >&2 || die "apt-get update of $KERNEL_SUITE failed"
+  else
+    apt_update "kernel package"
+  fi
+  KPKG=$(apt-cache "${APT_OPTS[@]}" depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
+  [ -n "$KPKG" ] || die "cannot find the kernel package linux-image-amd64 depends on${KERNEL_SUITE:+ in $KERNEL_SUITE}"
+  KDIR=$CACHE/$KPREFIX$KPKG
   if [ ! -f "$KDIR/complete" ]; then
-    log "downloading $KPKG"
+    log "downloading $KPKG${KERNEL_SUITE:+ from $KERNEL_SUITE}"
     rm -rf "$KDIR" "$CACHE/dl"
     mkdir -p "$CACHE/dl" "$KDIR/modules"
     chmod 777 "$CACHE/dl" 2>/dev/null || true   # apt's _apt sandbox user writes here
-    (cd "$CACHE/dl" && apt-get download -q "$KPKG" >&2) || die "apt-get download $KPKG failed"
-    dpkg -x "$CACHE"/dl/*.deb "$WORK/kroot" || die "dpkg -x failed"
-    cp "$WORK"/kroot/boot/vmlinuz-* "$KDIR/vmlinuz"
-    kmods=$(ls -d "$WORK"/kroot/lib/modules/* | head -1)
+    # Newer Debian kernels split the image package: the kernel is in
+    # linux-binary-VERSION and the modules in linux-modules-VERSION, which
+    # it depends on.
+    kparts=$(apt-cache "${APT_OPTS[@]}" depends "$KPKG" 2>/dev/null \
+      | awk '/Depends: linux-(binary|modules)-[0-9]/ { print $2 }' | sort -u)
+    # shellcheck disable=SC2086
+    (cd "$CACHE/dl" && apt-get "${APT_OPTS[@]}" download -q "$KPKG" $kparts >&2) \
+      || die "apt-get download $KPKG $kparts failed"
+    for deb in "$CACHE"/dl/*.deb; do
+      dpkg -x "$deb" "$WORK/kroot" || die "dpkg -x $deb failed"
+    done
+    # Merged /usr: the modules may be under usr/lib, and the kernel image
+    # beside them instead of in /boot.
+    kmods=$(ls -d "$WORK"/kroot/lib/modules/* "$WORK"/kroot/usr/lib/modules/* 2>/dev/null | head -1 || true)
+    [ -n "$kmods" ] || die "no modules in $KPKG $kparts"
+    kimage=$(ls "$WORK"/kroot/boot/vmlinuz-* "$kmods/vmlinuz" 2>/dev/null | head -1 || true)
+    [ -n "$kimage" ] || die "no kernel image in $KPKG $kparts"
+    cp "$kimage" "$KDIR/vmlinuz"
     cp "$kmods/modules.builtin" "$KDIR/" 2>/dev/null || : > "$KDIR/modules.builtin"
     basename "$kmods" > "$KDIR/release"
     for m in $VFIO_MODULES $NIC_MODULES; do
@@ -195,7 +239,7 @@ if [ -z "$KDIR" ]; then
     touch "$KDIR/complete"
   fi
 fi
-for m in $VFIO_MODULES; do
+for m in $VFIO_REQUIRED; do
   [ -f "$KDIR/modules/$m.ko" ] || grep -q "/${m//-/[-_]}.ko" "$KDIR/modules.builtin" \
     || die "module $m neither in $KDIR/modules nor built in"
 done
