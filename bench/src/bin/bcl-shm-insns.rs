@@ -5,8 +5,13 @@
 //! without set-up). One thread makes the count repeatable: nothing waits
 //! for another CPU, and a busy host changes the time, not the count.
 //!
+//! With `--rsr` the round trips are remote service requests instead
+//! (`bcl::rsr`: the client's `rsr`, the server's inline echo handler, the
+//! client's completion), over the same two endpoints, for comparing what
+//! the RSR layer adds to a plain round trip.
+//!
 //! ```text
-//! bcl-shm-insns --iters 20000
+//! bcl-shm-insns --iters 20000 [--rsr]
 //! ```
 
 use bcl::shm::ShmMethod;
@@ -34,12 +39,14 @@ fn recv(ep: &mut Endpoint) -> u8 {
 
 fn main() {
     let mut iters: u64 = 10_000;
+    let mut rsr = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--iters" => iters = args.next().and_then(|v| v.parse().ok()).expect("--iters N"),
+            "--rsr" => rsr = true,
             _ => {
-                eprintln!("usage: bcl-shm-insns [--iters N]");
+                eprintln!("usage: bcl-shm-insns [--iters N] [--rsr]");
                 std::process::exit(2);
             }
         }
@@ -50,6 +57,10 @@ fn main() {
     let mut b = end(b_addr);
     a.add_peer(b_addr, b.descriptors()[0].clone());
     b.add_peer(a_addr, a.descriptors()[0].clone());
+    if rsr {
+        rsr_round_trips(a, b, b_addr, iters);
+        return;
+    }
     let mut msg = [0u8; 8];
     for i in 0..iters {
         msg[0] = i as u8;
@@ -64,4 +75,31 @@ fn main() {
         while a.poll_send_event().is_some() || b.poll_send_event().is_some() {}
     }
     println!("{iters} round trips");
+}
+
+/// `iters` RSR round trips from `a` to an inline echo handler at `b`.
+fn rsr_round_trips(a: Endpoint, b: Endpoint, b_addr: ProcessAddr, iters: u64) {
+    use bcl::coll::messenger::Messenger;
+    use bcl::rsr::Rsr;
+    let mut client = Rsr::new(Messenger::new(a));
+    let mut server = Rsr::new(Messenger::new(b));
+    server
+        .register_handler(1, |_, p| p.to_vec())
+        .expect("handler");
+    let mut msg = [0u8; 8];
+    for i in 0..iters {
+        msg[0] = i as u8;
+        let request = client.rsr(b_addr, 1, &msg).expect("request");
+        client.progress().expect("client progress");
+        let answer = loop {
+            server.progress().expect("server progress");
+            client.progress().expect("client progress");
+            if let Some(c) = client.poll_completion() {
+                assert_eq!(c.request, request);
+                break c.result.expect("answer");
+            }
+        };
+        assert_eq!(answer[0], i as u8);
+    }
+    println!("{iters} RSR round trips");
 }
