@@ -697,10 +697,10 @@ impl Endpoint {
         let mut moved = 0;
         for _ in 0..SERVICE_ROUNDS {
             self.schedule.full_round_next();
-            let events = self.event_count();
+            let events = stop_at_events.then(|| self.event_count());
             let n = self.progress()?;
             moved += n;
-            if stop_at_events && self.event_count() != events {
+            if events.is_some_and(|e| e != self.event_count()) {
                 return Ok((moved, false));
             }
             // A round that moved nothing, or (without a direct method) only
