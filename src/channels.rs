@@ -180,6 +180,7 @@ impl Endpoint {
 
     /// Next channel event (transfer completions and failures).
     pub fn poll_channel_event(&mut self) -> Option<ChannelEvent> {
+        self.route_service_channel_events();
         self.channel_events
             .pop_front()
             .or_else(|| self.port_mut().poll_channel_event())
@@ -200,6 +201,13 @@ impl Endpoint {
         }
         let deadline = self.now() + timeout;
         loop {
+            // Remote service requests' transfers are not the application's.
+            self.route_service_channel_events();
+            if let Some(i) = self.channel_events.iter().position(&mut wanted) {
+                if let Some(ev) = self.channel_events.remove(i) {
+                    return Ok(ev);
+                }
+            }
             while let Some(ev) = self.port_mut().poll_channel_event() {
                 if wanted(&ev) {
                     return Ok(ev);

@@ -8,9 +8,9 @@
 //! ([`TransferHost`]). Nothing here knows which method it serves.
 
 use crate::method_slot::MethodSlot;
-use bcl_core::method::{DirectMethod, LinkId, Route, RxHandler, TransferHost};
+use bcl_core::method::{DirectMethod, LinkId, MessageClass, Route, RxHandler, TransferHost};
 use bcl_core::port::{BulkKind, BulkToken, OutboundBulk, Port};
-use bcl_core::{ProcessAddr, SendHandle, Time, TransferError};
+use bcl_core::{ProcessAddr, Time, TransferError};
 
 /// Hands what a direct method received to the port.
 struct PortRx<'a> {
@@ -28,8 +28,11 @@ impl RxHandler for PortRx<'_> {
         self.port.handle_frame(self.now, route, bytes)
     }
 
-    fn direct(&mut self, from: ProcessAddr, bytes: &[u8]) -> bool {
-        self.port.deliver_direct(from, bytes)
+    fn direct(&mut self, from: ProcessAddr, class: MessageClass, bytes: &[u8]) -> bool {
+        match class {
+            MessageClass::Application => self.port.deliver_direct(from, bytes),
+            MessageClass::Service => self.port.deliver_direct_service(from, bytes),
+        }
     }
 
     fn bulk_start(
@@ -128,21 +131,29 @@ pub(crate) fn housekeeping(
     m.housekeeping(&mut PortTransfers { port, now, method }, check_peers)
 }
 
-/// Sends a system-channel message as a direct message if `dst` is routed
-/// over a method with the direct path and nothing of it is queued. `None`:
-/// send it through the port.
+/// Sends a system-channel message of `class` as a direct message if `dst`
+/// is routed over a method with the direct path, nothing of it is queued
+/// and the port may accept a send. False: send it through the port. The
+/// caller records the send with the port.
 #[inline]
 pub(crate) fn try_send(
     methods: &mut [MethodSlot],
-    port: &mut Port,
+    port: &Port,
     dst: ProcessAddr,
+    class: MessageClass,
     data: &[u8],
-) -> Option<SendHandle> {
+) -> bool {
     if !port.can_accept_send() {
-        return None;
+        return false;
     }
-    let route = port.direct_route(dst)?;
-    let m = methods.get_mut(usize::from(route.method))?.direct()?;
-    m.send_direct(route.link, data).ok()?;
-    port.record_direct_send().ok()
+    let Some(route) = port.direct_route(dst) else {
+        return false;
+    };
+    let Some(m) = methods
+        .get_mut(usize::from(route.method))
+        .and_then(MethodSlot::direct)
+    else {
+        return false;
+    };
+    m.send_direct(route.link, class, data).is_ok()
 }

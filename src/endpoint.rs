@@ -30,7 +30,7 @@ use crate::clock::{Clock, MonotonicClock};
 use crate::method_slot::MethodSlot;
 use crate::schedule::{self, Schedule};
 use crate::wait::{Waiter, Woken};
-use bcl_core::method::{Descriptor, DirectHead, Method, MethodError, Route};
+use bcl_core::method::{Descriptor, DirectHead, MessageClass, Method, MethodError, Route};
 use bcl_core::port::{Port, ReleaseError, SendError};
 use bcl_core::{
     ConfigError, Delivery, JobKey, PortConfig, ProcessAddr, SendEvent, SendFailure, SendHandle,
@@ -273,6 +273,7 @@ impl EndpointBuilder {
             stats_due: Time::NEVER,
             cc_capture,
             extras_due: Time::NEVER,
+            services: Default::default(),
         };
         ep.open_stats_page(self.stats);
         ep.reschedule_extras();
@@ -326,6 +327,9 @@ pub struct Endpoint {
     /// ([`Endpoint::round_extras`]): the page's refresh time, or every
     /// round while congestion changes are recorded.
     extras_due: Time,
+    /// Remote service requests: handlers, requests pending, answers to
+    /// send (see [`crate::service`]).
+    pub(crate) services: crate::service::Services,
 }
 
 /// A random epoch, so a restarted process is told apart from its earlier
@@ -450,9 +454,33 @@ impl Endpoint {
         self.port.poll_timeout()
     }
 
+    /// The port and the remote-service state, borrowed apart.
+    pub(crate) fn port_and_services(&mut self) -> (&mut Port, &mut crate::service::Services) {
+        (&mut self.port, &mut self.services)
+    }
+
     /// One round of progress: receive, run timers, route new peers,
-    /// transmit. Returns the number of frames moved.
+    /// transmit; then handle the service messages received (remote service
+    /// requests and their answers, see [`crate::service`]). Returns the
+    /// number of frames and service messages moved.
     pub fn progress(&mut self) -> Result<usize, Error> {
+        let moved = self.progress_round()?;
+        if self.services_due() {
+            return Ok(moved + self.run_services()?);
+        }
+        Ok(moved)
+    }
+
+    /// Whether the remote-service layer has work: service messages
+    /// delivered, failures reported, or work of its own.
+    #[inline]
+    fn services_due(&self) -> bool {
+        self.port.has_service_deliveries()
+            || self.port.has_service_failures()
+            || self.services.has_work()
+    }
+
+    fn progress_round(&mut self) -> Result<usize, Error> {
         if self.poll_armed {
             self.end_poll_wait();
         }
@@ -725,7 +753,11 @@ impl Endpoint {
     /// change says a round made some.
     fn event_count(&self) -> u64 {
         let s = self.port.stats();
-        s.messages_completed + s.messages_failed + s.messages_delivered + s.channel_events
+        s.messages_completed
+            + s.messages_failed
+            + s.messages_delivered
+            + s.channel_events
+            + self.services.events()
     }
 
     /// After a round that moved nothing: arms the descriptor for what comes
@@ -804,12 +836,55 @@ impl Endpoint {
     /// Accepts `data` for delivery to `dst` (see [`Port::send`]).
     pub fn send(&mut self, dst: ProcessAddr, data: &[u8]) -> Result<SendHandle, Error> {
         if self.has_direct {
-            if let Some(h) = crate::direct::try_send(&mut self.methods, &mut self.port, dst, data) {
-                return Ok(h);
+            let class = MessageClass::Application;
+            if crate::direct::try_send(&mut self.methods, &self.port, dst, class, data) {
+                return Ok(self.port.record_direct_send()?);
             }
         }
         let now = self.clock.now();
         Ok(self.port.send(now, dst, data)?)
+    }
+
+    /// Sends a service message as a direct message if the peer is reached
+    /// by a direct method with nothing queued; false: send it otherwise.
+    #[inline]
+    pub(crate) fn try_send_service_direct(&mut self, dst: ProcessAddr, data: &[u8]) -> bool {
+        let class = MessageClass::Service;
+        let sent = self.has_direct
+            && crate::direct::try_send(&mut self.methods, &self.port, dst, class, data);
+        if sent {
+            self.port.record_direct_service_send();
+        }
+        sent
+    }
+
+    /// [`Endpoint::try_send_service_direct`] for the answer an inline
+    /// handler left in the remote-service layer's answer slot.
+    #[inline]
+    pub(crate) fn try_send_answer_direct(&mut self, dst: ProcessAddr) -> bool {
+        let class = MessageClass::Service;
+        let answer = &self.services.answer;
+        let sent = self.has_direct
+            && crate::direct::try_send(&mut self.methods, &self.port, dst, class, answer);
+        if sent {
+            self.port.record_direct_service_send();
+        }
+        sent
+    }
+
+    /// Sends a service message (see [`crate::service`]) as [`Endpoint::send`]
+    /// sends a message; no send event reports it.
+    pub(crate) fn send_service(&mut self, dst: ProcessAddr, data: &[u8]) -> Result<(), Error> {
+        if self.has_direct {
+            let class = MessageClass::Service;
+            if crate::direct::try_send(&mut self.methods, &self.port, dst, class, data) {
+                self.port.record_direct_service_send();
+                return Ok(());
+            }
+        }
+        let now = self.clock.now();
+        self.port.send_service(now, dst, data)?;
+        Ok(())
     }
 
     /// Next send-completion event.
@@ -861,6 +936,15 @@ impl Endpoint {
                         self.port.count_direct_delivery();
                         return Ok(Some(f(from, bytes)));
                     }
+                    DirectHead::Service(from, bytes) => {
+                        // A remote service request or answer, handled where
+                        // it lies; its answer leaves now.
+                        self.port.count_direct_delivery();
+                        if self.services.on_message(from, bytes) {
+                            self.after_service_in_place()?;
+                        }
+                        return Ok(None);
+                    }
                     DirectHead::Empty if self.schedule.quick_poll() => return Ok(None),
                     DirectHead::Empty | DirectHead::Other => {}
                 }
@@ -877,6 +961,53 @@ impl Endpoint {
             }
             None => Ok(None),
         }
+    }
+
+    /// Busy-polling progress for remote service requests (see
+    /// [`crate::service`]) with the shortest path, as
+    /// [`Endpoint::poll_recv_with`] is for messages: a service message at
+    /// the head of the first direct method's receive queue is handled
+    /// where it lies (no copy, no progress round) and its answer sent; else,
+    /// every few calls, a full [`progress`](Endpoint::progress) round. The
+    /// application's messages are left for its receive calls. Returns
+    /// whether it did anything for this layer (a message handled, an
+    /// answer sent, a completion made).
+    pub fn poll_rsr(&mut self) -> Result<bool, Error> {
+        if let Some(q) = self.quick {
+            if !self.port.has_service_deliveries() {
+                if let Some(m) = self.methods[q].direct() {
+                    match m.take_direct_service() {
+                        DirectHead::Service(from, bytes) => {
+                            self.port.count_direct_delivery();
+                            if self.services.on_message(from, bytes) {
+                                self.after_service_in_place()?;
+                            }
+                            return Ok(true);
+                        }
+                        DirectHead::Empty if self.schedule.quick_poll() => return Ok(false),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        let before = self.services.activity();
+        self.progress()?;
+        let limit = self.quick_poll_limit();
+        self.schedule.full_round_done(limit);
+        Ok(self.services.activity() != before)
+    }
+
+    /// After a service message handled in place made an answer or a
+    /// completion: the answer leaves now; other work of the layer waits
+    /// for the next round.
+    #[inline]
+    fn after_service_in_place(&mut self) -> Result<(), Error> {
+        if self.services.has_clearances() {
+            self.run_services()?;
+        } else {
+            self.flush_service_outbox()?;
+        }
+        Ok(())
     }
 
     /// Quick polls allowed after a full round (see

@@ -54,6 +54,7 @@ mod method_slot;
 pub mod registry;
 pub mod rsr;
 pub mod schedule;
+pub mod service;
 pub mod simnet;
 pub mod stats_page;
 #[cfg(feature = "tokio")]

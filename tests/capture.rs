@@ -7,7 +7,7 @@
 //! process through the environment variable (`%p`, and the pid fallback of
 //! a locked file), congestion-state records (kind 4) of a udp stream and
 //! of a simulated stream behind a bottleneck with congestion control on,
-//! and, as root, over the packet method on a veth
+//! remote service requests' messages over shm and udp, and, as root, over the packet method on a veth
 //! pair captured by tshark itself (the Ethernet decode).
 //!
 //! `tshark` must be installed (scripts/test installs it); without it these
@@ -284,6 +284,95 @@ fn shm_capture_shows_direct_messages_frames_and_transfers() {
     assert_eq!(bulk.len(), 2, "{bulk:?}");
     assert!(bulk.iter().any(|r| r[..] == ["2", "1", "100000", "1.2"]));
     assert!(bulk.iter().any(|r| r[..] == ["1", "1", "100000", "1.1"]));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Remote service requests' messages as the dissector shows them: over
+/// shared memory as direct service messages (capture kind 5), over udp as
+/// SERVICE frames (type 10); request and reply with the handler and request
+/// ids, and the payloads.
+#[test]
+fn service_messages_are_dissected_over_shm_and_udp() {
+    if !have_tshark("service_capture") {
+        return;
+    }
+    let dir = scratch("service");
+    let job = JobKey(std::process::id() << 8 ^ 0x5e);
+    let shm_file = dir.join("shm.pcapng");
+    let (a, b) = (ProcessAddr::new(1, 1), ProcessAddr::new(1, 2));
+    let shm = |addr| {
+        Endpoint::builder(addr, job)
+            .method(Box::new(ShmMethod::open(job, addr).unwrap()))
+            .pcap(&shm_file)
+            .build()
+            .unwrap()
+    };
+    let udp_file = dir.join("udp.pcapng");
+    for (mut client, mut server, file, kind_filter) in [
+        (shm(a), shm(b), &shm_file, "bcl.cap.kind == 5"),
+        (
+            udp_endpoint(ProcessAddr::new(2, 1), &udp_file),
+            udp_endpoint(ProcessAddr::new(2, 2), &udp_file),
+            &udp_file,
+            "bcl.type == 10",
+        ),
+    ] {
+        client.add_peer(server.local(), server.descriptors()[0].clone());
+        server.add_peer(client.local(), client.descriptors()[0].clone());
+        server
+            .register_handler(7, |_, p, reply| {
+                reply.extend_from_slice(p);
+                reply.push(b'!');
+            })
+            .unwrap();
+        let to = server.local();
+        // The first request opens the link; the second, over shared
+        // memory, goes as a direct service message.
+        let mut answers = Vec::new();
+        for payload in [&b"one"[..], b"two"] {
+            let r = client.rsr(to, 7, payload).unwrap();
+            drive(&mut client, &mut server, |c, _| {
+                if let Some(done) = c.poll_rsr_completion() {
+                    assert_eq!(done.request, r);
+                    answers.push(done.result.unwrap());
+                }
+                answers.len() == r.number as usize + 1
+            });
+        }
+        assert_eq!(answers, [b"one!".to_vec(), b"two!".to_vec()]);
+        drop(client);
+        drop(server);
+        let rows = fields(
+            file,
+            kind_filter,
+            &[
+                "bcl.cap.direction",
+                "bcl.svc.kind",
+                "bcl.svc.handler",
+                "bcl.svc.request",
+                "bcl.svc.body",
+            ],
+        );
+        // Sent by the client: request 1 ("two") to handler 7; sent by the
+        // server: its reply "two!".
+        let two = ["7", "1"];
+        assert!(
+            rows.iter()
+                .any(|r| r[0] == "2" && r[1] == "1" && r[2..4] == two && r[4] == hex(b"two")),
+            "{file:?}: {rows:?}"
+        );
+        assert!(
+            rows.iter()
+                .any(|r| r[0] == "2" && r[1] == "2" && r[2..4] == two && r[4] == hex(b"two!")),
+            "{file:?}: {rows:?}"
+        );
+        let info = info_column(file, kind_filter);
+        assert!(
+            info.iter()
+                .any(|i| i.contains("request handler=7 request=1")),
+            "{info:?}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -45,7 +45,7 @@
 //! offset size field
 //!  0      1   version of this layout (1)
 //!  1      1   kind: 1 BCL frame, 2 direct message, 3 bulk transfer,
-//!             4 congestion state
+//!             4 congestion state, 5 direct service message
 //!  2      1   direction: 1 received, 2 sent (pcap-ng's epb_flags codes);
 //!             0 for a state record, neither sent nor received
 //!  3      1   pseudo-header length in bytes (48)
@@ -68,9 +68,10 @@
 //!             congestion-state body
 //! ```
 //!
-//! Direct messages (shared memory's whole messages without a BCL header)
-//! and bulk transfers (normal-channel data, RMA puts and get replies moved
-//! straight between buffers) are recorded as kinds 2 and 3, so the
+//! Direct messages (shared memory's whole messages without a BCL header;
+//! kind 5 for service messages, see [`crate::service`]) and bulk transfers
+//! (normal-channel data, RMA puts and get replies moved straight between
+//! buffers) are recorded as kinds 2 (or 5) and 3, so the
 //! dissector shows them beside the frames. A transfer is recorded once,
 //! when the port hands it to the method (sent) or when its data is all in
 //! the destination buffer (received), cut at [`SNAPLEN`] with its whole
@@ -175,6 +176,9 @@ pub enum Kind {
     /// A change of congestion control's state for one peer (see *Congestion
     /// state* in the module documentation).
     Congestion = 4,
+    /// A whole service message (a remote service request or its answer,
+    /// see [`crate::service`]) sent without a BCL header.
+    DirectService = 5,
 }
 
 /// Whether the capturing endpoint sent or received the item (pseudo-header

@@ -11,8 +11,8 @@
 
 use super::{CaptureFile, Direction, Kind, PseudoHeader};
 use bcl_core::method::{
-    Descriptor, DirectError, DirectHead, DirectMethod, LinkId, Method, MethodCaps, MethodCounters,
-    MethodError, RxHandler, TransferHost, TxFrame,
+    Descriptor, DirectError, DirectHead, DirectMethod, LinkId, MessageClass, Method, MethodCaps,
+    MethodCounters, MethodError, RxHandler, TransferHost, TxFrame,
 };
 use bcl_core::port::{BulkKind, BulkToken, OutboundBulk};
 use bcl_core::ProcessAddr;
@@ -115,15 +115,20 @@ impl Tap {
         self.write(&ph, bytes);
     }
 
-    /// A direct message from or to `peer` over `link`.
+    /// A direct message of `class` from or to `peer` over `link`.
     fn direct(
         &mut self,
         direction: Direction,
+        class: MessageClass,
         peer: Option<ProcessAddr>,
         link: Option<LinkId>,
         bytes: &[u8],
     ) {
-        let mut ph = self.header(Kind::Direct, direction, bytes.len() as u64);
+        let kind = match class {
+            MessageClass::Application => Kind::Direct,
+            MessageClass::Service => Kind::DirectService,
+        };
+        let mut ph = self.header(kind, direction, bytes.len() as u64);
         ph.peer = peer;
         ph.link = link.map(|l| l.0);
         self.write(&ph, bytes);
@@ -325,11 +330,11 @@ impl RxHandler for TapRx<'_> {
         taken
     }
 
-    fn direct(&mut self, from: ProcessAddr, bytes: &[u8]) -> bool {
-        let taken = self.inner.direct(from, bytes);
+    fn direct(&mut self, from: ProcessAddr, class: MessageClass, bytes: &[u8]) -> bool {
+        let taken = self.inner.direct(from, class, bytes);
         if taken {
             self.tap
-                .direct(Direction::Received, Some(from), None, bytes);
+                .direct(Direction::Received, class, Some(from), None, bytes);
         }
         taken
     }
@@ -419,6 +424,18 @@ impl TransferHost for TapHost<'_> {
     }
 }
 
+/// Records the direct message a `take_direct` call found, if any.
+fn record_head<'a>(tap: &mut Tap, head: DirectHead<'a>) -> DirectHead<'a> {
+    let (class, from, bytes) = match head {
+        DirectHead::Message(from, bytes) => (MessageClass::Application, from, bytes),
+        DirectHead::Service(from, bytes) => (MessageClass::Service, from, bytes),
+        DirectHead::Empty | DirectHead::Other => return head,
+    };
+    tap.direct(Direction::Received, class, Some(from), None, bytes);
+    tap.flush();
+    head
+}
+
 impl DirectMethod for Tapped<Box<dyn DirectMethod>> {
     fn poll_rx(&mut self, budget: usize, rx: &mut dyn RxHandler) -> usize {
         let n = self.inner.poll_rx(
@@ -434,18 +451,24 @@ impl DirectMethod for Tapped<Box<dyn DirectMethod>> {
 
     fn take_direct(&mut self) -> DirectHead<'_> {
         let head = self.inner.take_direct();
-        if let DirectHead::Message(from, bytes) = head {
-            self.tap
-                .direct(Direction::Received, Some(from), None, bytes);
-            self.tap.flush();
-        }
-        head
+        record_head(&mut self.tap, head)
     }
 
-    fn send_direct(&mut self, link: LinkId, data: &[u8]) -> Result<(), DirectError> {
-        self.inner.send_direct(link, data)?;
+    fn take_direct_service(&mut self) -> DirectHead<'_> {
+        let head = self.inner.take_direct_service();
+        record_head(&mut self.tap, head)
+    }
+
+    fn send_direct(
+        &mut self,
+        link: LinkId,
+        class: MessageClass,
+        data: &[u8],
+    ) -> Result<(), DirectError> {
+        self.inner.send_direct(link, class, data)?;
         let peer = self.tap.peer_of(link);
-        self.tap.direct(Direction::Sent, peer, Some(link), data);
+        self.tap
+            .direct(Direction::Sent, class, peer, Some(link), data);
         self.tap.flush();
         Ok(())
     }

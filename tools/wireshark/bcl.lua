@@ -9,7 +9,8 @@
 --   * BCL_PCAP captures (link type LINKTYPE_USER5 = 152, DLT_USER5): a
 --     48-byte pseudo-header (method, direction, local and peer process,
 --     link, kind), then a BCL frame, a direct message (shared memory's whole
---     messages, no BCL header), a bulk transfer's data, or a congestion
+--     messages, no BCL header; kind 5 a service message), a bulk
+--     transfer's data, or a congestion
 --     state (kind 4: a change of the congestion window to one peer, on the
 --     interface NODE.PORT/cc, direction 0). The layout is documented in
 --     src/capture/mod.rs; the constants below must agree.
@@ -75,9 +76,18 @@ local function rshift(a, n) return u32(B.rshift(a, n)) end
 
 local frame_types = {
     [1] = "DATA", [2] = "ACK", [3] = "NAK", [4] = "RNDV_REQUEST", [5] = "RNDV_READY",
-    [6] = "RMA_PUT", [7] = "RMA_GET", [8] = "RMA_GET_REPLY", [9] = "CONTROL",
+    [6] = "RMA_PUT", [7] = "RMA_GET", [8] = "RMA_GET_REPLY", [9] = "CONTROL", [10] = "SERVICE",
 }
-local cap_kinds = { [1] = "BCL frame", [2] = "direct message", [3] = "bulk transfer", [4] = "congestion state" }
+local cap_kinds = {
+    [1] = "BCL frame", [2] = "direct message", [3] = "bulk transfer", [4] = "congestion state",
+    [5] = "direct service message",
+}
+-- The service messages' own header (src/service/wire.rs): kind, 3 zero
+-- bytes, handler id and request id (little-endian).
+local service_kinds = {
+    [1] = "request", [2] = "reply", [3] = "error", [4] = "large request", [5] = "large reply",
+    [6] = "clear request", [7] = "clear reply",
+}
 local directions = { [0] = "none (state record)", [1] = "received", [2] = "sent" }
 local cc_causes = { [1] = "increase", [2] = "delay decrease", [3] = "loss", [4] = "timeout", [5] = "undo" }
 local bulk_kinds = { [0] = "none", [1] = "normal channel", [2] = "RMA put", [3] = "RMA get reply" }
@@ -118,6 +128,13 @@ f.cap_total_len = ProtoField.uint64("bcl.cap.total_len", "Whole length")
 f.direct_len = ProtoField.uint32("bcl.direct.len", "Direct message length")
 f.direct_data = ProtoField.bytes("bcl.direct.data", "Direct message")
 f.bulk_data = ProtoField.bytes("bcl.bulk.data", "Transfer data")
+-- service messages (remote service requests and their answers)
+f.svc_kind = ProtoField.uint8("bcl.svc.kind", "Service message", base.DEC, service_kinds)
+f.svc_handler = ProtoField.uint32("bcl.svc.handler", "Handler id")
+f.svc_request = ProtoField.uint32("bcl.svc.request", "Request id")
+f.svc_len = ProtoField.uint64("bcl.svc.len", "Large payload length")
+f.svc_channel = ProtoField.uint16("bcl.svc.channel", "Channel posted (65535: refused)")
+f.svc_body = ProtoField.bytes("bcl.svc.body", "Payload")
 -- congestion state (kind 4); nanosecond fields are raw values, all ones
 -- meaning unknown
 f.cc_cause = ProtoField.uint8("bcl.cc.cause", "Cause", base.DEC, cc_causes)
@@ -335,6 +352,31 @@ end
 -- Dissects a BCL frame (header first) in `tvb`; `ctx` says where it came
 -- from: { capture_point = string }. Returns the bytes
 -- used and a summary for the Info column.
+-- A service message's header and body (a whole message, or the first
+-- fragment of one); returns the info text.
+local function dissect_service(buf, tree)
+    if buf:len() < 12 then
+        tree:add_proto_expert_info(e.bad_body)
+        return " service (short)"
+    end
+    local kind = buf(0, 1):uint()
+    tree:add(f.svc_kind, buf(0, 1))
+    tree:add_le(f.svc_handler, buf(4, 4))
+    tree:add_le(f.svc_request, buf(8, 4))
+    local info = string.format(" %s handler=%d request=%d", service_kinds[kind] or "service?",
+        buf(4, 4):le_uint(), buf(8, 4):le_uint())
+    if (kind == 4 or kind == 5) and buf:len() >= 20 then
+        tree:add_le(f.svc_len, buf(12, 8))
+        info = info .. string.format(" len=%s", tostring(buf(12, 8):le_uint64()))
+    elseif (kind == 6 or kind == 7) and buf:len() >= 14 then
+        tree:add_le(f.svc_channel, buf(12, 2))
+        info = info .. string.format(" ch=%d", buf(12, 2):le_uint())
+    elseif buf:len() > 12 then
+        tree:add(f.svc_body, buf(12))
+    end
+    return info
+end
+
 local function dissect_frame(tvb, pinfo, tree, ctx)
     local len = tvb:len()
     if len < HEADER_LEN then
@@ -462,6 +504,8 @@ local function dissect_frame(tvb, pinfo, tree, ctx)
         else
             tree:add_proto_expert_info(e.bad_body)
         end
+    elseif ftype == 10 and tvb(48, 8):uint64() == UInt64(0) and payload_len > 0 then
+        info = info .. dissect_service(payload, tree)
     elseif ftype >= 4 and ftype <= 9 and tvb(48, 8):uint64() == UInt64(0) then
         -- A control message's body starts its first fragment.
         if ftype == 4 and payload_len >= 16 then
@@ -681,6 +725,10 @@ local function dissect_capture(tvb, pinfo, root)
         tree:add(f.direct_len, body:len()):set_generated()
         if body:len() > 0 then tree:add(f.direct_data, body()) end
         info = string.format("Direct message %s, %d bytes", arrow, total)
+        pinfo.cols.src, pinfo.cols.dst = src_s, dst_s
+    elseif kind == 5 then
+        tree:add(f.direct_len, body:len()):set_generated()
+        info = string.format("Direct service message %s, %d bytes", arrow, total) .. dissect_service(body, tree)
         pinfo.cols.src, pinfo.cols.dst = src_s, dst_s
     elseif kind == 3 then
         if body:len() > 0 then tree:add(f.bulk_data, body()) end

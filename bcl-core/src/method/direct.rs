@@ -30,9 +30,9 @@ use crate::port::{BulkKind, BulkToken, OutboundBulk};
 pub trait RxHandler {
     /// A BCL frame from `link`; false = cannot take it now (keep it).
     fn frame(&mut self, link: LinkId, bytes: &[u8]) -> bool;
-    /// A whole system-channel message from `from`; false = cannot take it
-    /// now (keep it).
-    fn direct(&mut self, from: ProcessAddr, bytes: &[u8]) -> bool;
+    /// A whole system-channel message of `class` from `from`; false =
+    /// cannot take it now (keep it).
+    fn direct(&mut self, from: ProcessAddr, class: MessageClass, bytes: &[u8]) -> bool;
     /// Transfer data announced by `from`: where it goes (`None`: discard).
     fn bulk_start(
         &mut self,
@@ -69,6 +69,18 @@ pub trait TransferHost {
     fn peer_gone(&mut self, peer: ProcessAddr);
 }
 
+/// Whom a whole message is for at the receiving engine: the application's
+/// receive queue, or the engine's remote-service layer (see
+/// [`FrameType::Service`](crate::wire::FrameType::Service)). A direct
+/// method carries the class with the message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MessageClass {
+    /// A system-channel message for the application.
+    Application,
+    /// A service message (a remote service request or its answer).
+    Service,
+}
+
 /// What [`DirectMethod::take_direct`] found at the head of the receive
 /// queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,6 +88,8 @@ pub enum DirectHead<'a> {
     /// A direct message from a sender, in place in its receive slot, which
     /// is lent until the next receive call.
     Message(ProcessAddr, &'a [u8]),
+    /// A direct service message, lent the same way.
+    Service(ProcessAddr, &'a [u8]),
     /// Nothing.
     Empty,
     /// Something else (a frame, a transfer notice): for
@@ -122,10 +136,22 @@ pub trait DirectMethod: Method {
     /// behind an indirect call).
     fn take_direct(&mut self) -> DirectHead<'_>;
 
-    /// Sends a whole system-channel message to the peer of `link` if nothing
-    /// of that link is queued and there is room; otherwise says why not
-    /// (the engine then sends it through the port).
-    fn send_direct(&mut self, link: LinkId, data: &[u8]) -> Result<(), DirectError>;
+    /// Like [`take_direct`](DirectMethod::take_direct), but takes only a
+    /// service message ([`DirectHead::Service`]); anything else is
+    /// [`DirectHead::Other`] and stays where it is, for `take_direct` or
+    /// [`poll_rx`](DirectMethod::poll_rx). How a loop that waits for
+    /// service messages alone leaves the application's messages alone.
+    fn take_direct_service(&mut self) -> DirectHead<'_>;
+
+    /// Sends a whole system-channel message of `class` to the peer of
+    /// `link` if nothing of that link is queued and there is room;
+    /// otherwise says why not (the engine then sends it through the port).
+    fn send_direct(
+        &mut self,
+        link: LinkId,
+        class: MessageClass,
+        data: &[u8],
+    ) -> Result<(), DirectError>;
 
     /// Takes the port's outbound transfers, moves their data as far as the
     /// medium allows, and reports what finished, what was written and which

@@ -22,7 +22,7 @@
 pub mod direct;
 pub mod kind;
 
-pub use direct::{DirectError, DirectHead, DirectMethod, RxHandler, TransferHost};
+pub use direct::{DirectError, DirectHead, DirectMethod, MessageClass, RxHandler, TransferHost};
 pub use kind::{Attachment, MethodKind, OpenSpec, ProbeResult, Scope};
 
 use std::fmt;

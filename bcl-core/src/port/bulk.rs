@@ -283,6 +283,16 @@ impl Port {
     /// shortcut. False if the ring has no room now: keep it and offer it
     /// again later (back-pressure, never loss).
     pub fn deliver_direct(&mut self, from: ProcessAddr, bytes: &[u8]) -> bool {
+        self.deliver_direct_to(from, bytes, false)
+    }
+
+    /// As [`Port::deliver_direct`] for a service message (see
+    /// [`Port::send_service`]): it goes to the service queue.
+    pub fn deliver_direct_service(&mut self, from: ProcessAddr, bytes: &[u8]) -> bool {
+        self.deliver_direct_to(from, bytes, true)
+    }
+
+    fn deliver_direct_to(&mut self, from: ProcessAddr, bytes: &[u8], service: bool) -> bool {
         if bytes.len() > self.cfg.eager_limit {
             self.stats.bad_frames.bad_length += 1;
             return true;
@@ -293,11 +303,16 @@ impl Port {
         };
         self.stats.frames_received += 1;
         self.stats.messages_delivered += 1;
-        self.deliveries.push_back(Delivery {
+        let delivery = Delivery {
             from,
             slot,
             len: bytes.len() as u32,
-        });
+        };
+        if service {
+            self.service_deliveries.push_back(delivery);
+        } else {
+            self.deliveries.push_back(delivery);
+        }
         true
     }
 
@@ -318,6 +333,7 @@ impl Port {
         if self.gone.len() < self.cfg.max_peers.max(64) {
             self.gone.push_back(addr);
         }
+        self.note_service_failure(SendFailure::PeerUnreachable(addr));
         let Some(idx) = self.peer_idx(addr) else {
             return;
         };

@@ -34,7 +34,7 @@ mod timer;
 
 use crate::addr::ProcessAddr;
 use crate::config::{ConfigError, PortConfig};
-use crate::event::{ChannelEvent, Delivery, RegionId, SendEvent, SendHandle};
+use crate::event::{ChannelEvent, Delivery, RegionId, SendEvent, SendFailure, SendHandle};
 use crate::method::{MethodCaps, Route};
 use crate::ring::{RingSlot, SystemRing};
 use crate::seq::Seq;
@@ -199,6 +199,9 @@ enum OnDone {
     System,
     /// A control message: nothing to report.
     Internal,
+    /// A service message: nothing to report when it is acknowledged; a
+    /// failure names the peer in the service failure queue.
+    Service,
     /// A normal-channel send: [`ChannelEvent::SendDone`].
     ChannelSend,
     /// An RMA put: [`ChannelEvent::PutDone`].
@@ -235,7 +238,10 @@ struct OutMessage {
 impl OutMessage {
     /// Whether it is a transfer (data outside the ordered message stream).
     fn is_transfer(&self) -> bool {
-        !matches!(self.on_done, OnDone::System | OnDone::Internal)
+        !matches!(
+            self.on_done,
+            OnDone::System | OnDone::Internal | OnDone::Service
+        )
     }
 }
 
@@ -295,6 +301,11 @@ pub struct Port {
     /// by [`Port::poll_peer_gone`].
     gone: VecDeque<ProcessAddr>,
     deliveries: VecDeque<Delivery>,
+    /// Delivered service messages ([`FrameType::Service`]), for the
+    /// engine's remote-service layer.
+    service_deliveries: VecDeque<Delivery>,
+    /// Peers a service message could not be delivered to.
+    service_failures: VecDeque<SendFailure>,
     next_handle: u64,
     outstanding: usize,
     /// Message ids placed by the bundle being taken in (reused, so taking a
@@ -347,6 +358,8 @@ impl Port {
             send_events: VecDeque::with_capacity(max),
             gone: VecDeque::new(),
             deliveries: VecDeque::with_capacity(cfg.ring_blocks as usize),
+            service_deliveries: VecDeque::new(),
+            service_failures: VecDeque::new(),
             next_handle: 0,
             outstanding: 0,
             bundle_scratch: Vec::new(),
@@ -511,6 +524,28 @@ impl Port {
     /// Next entry of the receive-completion queue.
     pub fn poll_delivery(&mut self) -> Option<Delivery> {
         self.deliveries.pop_front()
+    }
+
+    /// Next delivered service message (see [`Port::send_service`]); read
+    /// and release it as any delivery.
+    pub fn poll_service_delivery(&mut self) -> Option<Delivery> {
+        self.service_deliveries.pop_front()
+    }
+
+    /// Next failure of a service message (its peer is unreachable): what
+    /// was sent to that peer as a service message may be lost.
+    pub fn poll_service_failure(&mut self) -> Option<SendFailure> {
+        self.service_failures.pop_front()
+    }
+
+    /// Whether service failures wait (see [`Port::poll_service_failure`]).
+    pub fn has_service_failures(&self) -> bool {
+        !self.service_failures.is_empty()
+    }
+
+    /// Whether service messages wait in the service queue.
+    pub fn has_service_deliveries(&self) -> bool {
+        !self.service_deliveries.is_empty()
     }
 
     /// The bytes of a delivered message, until it is released.

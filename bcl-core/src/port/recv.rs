@@ -738,12 +738,16 @@ impl Port {
             w.active_msgs -= 1;
             p.deliver_id = Some(id.wrapping_add(1));
             let from = p.addr;
+            let delivery = Delivery {
+                from,
+                slot: m.slot,
+                len: m.len,
+            };
             if m.kind == FrameType::Data {
-                self.deliveries.push_back(Delivery {
-                    from,
-                    slot: m.slot,
-                    len: m.len,
-                });
+                self.deliveries.push_back(delivery);
+                self.stats.messages_delivered += 1;
+            } else if m.kind == FrameType::Service {
+                self.service_deliveries.push_back(delivery);
                 self.stats.messages_delivered += 1;
             } else {
                 let body = self

@@ -41,6 +41,44 @@ impl Port {
         dst: ProcessAddr,
         data: &[u8],
     ) -> Result<SendHandle, SendError> {
+        self.send_ordered(now, dst, data, FrameType::Data)
+    }
+
+    /// Accepts a service message for `dst` (see [`FrameType::Service`]):
+    /// as [`Port::send`], in the same order with this port's other
+    /// messages to `dst`, but delivered to the receiver's service queue
+    /// ([`Port::poll_service_delivery`]) instead of its application's.
+    pub fn send_service(
+        &mut self,
+        now: Time,
+        dst: ProcessAddr,
+        data: &[u8],
+    ) -> Result<SendHandle, SendError> {
+        self.send_ordered(now, dst, data, FrameType::Service)
+    }
+
+    /// Queues a service failure for the engine, once per peer in a row.
+    pub(super) fn note_service_failure(&mut self, f: SendFailure) {
+        if self.service_failures.back() != Some(&f)
+            && self.service_failures.len() < self.cfg.max_peers.max(64)
+        {
+            self.service_failures.push_back(f);
+        }
+    }
+
+    /// Records a service message the engine carried itself (see
+    /// [`Port::record_direct_send`]); nothing is reported for it.
+    pub fn record_direct_service_send(&mut self) {
+        self.stats.messages_sent += 1;
+    }
+
+    fn send_ordered(
+        &mut self,
+        now: Time,
+        dst: ProcessAddr,
+        data: &[u8],
+        kind: FrameType,
+    ) -> Result<SendHandle, SendError> {
         if data.len() > self.cfg.eager_limit {
             return Err(SendError::TooLarge {
                 len: data.len(),
@@ -64,15 +102,12 @@ impl Port {
         let handle = self.new_handle();
         self.outstanding += 1;
         self.stats.messages_sent += 1;
-        self.queue_ordered(
-            idx,
-            m,
-            handle,
-            FrameType::Data,
-            OutBody::Pooled(data),
-            OnDone::System,
-            now,
-        );
+        let on_done = if kind == FrameType::Service {
+            OnDone::Service
+        } else {
+            OnDone::System
+        };
+        self.queue_ordered(idx, m, handle, kind, OutBody::Pooled(data), on_done, now);
         Ok(handle)
     }
 
@@ -1259,6 +1294,12 @@ impl Port {
                 self.recycle_buffer(data);
             }
             (OnDone::Internal, OutBody::Pooled(data)) => self.recycle_buffer(data),
+            (OnDone::Service, OutBody::Pooled(data)) => {
+                if let Some(f) = failure {
+                    self.note_service_failure(f);
+                }
+                self.recycle_buffer(data);
+            }
             (OnDone::ChannelSend, OutBody::Owned(buffer)) => {
                 self.push_channel_event(match error {
                     None => ChannelEvent::SendDone {

@@ -165,6 +165,11 @@ pub enum FrameType {
     RmaGetReply = 8,
     /// Control message (reserved).
     Control = 9,
+    /// A service message: ordered with the system channel's messages like
+    /// DATA, but for the receiving engine's remote-service layer (requests
+    /// to handlers and their answers), never for the application's receive
+    /// queue. Never bundled.
+    Service = 10,
 }
 
 impl FrameType {
@@ -180,6 +185,7 @@ impl FrameType {
             7 => FrameType::RmaGet,
             8 => FrameType::RmaGetReply,
             9 => FrameType::Control,
+            10 => FrameType::Service,
             _ => return None,
         })
     }

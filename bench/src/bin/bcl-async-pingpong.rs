@@ -1,6 +1,6 @@
 //! `bcl-async-pingpong`: ping-pong through `bcl::tokio` (async `send` and
 //! `recv` under a tokio runtime), and as remote service requests
-//! (`bcl::rsr`, an inline echo handler), against the same exchange through
+//! (`bcl::service`, an inline echo handler), against the same exchange through
 //! the blocking API (`send_blocking`, `recv_blocking`), one thread per end
 //! each way, in one process, alternating the three several times so a slow
 //! minute of the machine falls on all alike. Over shared memory, udp on
@@ -68,7 +68,7 @@ enum Api {
     Async,
     /// `bcl-pingpong`'s exchange.
     Pingpong,
-    /// `bcl::rsr` calls.
+    /// Remote service requests (`Endpoint::call`).
     Rsr,
 }
 
@@ -313,49 +313,48 @@ fn async_run(cli: &Cli, run: u32) -> Histogram<u64> {
     }
 }
 
-/// The same round trips as remote service requests (`bcl::rsr`): the
-/// client's `call_blocking` to an inline echo handler at the server, both
-/// over a messenger on an endpoint in the blocking API's mode, one thread
-/// per end.
+/// The same round trips as remote service requests (`bcl::service`): the
+/// client's `Endpoint::call_with` to an inline echo handler at the server, both
+/// endpoints in the blocking API's mode, one thread per end. A
+/// busy-polling server loops on `poll_rsr`, a blocking one sleeps in
+/// `progress_or_wait`.
 fn rsr_run(cli: &Cli, run: u32) -> Histogram<u64> {
-    use bcl::coll::messenger::Messenger;
-    use bcl::rsr::Rsr;
     use std::sync::atomic::{AtomicBool, Ordering};
     let mode = cli.mode.progress_mode();
-    let (c, s) = pair(cli.method, mode, run);
+    let (mut c, mut s) = pair(cli.method, mode, run);
     let stop = std::sync::Arc::new(AtomicBool::new(false));
     let server_stop = stop.clone();
     let server = std::thread::spawn(move || {
-        let mut s = Rsr::new(Messenger::new(s));
-        s.register_handler(1, |_, p| p.to_vec()).expect("handler");
+        s.register_handler(1, |_, p, reply| reply.extend_from_slice(p))
+            .expect("handler");
         while !server_stop.load(Ordering::Relaxed) {
             if mode == ProgressMode::BusyPoll {
                 // As a busy-polling server loops: no clock reading.
-                s.progress().expect("server progress");
+                s.poll_rsr().expect("server progress");
             } else {
-                let soon = s.messenger().endpoint().now() + Duration::from_millis(2);
+                let soon = s.now() + Duration::from_millis(2);
                 s.progress_or_wait(Some(soon)).expect("server progress");
             }
         }
+        s
     });
-    let mut c = Rsr::new(Messenger::new(c));
     let to = ProcessAddr::new(1, 2);
     let msg = vec![0x5a; cli.size];
     let total = cli.iters + cli.iters / 10;
     let mut h = histogram();
     for i in 0..total {
         let t0 = Instant::now();
-        c.call_blocking(to, 1, &msg, T).expect("call");
+        c.call_with(to, 1, &msg, T, |_| ()).expect("call");
         if i >= total - cli.iters {
             h.record(t0.elapsed().as_nanos() as u64).expect("record");
         }
     }
     for _ in 0..10 {
-        let soon = c.messenger().endpoint().now() + Duration::from_millis(1);
+        let soon = c.now() + Duration::from_millis(1);
         c.progress_or_wait(Some(soon)).expect("client progress");
     }
     stop.store(true, Ordering::Relaxed);
-    server.join().expect("server thread");
+    drop(server.join().expect("server thread"));
     h
 }
 

@@ -6,9 +6,9 @@
 //! for another CPU, and a busy host changes the time, not the count.
 //!
 //! With `--rsr` the round trips are remote service requests instead
-//! (`bcl::rsr`: the client's `rsr`, the server's inline echo handler, the
-//! client's completion), over the same two endpoints, for comparing what
-//! the RSR layer adds to a plain round trip.
+//! (`bcl::service`: the client's `Endpoint::rsr`, the server's inline echo
+//! handler, the client's completion), over the same two endpoints, for
+//! comparing what a request adds to a plain round trip.
 //!
 //! ```text
 //! bcl-shm-insns --iters 20000 [--rsr]
@@ -77,29 +77,30 @@ fn main() {
     println!("{iters} round trips");
 }
 
-/// `iters` RSR round trips from `a` to an inline echo handler at `b`.
-fn rsr_round_trips(a: Endpoint, b: Endpoint, b_addr: ProcessAddr, iters: u64) {
-    use bcl::coll::messenger::Messenger;
-    use bcl::rsr::Rsr;
-    let mut client = Rsr::new(Messenger::new(a));
-    let mut server = Rsr::new(Messenger::new(b));
-    server
-        .register_handler(1, |_, p| p.to_vec())
+/// `iters` RSR round trips from `a` to an inline echo handler at `b`,
+/// through the endpoint's calls (`Endpoint::rsr`, `register_handler`).
+fn rsr_round_trips(mut a: Endpoint, mut b: Endpoint, b_addr: ProcessAddr, iters: u64) {
+    b.register_handler(1, |_, p, reply| reply.extend_from_slice(p))
         .expect("handler");
     let mut msg = [0u8; 8];
     for i in 0..iters {
         msg[0] = i as u8;
-        let request = client.rsr(b_addr, 1, &msg).expect("request");
-        client.progress().expect("client progress");
+        let request = a.rsr(b_addr, 1, &msg).expect("request");
+        a.transmit().expect("transmit a");
         let answer = loop {
-            server.progress().expect("server progress");
-            client.progress().expect("client progress");
-            if let Some(c) = client.poll_completion() {
-                assert_eq!(c.request, request);
-                break c.result.expect("answer");
+            // The server's loop, then the client's: each a quick poll that
+            // handles a service message where it lies.
+            b.poll_rsr().expect("server poll");
+            a.poll_rsr().expect("client poll");
+            let done = a.poll_rsr_completion_with(|r, result| {
+                assert_eq!(r, request);
+                result.expect("answer")[0]
+            });
+            if let Some(first) = done {
+                break first;
             }
         };
-        assert_eq!(answer[0], i as u8);
+        assert_eq!(answer, i as u8);
     }
     println!("{iters} RSR round trips");
 }

@@ -12,6 +12,7 @@
 //! | 5 `BULK_SHARED` | "transfer data is in my shared heap": kind, channel, transfer, length, memfd, allocation number, offset | the same, when the sender's buffer is in its [`SharedHeap`](crate::heap::SharedHeap): the receiver copies it from there, one copy |
 //! | 6 `BULK_PULLED` | kind, transfer | "I have copied it": the sender's buffer is free |
 //! | 7 `BULK_REFUSED` | kind, transfer | "I cannot map it": the sender pushes the data through the exchange queue instead |
+//! | 8 `DIRECT_SERVICE` | a whole service message, inline, as `DIRECT` | remote service requests and their answers ([`MessageClass::Service`]): the engine's service layer takes them, never the application |
 //!
 //! Large data travels in the per-pair exchange queue. A big frame is pushed
 //! whole before its notice goes into the inbox, so the receiver finds it
@@ -39,8 +40,8 @@
 use crate::heap::{self, PeerMappings, SharedBytes, SharedRef};
 use crate::{Mailbox, MailboxConfig, PeerId, PullProgress, ShmError, ShmEvent};
 use bcl_core::method::{
-    Descriptor, DirectError, DirectHead, DirectMethod, LinkId, Method, MethodCaps, MethodCounters,
-    MethodError, RxHandler, TransferHost, TxFrame,
+    Descriptor, DirectError, DirectHead, DirectMethod, LinkId, MessageClass, Method, MethodCaps,
+    MethodCounters, MethodError, RxHandler, TransferHost, TxFrame,
 };
 use bcl_core::port::{BulkKind, BulkToken, OutboundBulk};
 use bcl_core::{Availability, JobKey, ProcessAddr};
@@ -58,6 +59,8 @@ const TAG_BULK: u8 = 4;
 const TAG_BULK_SHARED: u8 = 5;
 const TAG_BULK_PULLED: u8 = 6;
 const TAG_BULK_REFUSED: u8 = 7;
+/// A direct message of the service class (see [`MessageClass::Service`]).
+const TAG_DIRECT_SERVICE: u8 = 8;
 /// Bytes of a `BULK` notice: tag, kind, channel, transfer, length.
 const BULK_NOTICE_LEN: usize = 1 + 1 + 2 + 4 + 8;
 /// Bytes of a `BULK_SHARED` notice: a `BULK` notice, then memfd,
@@ -989,7 +992,7 @@ impl RxHandler for FramesOnly<'_> {
         (self.sink)(link, bytes);
         true
     }
-    fn direct(&mut self, _from: ProcessAddr, _bytes: &[u8]) -> bool {
+    fn direct(&mut self, _from: ProcessAddr, _class: MessageClass, _bytes: &[u8]) -> bool {
         self.dropped += 1;
         true
     }
@@ -1039,8 +1042,13 @@ impl DirectMethod for ShmMethod {
                     }
                     continue;
                 }
-                (Some(TAG_DIRECT), _) => {
-                    if !h.direct(from, &m.bytes()[1..]) {
+                (Some(t @ (TAG_DIRECT | TAG_DIRECT_SERVICE)), _) => {
+                    let class = if t == TAG_DIRECT {
+                        MessageClass::Application
+                    } else {
+                        MessageClass::Service
+                    };
+                    if !h.direct(from, class, &m.bytes()[1..]) {
                         break;
                     }
                     m.release();
@@ -1100,11 +1108,35 @@ impl DirectMethod for ShmMethod {
                 self.head_lent = true;
                 DirectHead::Message(from, message)
             }
+            Some((&TAG_DIRECT_SERVICE, message)) => {
+                self.head_lent = true;
+                DirectHead::Service(from, message)
+            }
             _ => DirectHead::Other,
         }
     }
 
-    fn send_direct(&mut self, link: LinkId, data: &[u8]) -> Result<(), DirectError> {
+    fn take_direct_service(&mut self) -> DirectHead<'_> {
+        self.return_lent();
+        let Some(m) = self.mailbox.recv() else {
+            return DirectHead::Empty;
+        };
+        let (from, bytes) = m.into_parts();
+        match bytes.split_first() {
+            Some((&TAG_DIRECT_SERVICE, message)) => {
+                self.head_lent = true;
+                DirectHead::Service(from, message)
+            }
+            _ => DirectHead::Other,
+        }
+    }
+
+    fn send_direct(
+        &mut self,
+        link: LinkId,
+        class: MessageClass,
+        data: &[u8],
+    ) -> Result<(), DirectError> {
         if data.len() > self.max_direct() {
             return Err(DirectError::TooLarge);
         }
@@ -1118,7 +1150,11 @@ impl DirectMethod for ShmMethod {
             return Err(DirectError::Busy);
         }
         let (peer, addr) = (l.peer, l.addr);
-        match self.mailbox.try_send_tagged(peer, TAG_DIRECT, data) {
+        let tag = match class {
+            MessageClass::Application => TAG_DIRECT,
+            MessageClass::Service => TAG_DIRECT_SERVICE,
+        };
+        match self.mailbox.try_send_tagged(peer, tag, data) {
             Ok(()) => {
                 self.stats.direct_sent += 1;
                 Ok(())
