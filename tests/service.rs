@@ -6,7 +6,8 @@
 //! requests and replies ride a normal channel over shared memory and over
 //! the simulated fabric; two endpoints sending each other large requests
 //! at once both get their answers; a request to a peer that is gone fails
-//! with an error naming it.
+//! with an error naming it; `call` returns the peer's error, times out, and
+//! the late answer comes as a completion.
 
 mod shm_common;
 
@@ -252,4 +253,56 @@ fn bad_handler_ids_are_refused_at_once() {
     assert!(e.to_string().contains("largest"), "{e}");
     let e = a.register_handler(u32::MAX, |_, _, _| {}).unwrap_err();
     assert!(e.to_string().contains("largest"), "{e}");
+}
+
+#[test]
+fn call_reports_errors_and_a_late_answer_becomes_a_completion() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    const SLOW: u32 = 3;
+    let (mut a, mut b) = shm_pair(0x76);
+    let to = b.local();
+    b.register_handler(SLOW, |_, p, reply| {
+        std::thread::sleep(Duration::from_millis(200));
+        reply.extend_from_slice(p);
+    })
+    .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let server = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                b.poll_rsr().unwrap();
+            }
+        })
+    };
+    let e = a.call(to, 99, b"?", T).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            bcl::service::api::ServiceError::Rsr(RsrError::UnknownHandler { handler: 99, .. })
+        ),
+        "{e}"
+    );
+    let e = a
+        .call(to, SLOW, b"late", Duration::from_millis(20))
+        .unwrap_err();
+    assert!(
+        matches!(e, bcl::service::api::ServiceError::Timeout(_)),
+        "{e}"
+    );
+    // The answer still comes, as a completion.
+    let deadline = Instant::now() + T;
+    let c = loop {
+        assert!(Instant::now() < deadline, "the late answer never came");
+        a.poll_rsr().unwrap();
+        if let Some(c) = a.poll_rsr_completion() {
+            break c;
+        }
+    };
+    assert_eq!(c.result.unwrap(), b"late");
+    // And the next call works as before.
+    assert_eq!(a.call_with(to, ECHO, b"again", T, |r| r.len()).unwrap(), 5);
+    stop.store(true, Ordering::Relaxed);
+    server.join().unwrap();
 }

@@ -10,7 +10,7 @@ use super::{
 };
 use crate::endpoint::{Endpoint, Error};
 use bcl_core::port::SendError;
-use bcl_core::{ChannelEvent, ChannelId, ProcessAddr, SendFailure};
+use bcl_core::{ChannelEvent, ChannelId, ProcessAddr, SendFailure, Time};
 use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Duration;
@@ -195,7 +195,8 @@ impl Endpoint {
 
     /// Sends a request and makes progress (sleeping between idle rounds in
     /// blocking mode) until its answer comes or `timeout` passes; other
-    /// completions stay queued.
+    /// completions stay queued. An answer that comes after the timeout is
+    /// a completion ([`Endpoint::poll_rsr_completion`]).
     pub fn call(
         &mut self,
         peer: ProcessAddr,
@@ -203,12 +204,11 @@ impl Endpoint {
         payload: &[u8],
         timeout: Duration,
     ) -> Result<Vec<u8>, ServiceError> {
-        let c = self.call_for_completion(peer, id, payload, timeout)?;
-        Ok(c.result?)
+        self.call_with(peer, id, payload, timeout, <[u8]>::to_vec)
     }
 
-    /// [`Endpoint::call`] that shows the reply to `f` where it lies and
-    /// keeps its buffer for the next one (no allocation on the way).
+    /// [`Endpoint::call`] that shows the reply to `f` and keeps its buffer
+    /// for the next call (no allocation on the way).
     pub fn call_with<R>(
         &mut self,
         peer: ProcessAddr,
@@ -217,42 +217,43 @@ impl Endpoint {
         timeout: Duration,
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<R, ServiceError> {
-        let c = self.call_for_completion(peer, id, payload, timeout)?;
-        let reply = c.result?;
-        let r = f(&reply);
-        self.services.recycle(reply);
-        Ok(r)
-    }
-
-    fn call_for_completion(
-        &mut self,
-        peer: ProcessAddr,
-        id: u32,
-        payload: &[u8],
-        timeout: Duration,
-    ) -> Result<Completion, ServiceError> {
         let request = self.rsr(peer, id, payload)?;
         // The caller waits for nothing else: out now.
         self.transmit()?;
         let deadline = self.now() + timeout;
-        let got = if self.mode() == crate::ProgressMode::BusyPoll {
+        self.services.awaited = Some(request);
+        self.services.awaited_done = false;
+        let waited = self.await_answer(deadline);
+        self.services.awaited = None;
+        if std::mem::take(&mut self.services.awaited_done) {
+            return match self.services.awaited_error.take() {
+                Some(e) => Err(e.into()),
+                None => Ok(f(&self.services.awaited_reply)),
+            };
+        }
+        waited?;
+        Err(ServiceError::Timeout(timeout))
+    }
+
+    /// Makes progress until the awaited request is answered (its reply or
+    /// error in the awaited slot) or `deadline`.
+    fn await_answer(&mut self, deadline: Time) -> Result<(), Error> {
+        let answered = |ep: &Endpoint| ep.services.awaited_done;
+        if self.mode() == crate::ProgressMode::BusyPoll {
             // The quick service polls, with a look at the clock every so
             // many (a reading costs more than an empty poll).
             let mut polls = 0u32;
-            loop {
-                if let Some(c) = self.take_rsr_completion(request) {
-                    break Some(c);
-                }
+            while !answered(self) {
                 self.poll_rsr()?;
                 polls = polls.wrapping_add(1);
                 if polls.is_multiple_of(CLOCK_CHECK_POLLS) && self.now() >= deadline {
-                    break None;
+                    break;
                 }
             }
-        } else {
-            self.progress_until(deadline, |ep| Ok(ep.take_rsr_completion(request)))?
-        };
-        got.ok_or(ServiceError::Timeout(timeout))
+            return Ok(());
+        }
+        self.progress_until(deadline, |ep| Ok(answered(ep).then_some(())))?;
+        Ok(())
     }
 
     /// The largest payload a request or reply carries in one service

@@ -193,6 +193,39 @@ enum Handler {
     Threaded(ThreadedHandler),
 }
 
+/// Handler ids below this index a table; larger ones a hash map.
+const TABLE_IDS: u32 = 1024;
+
+/// The registered handlers by id.
+#[derive(Default)]
+struct Handlers {
+    table: Vec<Option<Handler>>,
+    others: HashMap<u32, Handler>,
+}
+
+impl Handlers {
+    fn insert(&mut self, id: u32, h: Handler) {
+        if id < TABLE_IDS {
+            let i = id as usize;
+            if self.table.len() <= i {
+                self.table.resize_with(i + 1, || None);
+            }
+            self.table[i] = Some(h);
+        } else {
+            self.others.insert(id, h);
+        }
+    }
+
+    #[inline]
+    fn get_mut(&mut self, id: u32) -> Option<&mut Handler> {
+        match self.table.get_mut(id as usize) {
+            Some(h) => h.as_mut(),
+            None if id < TABLE_IDS => None,
+            None => self.others.get_mut(&id),
+        }
+    }
+}
+
 /// Counters of an endpoint's remote service requests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RsrStats {
@@ -242,7 +275,7 @@ struct Outgoing {
 /// (sends, channels) waits in it for [`api`]'s flush, so that a message can
 /// be handled while a method lends it.
 pub(crate) struct Services {
-    handlers: HashMap<u32, Handler>,
+    handlers: Handlers,
     workers: usize,
     pool: Option<Pool>,
     next_request: u32,
@@ -281,12 +314,19 @@ pub(crate) struct Services {
     events: u64,
     /// Service messages handled so far.
     handled: u64,
+    /// The request an [`Endpoint::call`](crate::Endpoint::call) waits for:
+    /// its reply goes to `awaited_reply` (a buffer kept for the purpose)
+    /// and `awaited_done`, not to the completion queue.
+    pub(crate) awaited: Option<RequestId>,
+    pub(crate) awaited_done: bool,
+    pub(crate) awaited_reply: Vec<u8>,
+    pub(crate) awaited_error: Option<RsrError>,
 }
 
 impl Default for Services {
     fn default() -> Services {
         Services {
-            handlers: HashMap::default(),
+            handlers: Handlers::default(),
             workers: 2,
             pool: None,
             next_request: 0,
@@ -308,6 +348,10 @@ impl Default for Services {
             stats: RsrStats::default(),
             events: 0,
             handled: 0,
+            awaited: None,
+            awaited_done: false,
+            awaited_reply: Vec::new(),
+            awaited_error: None,
         }
     }
 }
@@ -396,6 +440,17 @@ impl Services {
         match h.kind {
             Kind::Request => self.on_request(from, h.handler, h.request, body),
             Kind::Reply => {
+                let request = RequestId {
+                    peer: from,
+                    number: h.request,
+                };
+                if self.awaited == Some(request) && self.pending.remove(request).is_some() {
+                    self.awaited_reply.clear();
+                    self.awaited_reply.extend_from_slice(body);
+                    self.awaited_done = true;
+                    self.events += 1;
+                    return true;
+                }
                 let mut reply = self.buffer();
                 reply.extend_from_slice(body);
                 self.complete(from, h.request, |_| Ok(reply))
@@ -447,11 +502,20 @@ impl Services {
             self.stats.unmatched_answers += 1;
             return false;
         };
-        self.completions.push_back(Completion {
-            request,
-            result: result(handler),
-        });
+        let result = result(handler);
         self.events += 1;
+        if self.awaited == Some(request) {
+            self.awaited_done = true;
+            match result {
+                Ok(reply) => {
+                    let old = std::mem::replace(&mut self.awaited_reply, reply);
+                    self.recycle(old);
+                }
+                Err(e) => self.awaited_error = Some(e),
+            }
+            return true;
+        }
+        self.completions.push_back(Completion { request, result });
         true
     }
 
@@ -459,7 +523,7 @@ impl Services {
     #[inline(always)]
     fn on_request(&mut self, from: ProcessAddr, id: u32, number: u32, payload: &[u8]) -> bool {
         self.stats.requests_handled += 1;
-        let Some(Handler::Inline(f)) = self.handlers.get_mut(&id) else {
+        let Some(Handler::Inline(f)) = self.handlers.get_mut(id) else {
             return self.on_other_request(from, id, number, payload);
         };
         if self.answer_to.is_none() && self.outbox.is_empty() {
@@ -489,7 +553,7 @@ impl Services {
         payload: &[u8],
     ) -> bool {
         let mut out = self.buffer();
-        match self.handlers.get_mut(&id) {
+        match self.handlers.get_mut(id) {
             None => {
                 let why = format!("no handler {id}");
                 wire::error_reply(&mut out, id, number, ERROR_UNKNOWN_HANDLER, &why);
@@ -580,17 +644,14 @@ impl Services {
 
     /// Fails every pending request to `peer`.
     fn fail_peer(&mut self, peer: ProcessAddr, why: &str) {
-        for (request, handler) in self.pending.to_peer(peer) {
-            self.pending.remove(request);
-            self.completions.push_back(Completion {
-                request,
-                result: Err(RsrError::Failed {
+        for (request, _) in self.pending.to_peer(peer) {
+            self.complete(peer, request.number, |handler| {
+                Err(RsrError::Failed {
                     peer,
                     handler,
                     why: why.to_string(),
-                }),
+                })
             });
-            self.events += 1;
         }
         self.held.remove(&peer);
     }
