@@ -303,6 +303,29 @@ impl ShmMethod {
         }
     }
 
+    /// Takes the inbox's head if it is a direct service message, or (with
+    /// `applications`) a direct message for the application; lends it
+    /// until the next receive call (see [`DirectMethod::take_direct`]).
+    #[inline]
+    fn take_head(&mut self, applications: bool) -> DirectHead<'_> {
+        self.return_lent();
+        let Some(m) = self.mailbox.recv() else {
+            return DirectHead::Empty;
+        };
+        let (from, bytes) = m.into_parts();
+        match bytes.split_first() {
+            Some((&TAG_DIRECT, message)) if applications => {
+                self.head_lent = true;
+                DirectHead::Message(from, message)
+            }
+            Some((&TAG_DIRECT_SERVICE, message)) => {
+                self.head_lent = true;
+                DirectHead::Service(from, message)
+            }
+            _ => DirectHead::Other,
+        }
+    }
+
     /// Largest direct message.
     pub fn max_direct(&self) -> usize {
         self.mailbox.max_inline() - 1
@@ -1098,37 +1121,11 @@ impl DirectMethod for ShmMethod {
 
     #[inline]
     fn take_direct(&mut self) -> DirectHead<'_> {
-        self.return_lent();
-        let Some(m) = self.mailbox.recv() else {
-            return DirectHead::Empty;
-        };
-        let (from, bytes) = m.into_parts();
-        match bytes.split_first() {
-            Some((&TAG_DIRECT, message)) => {
-                self.head_lent = true;
-                DirectHead::Message(from, message)
-            }
-            Some((&TAG_DIRECT_SERVICE, message)) => {
-                self.head_lent = true;
-                DirectHead::Service(from, message)
-            }
-            _ => DirectHead::Other,
-        }
+        self.take_head(true)
     }
 
     fn take_direct_service(&mut self) -> DirectHead<'_> {
-        self.return_lent();
-        let Some(m) = self.mailbox.recv() else {
-            return DirectHead::Empty;
-        };
-        let (from, bytes) = m.into_parts();
-        match bytes.split_first() {
-            Some((&TAG_DIRECT_SERVICE, message)) => {
-                self.head_lent = true;
-                DirectHead::Service(from, message)
-            }
-            _ => DirectHead::Other,
-        }
+        self.take_head(false)
     }
 
     fn send_direct(
