@@ -10,19 +10,30 @@
 //! handler, the client's completion), over the same two endpoints, for
 //! comparing what a request adds to a plain round trip.
 //!
+//! With `--udp` the two endpoints talk udp on the loopback interface
+//! instead: every message a BCL frame through the whole protocol core
+//! (sequence numbers, acknowledgements, CRC32C) and a socket, for counting
+//! the core's stages on a framed method (the kernel's part is not counted).
+//!
 //! ```text
-//! bcl-shm-insns --iters 20000 [--rsr]
+//! bcl-shm-insns --iters 20000 [--rsr] [--udp]
 //! ```
 
 use bcl::shm::ShmMethod;
+use bcl::udp::{UdpConfig, UdpMethod};
 use bcl::{Endpoint, JobKey, ProcessAddr, ProgressMode};
 
 const JOB: JobKey = JobKey(0x1a5);
 
-fn end(addr: ProcessAddr) -> Endpoint {
-    let m = ShmMethod::open(JOB, addr).expect("shared memory");
+fn end(addr: ProcessAddr, udp: bool) -> Endpoint {
+    let m: Box<dyn bcl::Method> = if udp {
+        let cfg = UdpConfig::new("127.0.0.1:0".parse().expect("address"));
+        Box::new(UdpMethod::open(cfg).expect("udp socket"))
+    } else {
+        Box::new(ShmMethod::open(JOB, addr).expect("shared memory"))
+    };
     Endpoint::builder(addr, JOB)
-        .method(Box::new(m))
+        .method(m)
         .mode(ProgressMode::BusyPoll)
         .build()
         .expect("endpoint")
@@ -40,21 +51,23 @@ fn recv(ep: &mut Endpoint) -> u8 {
 fn main() {
     let mut iters: u64 = 10_000;
     let mut rsr = false;
+    let mut udp = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--iters" => iters = args.next().and_then(|v| v.parse().ok()).expect("--iters N"),
             "--rsr" => rsr = true,
+            "--udp" => udp = true,
             _ => {
-                eprintln!("usage: bcl-shm-insns [--iters N] [--rsr]");
+                eprintln!("usage: bcl-shm-insns [--iters N] [--rsr] [--udp]");
                 std::process::exit(2);
             }
         }
     }
     let pid = (std::process::id() & 0x7fff) as u16;
     let (a_addr, b_addr) = (ProcessAddr::new(1, pid), ProcessAddr::new(2, pid));
-    let mut a = end(a_addr);
-    let mut b = end(b_addr);
+    let mut a = end(a_addr, udp);
+    let mut b = end(b_addr, udp);
     a.add_peer(b_addr, b.descriptors()[0].clone());
     b.add_peer(a_addr, a.descriptors()[0].clone());
     if rsr {
