@@ -875,12 +875,8 @@ impl Endpoint {
     /// Sends a service message (see [`crate::service`]) as [`Endpoint::send`]
     /// sends a message; no send event reports it.
     pub(crate) fn send_service(&mut self, dst: ProcessAddr, data: &[u8]) -> Result<(), Error> {
-        if self.has_direct {
-            let class = MessageClass::Service;
-            if crate::direct::try_send(&mut self.methods, &self.port, dst, class, data) {
-                self.port.record_direct_service_send();
-                return Ok(());
-            }
+        if self.try_send_service_direct(dst, data) {
+            return Ok(());
         }
         let now = self.clock.now();
         self.port.send_service(now, dst, data)?;

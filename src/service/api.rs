@@ -139,7 +139,13 @@ impl Endpoint {
             ServiceHeader::new(Kind::Request, id, number).write(&mut message);
             message.extend_from_slice(payload);
         }
-        self.send_or_queue_service(peer, message)?;
+        if let Err(e) = self.send_or_queue_service(peer, message) {
+            // Refused at once (no route, say): nothing is pending.
+            let s = &mut self.services;
+            s.pending.remove(request);
+            s.offers.remove(&(peer, number, false));
+            return Err(e.into());
+        }
         Ok(request)
     }
 
