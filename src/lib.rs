@@ -9,7 +9,9 @@
 //! methods with a progress engine, [`Endpoint`]: one communication endpoint
 //! (a port) with its methods and a clock, in busy-poll or blocking mode
 //! ([`ProgressMode`]). The [`cluster`] layer chooses a method per peer and
-//! joins a job; [`channels`] adds normal and open channels.
+//! joins a job; [`channels`] adds normal and open channels, and
+//! [`service`] remote service requests (active messages: handlers
+//! registered under an id, called by peers).
 //!
 //! ```
 //! use bcl::{Endpoint, JobKey, ProcessAddr};

@@ -12,7 +12,7 @@
 //! them to this layer — a progress round, and the in-place path of
 //! [`Endpoint::poll_recv_with`](crate::Endpoint::poll_recv_with), where a
 //! direct method's message is read in its receive slot. Each carries a
-//! 12-byte header ([`wire`]).
+//! 12-byte header (`src/service/wire.rs`).
 //!
 //! Two kinds of handler, as in Nexus:
 //!
@@ -45,9 +45,31 @@
 //! request's frames go unacknowledged) completes with
 //! [`RsrError::Failed`].
 //!
-//! Memory: a pending request costs an entry in a hash map (its id and the
-//! handler's), under 32 bytes; the payload is not kept once sent (a large
-//! one until its receiver takes it).
+//! Memory: a pending request costs a slot of 16 bytes in a table indexed by
+//! its number (a hash map entry once it is old); the payload is not kept
+//! once sent (a large one until its receiver takes it).
+//!
+//! ```
+//! use bcl::SimCluster;
+//!
+//! let mut c = SimCluster::new(2, Default::default(), 1, 1500, |_, _| {}).unwrap();
+//! let server = SimCluster::addr(1);
+//! // Handler 7 at the server answers with the payload reversed.
+//! c.endpoints[1]
+//!     .register_handler(7, |_, payload, reply| {
+//!         reply.extend_from_slice(&payload.iter().rev().copied().collect::<Vec<_>>())
+//!     })
+//!     .unwrap();
+//! let request = c.endpoints[0].rsr(server, 7, b"abc").unwrap();
+//! let done = loop {
+//!     c.step().unwrap();
+//!     if let Some(done) = c.endpoints[0].poll_rsr_completion() {
+//!         break done;
+//!     }
+//! };
+//! assert_eq!(done.request, request);
+//! assert_eq!(done.result.unwrap(), b"cba");
+//! ```
 //!
 //! [`register_handler`]: crate::Endpoint::register_handler
 //! [`register_threaded_handler`]: crate::Endpoint::register_threaded_handler
