@@ -135,42 +135,6 @@ enum Polled {
     Other(Owned),
 }
 
-/// Small messages of one context handed to their consumer where they
-/// arrived (the endpoint's receive ring, or a direct method's queue): no
-/// copy, no receive, no queue entry. Given to
-/// [`Messenger::progress_in_place`] and its kin.
-///
-/// Order holds: the context's consumer keeps one receive posted that takes
-/// any of the context's messages (`behind`), and a message is handed over
-/// in place only while that receive waits unmatched — then nothing of the
-/// context is held in the messenger for it to overtake (a large message
-/// on its way, or messages that came meanwhile, which that receive takes
-/// one by one first). Messages that are not inline (large, synchronous,
-/// in pieces) take the usual way to `behind`.
-pub struct InPlace<'a> {
-    /// The context whose messages are taken.
-    pub context: u32,
-    /// The consumer's receive of any message of the context.
-    pub behind: RecvId,
-    /// Called with (sender, tag, message); returns whether to end the
-    /// progress call here and hand control back (for instance because the
-    /// message made work to send at once).
-    pub take: &'a mut dyn FnMut(ProcessAddr, u64, &[u8]) -> bool,
-}
-
-impl InPlace<'_> {
-    /// Hands `bytes` from `from` over if it is an inline message of the
-    /// context: `Some(stop)`; `None` for any other message.
-    fn offer(&mut self, from: ProcessAddr, bytes: &[u8]) -> Option<bool> {
-        match Msg::parse(bytes) {
-            Ok(Msg::Eager { context, tag, data }) if context == self.context => {
-                Some((self.take)(from, tag, data))
-            }
-            _ => None,
-        }
-    }
-}
-
 /// A receive of a [`Messenger`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RecvId(usize);
@@ -245,10 +209,6 @@ enum Owned {
     Malformed,
     /// A piece of a medium message, kept until the message is whole.
     Nothing,
-    /// Handed over in place ([`InPlace`]); `stop` ends the progress call.
-    Taken {
-        stop: bool,
-    },
 }
 
 /// A medium message being put together from its pieces.
@@ -1140,40 +1100,19 @@ impl Messenger {
     /// place, with a full progress round every few calls) rather than a
     /// full round each time.
     pub fn progress(&mut self) -> Result<usize, CollError> {
-        self.progress_with(None)
-    }
-
-    /// [`Messenger::progress`], handing `in_place`'s context's inline
-    /// messages to it where they arrived (see [`InPlace`]).
-    pub fn progress_in_place(&mut self, in_place: &mut InPlace) -> Result<usize, CollError> {
-        self.progress_with(Some(in_place))
-    }
-
-    fn progress_with(&mut self, mut in_place: Option<&mut InPlace>) -> Result<usize, CollError> {
         if self.ep.mode() == crate::endpoint::ProgressMode::Blocking {
             let mut moved = self.ep.progress()?;
-            moved += self.drain(in_place)?;
+            moved += self.drain()?;
             return Ok(moved);
         }
         let mut moved = 0;
         let rounds = self.ep.engine_stats().rounds;
         for _ in 0..RX_BUDGET {
-            let mut taker = in_place
-                .as_deref_mut()
-                .filter(|t| self.is_waiting(t.behind));
             let (assembling, pool) = (&mut self.assembling, &mut self.pool);
-            match self.ep.poll_recv_with(|from, bytes| {
-                if let Some(stop) = taker.as_mut().and_then(|t| t.offer(from, bytes)) {
-                    return (from, Owned::Taken { stop });
-                }
-                (from, Owned::parse(from, bytes, assembling, pool))
-            })? {
-                Some((_, Owned::Taken { stop })) => {
-                    moved += 1;
-                    if stop {
-                        break;
-                    }
-                }
+            match self
+                .ep
+                .poll_recv_with(|from, bytes| (from, Owned::parse(from, bytes, assembling, pool)))?
+            {
                 Some((from, m)) => {
                     moved += 1;
                     self.handle(from, m)?;
@@ -1188,7 +1127,7 @@ impl Messenger {
         if moved == 0 && self.ep.engine_stats().rounds == rounds && self.backlog.is_empty() {
             return Ok(0);
         }
-        moved += self.drain(in_place)?;
+        moved += self.drain()?;
         Ok(moved)
     }
 
@@ -1202,7 +1141,7 @@ impl Messenger {
     /// then every message and event it produced.
     pub fn progress_full(&mut self) -> Result<usize, CollError> {
         let moved = self.ep.progress()?;
-        Ok(moved + self.drain(None)?)
+        Ok(moved + self.drain()?)
     }
 
     /// Acts on one received message.
@@ -1231,7 +1170,7 @@ impl Messenger {
             } => self.arrive((context, from, tag), Arrival::Remote { region, token }),
             Owned::Cts { token, channel } => self.cleared(from, token, channel)?,
             Owned::Malformed => self.stats.malformed += 1,
-            Owned::Nothing | Owned::Taken { .. } => {}
+            Owned::Nothing => {}
         }
         Ok(())
     }
@@ -1239,28 +1178,11 @@ impl Messenger {
     /// Sleeps until the endpoint has something to do or `until` (blocking
     /// mode; returns at once when busy-polling), then makes progress.
     pub fn progress_or_wait(&mut self, until: Option<bcl_core::Time>) -> Result<usize, CollError> {
-        self.progress_or_wait_with(until, None)
-    }
-
-    /// [`Messenger::progress_or_wait`] with [`InPlace`] taking.
-    pub fn progress_or_wait_in_place(
-        &mut self,
-        until: Option<bcl_core::Time>,
-        in_place: &mut InPlace,
-    ) -> Result<usize, CollError> {
-        self.progress_or_wait_with(until, Some(in_place))
-    }
-
-    fn progress_or_wait_with(
-        &mut self,
-        until: Option<bcl_core::Time>,
-        in_place: Option<&mut InPlace>,
-    ) -> Result<usize, CollError> {
         if self.ep.mode() == crate::endpoint::ProgressMode::BusyPoll {
-            return self.progress_with(in_place);
+            return self.progress();
         }
         let mut moved = self.ep.progress_or_wait(until)?;
-        moved += self.drain(in_place)?;
+        moved += self.drain()?;
         Ok(moved)
     }
 
@@ -1270,21 +1192,10 @@ impl Messenger {
     /// handling them made work (answers, clear-to-sends); the descriptor is
     /// then armed for what comes next.
     pub fn service(&mut self) -> Result<usize, CollError> {
-        self.service_with(None)
-    }
-
-    /// [`Messenger::service`] with [`InPlace`] taking. The descriptor is
-    /// armed when it returns, so what `take` leaves to send must be sent
-    /// before (or another `service` call made after).
-    pub fn service_in_place(&mut self, in_place: &mut InPlace) -> Result<usize, CollError> {
-        self.service_with(Some(in_place))
-    }
-
-    fn service_with(&mut self, mut in_place: Option<&mut InPlace>) -> Result<usize, CollError> {
         let mut moved = 0;
         loop {
             moved += self.ep.service()?;
-            let handled = self.drain(in_place.as_deref_mut())?;
+            let handled = self.drain()?;
             moved += handled;
             if handled == 0 {
                 return Ok(moved);
@@ -1292,21 +1203,13 @@ impl Messenger {
         }
     }
 
-    /// Handles every delivered message and every event of the endpoint;
-    /// `in_place` takes its context's inline messages (all of them: they
-    /// are in the port's ring already, so `stop` has nothing to save).
-    fn drain(&mut self, mut in_place: Option<&mut InPlace>) -> Result<usize, CollError> {
+    /// Handles every delivered message and every event of the endpoint.
+    fn drain(&mut self) -> Result<usize, CollError> {
         let mut moved = 0;
         while let Some(d) = self.ep.poll_delivery() {
             moved += 1;
             let bytes = self.ep.message(&d).unwrap_or_default();
-            let taker = in_place
-                .as_deref_mut()
-                .filter(|t| matches!(self.recvs.try_get(t.behind.0), Some(RecvState::Waiting(_))));
-            let m = match taker.and_then(|t| t.offer(d.from, bytes)) {
-                Some(stop) => Owned::Taken { stop },
-                None => Owned::parse(d.from, bytes, &mut self.assembling, &mut self.pool),
-            };
+            let m = Owned::parse(d.from, bytes, &mut self.assembling, &mut self.pool);
             self.ep.release(d)?;
             self.handle(d.from, m)?;
         }
