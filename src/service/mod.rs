@@ -384,8 +384,7 @@ impl Services {
     #[inline]
     pub fn has_work(&self) -> bool {
         self.has_unsent()
-            || !self.to_clear.is_empty()
-            || !self.to_send.is_empty()
+            || self.has_clearances()
             || self.jobs_in_flight > 0
             || self.watches_channels()
     }
