@@ -11,11 +11,11 @@ use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use std::time::Duration;
 
-/// Message `k` of sender `s`: recognisable bytes.
+/// Message `k` of sender `s`: its sender and number, then a byte of its
+/// own throughout (cheap to make and compare in a test build, where runs
+/// carry hundreds of megabytes).
 fn message(s: usize, k: usize, len: usize) -> Vec<u8> {
-    let mut m: Vec<u8> = (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add((s * 5 + k) as u8))
-        .collect();
+    let mut m = vec![(s * 5 + k * 3) as u8; len];
     m[..8].copy_from_slice(&((s as u64) << 32 | k as u64).to_le_bytes());
     m
 }
@@ -30,6 +30,8 @@ struct Run {
     neck: Option<Bottleneck>,
     delay: Duration,
     reorder: f64,
+    /// Sender `s` starts `s` times this late, when the others keep a queue.
+    stagger: Duration,
     congestion: bool,
     /// Congestion control's target queueing delay (None: the default).
     target: Option<Duration>,
@@ -43,8 +45,8 @@ struct Outcome {
     /// Data frames resent over data frames sent, all senders.
     resent: f64,
     /// Jain's fairness index over the bytes each sender delivered in the
-    /// second half of the time all were sending (until the first one
-    /// finished): after the start, when the shares have converged.
+    /// second half of the time all were sending (from the last start until
+    /// the first one finished): when the shares have converged.
     jain: f64,
     /// The least share of any sender in that half (1/n when fair).
     least_share: f64,
@@ -84,13 +86,16 @@ fn run(r: &Run) -> Result<Outcome, TestCaseError> {
     let mut completed = vec![0usize; r.senders];
     let mut next_expected = vec![0usize; r.senders];
     let mut delivered_bytes = vec![0f64; r.senders];
-    let mut at_first_done: Option<Vec<f64>> = None;
-    // Delivered bytes per sender, sampled as they grow (for the halfway point).
-    let mut history: Vec<(f64, Vec<f64>)> = Vec::new();
+    let mut at_first_done: Option<(u64, Vec<f64>)> = None;
+    // Delivered bytes per sender once all have started, sampled as they
+    // grow (for the halfway point).
+    let mut history: Vec<(u64, Vec<f64>)> = Vec::new();
     let start = c.now();
+    let last_start = start + r.stagger * (r.senders as u32 - 1);
     loop {
         for s in 0..r.senders {
-            while next_to_send[s] < r.messages {
+            let started = c.now() >= start + r.stagger * s as u32;
+            while started && next_to_send[s] < r.messages {
                 let k = next_to_send[s];
                 match c.endpoints[s].send(rx_addr, &message(s, k, r.size)) {
                     Ok(_) => next_to_send[s] += 1,
@@ -123,13 +128,16 @@ fn run(r: &Run) -> Result<Outcome, TestCaseError> {
                 .release(d)
                 .map_err(|e| TestCaseError::fail(e.to_string()))?;
         }
-        if at_first_done.is_none() {
-            let sum: f64 = delivered_bytes.iter().sum();
-            if history.last().is_none_or(|(last, _)| sum > *last) {
-                history.push((sum, delivered_bytes.clone()));
+        if at_first_done.is_none() && c.now() >= last_start {
+            let now = c.now().as_nanos();
+            if history
+                .last()
+                .is_none_or(|(_, last)| *last != delivered_bytes)
+            {
+                history.push((now, delivered_bytes.clone()));
             }
             if next_expected.contains(&r.messages) {
-                at_first_done = Some(delivered_bytes.clone());
+                at_first_done = Some((now, delivered_bytes.clone()));
             }
         }
         if completed.iter().all(|&n| n == r.messages)
@@ -152,11 +160,11 @@ fn run(r: &Run) -> Result<Outcome, TestCaseError> {
         data += ep.port().stats().data_frames_sent;
         resent += ep.port().stats().retransmits;
     }
-    let end = at_first_done.unwrap_or_default();
-    let end_sum: f64 = end.iter().sum();
+    let (end_time, end) = at_first_done.unwrap_or((0, vec![0.0; r.senders]));
+    let middle = (last_start.as_nanos() + end_time) / 2;
     let half = history
         .iter()
-        .find(|(sum, _)| *sum >= end_sum / 2.0)
+        .find(|(t, _)| *t >= middle)
         .map(|(_, v)| v.clone())
         .unwrap_or_else(|| vec![0.0; r.senders]);
     let shares: Vec<f64> = end.iter().zip(&half).map(|(e, h)| e - h).collect();
@@ -215,7 +223,7 @@ proptest! {
     /// again.
     #[test]
     fn one_sender_fills_a_bottleneck_and_resends_at_most_five_percent((neck, delay) in neck()) {
-        let r = Run { senders: 1, messages: 800, size: 8192, neck: Some(neck), delay, reorder: 0.0, congestion: true, target: None };
+        let r = Run { senders: 1, messages: 800, size: 8192, neck: Some(neck), delay, reorder: 0.0, stagger: Duration::ZERO, congestion: true, target: None };
         let out = run(&r)?;
         prop_assert!(out.resent <= 0.05, "{:.1} % resent: {out:?} ({r:?})", out.resent * 100.0);
         let link = neck.rate_bytes_per_sec as f64;
@@ -224,23 +232,38 @@ proptest! {
     }
 
     /// Several senders into one receiver (the shape of gather, reduce and
-    /// all-to-all): every message arrives exactly once and in order, and
-    /// the queue seldom overflows (at most 5 % of the data frames dropped
-    /// there). Fairness and resends are printed, not asserted: a sender
-    /// that starts while others keep a queue takes that queue for the
-    /// path's base round trip and claims more than its share (the
-    /// latecomer bias of delay signals; a sender can get as little as 2 %
-    /// of the link), and behind a deep queue at a low rate, timeouts fire
-    /// spuriously (see bcl-core's congestion module).
+    /// all-to-all), starting together or one after another while the
+    /// others keep a queue: every message arrives exactly once and in
+    /// order, at most 5 % of the data frames are resent or dropped at the
+    /// queue, and over the second half of the time all of them send the
+    /// shares converge (Jain's index at least 0.6; measured over 300 cases:
+    /// 0.98 in the median, 0.84 to 0.92 at the 5th percentile, 0.73 at
+    /// worst) and nobody starves (each gets at least a
+    /// third of a fair share). The run lasts 150 ms of virtual time after
+    /// the last start: some fifteen base-round-trip epochs, whose probes
+    /// undo the latecomer bias of delay signals. The queue holds at least
+    /// two smallest windows per sender: a shallower one overflows whatever
+    /// the senders do.
     #[test]
-    fn incast_delivers_everything_and_keeps_the_queue_from_overflowing(
+    fn incast_converges_to_fair_shares_without_resending(
         (neck, delay) in neck(),
         senders in 2usize..6,
+        stagger_ms in prop_oneof![Just(0u64), 1u64..20],
     ) {
-        let r = Run { senders, messages: 400, size: 8192, neck: Some(neck), delay, reorder: 0.0, congestion: true, target: None };
+        let neck = Bottleneck {
+            queue_bytes: neck.queue_bytes.max(senders as u64 * 4 * 1500),
+            ..neck
+        };
+        let stagger = Duration::from_millis(stagger_ms);
+        let rate = neck.rate_bytes_per_sec as f64;
+        // Enough for the first sender, which has the link to itself until
+        // the second starts, to send 150 ms after the last start.
+        let head_start = (stagger * (senders as u32 - 1)).as_secs_f64();
+        let messages = ((rate * (head_start + 0.15 / senders as f64) / 8192.0) as usize).max(200);
+        let r = Run { senders, messages, size: 8192, neck: Some(neck), delay, reorder: 0.0, stagger, congestion: true, target: None };
         let out = run(&r)?;
         println!(
-            "{senders} senders: Jain {:.3}, least share {:.3}, resent {:.3}",
+            "{senders} senders, {stagger_ms} ms apart: Jain {:.3}, least share {:.3}, resent {:.4}",
             out.jain, out.least_share, out.resent
         );
         let data: u64 = out.stats.iter().map(|s| s.data_frames_sent).sum();
@@ -248,6 +271,13 @@ proptest! {
             out.queue_drops * 20 <= data,
             "{} of {data} data frames dropped at the queue: {out:?} ({r:?})",
             out.queue_drops
+        );
+        prop_assert!(out.resent <= 0.05, "{:.1} % resent: {out:?} ({r:?})", out.resent * 100.0);
+        prop_assert!(out.jain >= 0.6, "Jain {:.3}: {out:?} ({r:?})", out.jain);
+        prop_assert!(
+            out.least_share * 3.0 * senders as f64 >= 1.0,
+            "least share {:.3}: {out:?} ({r:?})",
+            out.least_share
         );
     }
 }
@@ -268,6 +298,7 @@ fn a_shallow_queue_needs_a_smaller_target() {
         neck: Some(neck),
         delay: Duration::from_micros(29),
         reorder: 0.0,
+        stagger: Duration::ZERO,
         congestion: true,
         target: Some(Duration::from_micros(20)),
     };
@@ -294,6 +325,7 @@ fn without_congestion_control_the_fixed_window_overflows_a_small_queue() {
         }),
         delay: Duration::from_micros(10),
         reorder: 0.0,
+        stagger: Duration::ZERO,
         congestion: false,
         target: None,
     };

@@ -35,6 +35,9 @@ pub struct RttEstimator {
     min_rtt: u32,
     backoff_shift: u8,
     has_sample: bool,
+    /// A timeout since the last sample was shown spurious (what it resent
+    /// had arrived): the estimate is below the path's round trip.
+    too_low: bool,
 }
 
 /// Saturating conversion of a duration to nanoseconds in a `u32` (4.29 s).
@@ -51,6 +54,7 @@ impl RttEstimator {
             min_rtt: 0,
             backoff_shift: 0,
             has_sample: false,
+            too_low: false,
         }
     }
 
@@ -75,6 +79,7 @@ impl RttEstimator {
             self.srtt = ((u64::from(self.srtt) * 7 + u64::from(r)) / 8) as u32;
         }
         self.backoff_shift = 0;
+        self.too_low = false;
     }
 
     /// Doubles the timeout after an expiry (capped by [`RtoConfig::max`]).
@@ -85,6 +90,19 @@ impl RttEstimator {
     /// Forgets the backoff (progress was made).
     pub fn reset_backoff(&mut self) {
         self.backoff_shift = 0;
+    }
+
+    /// A timeout was spurious: what it resent had arrived, so the round trip
+    /// outgrew the timeout (behind a queue that grew), and the estimate is
+    /// too low until the next clean sample.
+    pub fn timeout_was_spurious(&mut self) {
+        self.too_low = true;
+    }
+
+    /// A timeout since the last clean sample was spurious: the estimate is
+    /// below the path's round trip now.
+    pub fn estimate_too_low(&self) -> bool {
+        self.too_low
     }
 
     /// Number of doublings currently applied.
@@ -176,6 +194,20 @@ mod tests {
             e.sample(Duration::from_micros(200));
         }
         assert!(e.min_rtt().unwrap() > Duration::from_micros(190));
+    }
+
+    #[test]
+    fn a_spurious_timeout_marks_the_estimate_too_low_until_a_clean_sample() {
+        let mut e = RttEstimator::new();
+        e.sample(Duration::from_micros(300));
+        assert!(!e.estimate_too_low());
+        e.back_off();
+        e.timeout_was_spurious();
+        assert!(e.estimate_too_low());
+        e.reset_backoff();
+        assert!(e.estimate_too_low());
+        e.sample(Duration::from_micros(900));
+        assert!(!e.estimate_too_low());
     }
 
     #[test]

@@ -26,10 +26,25 @@
 //!   doubles per round trip until a round shows half the target of
 //!   queueing or the window first shrinks. The window is kept while the
 //!   peer is idle, so only the first exchange with a peer ramps up.
-//! - **Base round trip.** The least sample of the current epoch; at the end
-//!   of an epoch (`base_epoch` of continuous activity) the epoch's least
-//!   sample replaces it, so a path that became longer is followed. A new
-//!   route forgets it.
+//! - **Base round trip.** The least sample seen; a sample at or below it
+//!   starts a new epoch. At the end of an epoch (`base_epoch` of continuous
+//!   activity, and at least [`EPOCH_BASE_RTTS`] base round trips) the
+//!   epoch's least sample replaces it, so a path that became longer is
+//!   followed. A new route forgets it.
+//! - **Base probe.** A sender that measured its base while others kept a
+//!   queue takes that queue for the path's own delay, tolerates more than
+//!   the others and starves them (the latecomer bias of every delay
+//!   signal). So a sender that saw a queue in the epoch (a round with
+//!   half the target of queueing delay) ends it with a probe, as BBR's
+//!   ProbeRTT does: in flight falls to `min_window` until everything sent before
+//!   the probe is acknowledged, one more round trip is measured at that
+//!   window, and the window is restored. Its own share of the queue gone,
+//!   the sender sees the queue the others keep, mostly at their smallest
+//!   windows when it was the one taking too much. The drain also shows
+//!   every other sender through that queue a sample at or below its base,
+//!   which restarts their epochs: their probes fall together after that,
+//!   and together they see the path empty. A probe costs some two round
+//!   trips at a small window per epoch, under 3 % of the time.
 //! - **Loss.** A frame judged lost, or a timeout, halves the window too
 //!   (once per round trip) if a sample of this round or the last showed a
 //!   queue of at least half the target (delayed acknowledgements alone add
@@ -57,12 +72,10 @@
 //! increase and decrease alike (additive increase, multiplicative
 //! decrease), which evens their shares out.
 //!
-//! Known limits. A sender that starts while others keep a queue measures
-//! that queue as part of its base round trip, so it tolerates more delay
-//! than the others and takes more than its share (the latecomer bias of
-//! every delay signal; flow scaling narrows it, it does not remove it; the
-//! base epoch resets it slowly). Receiver grants would remove it at the
-//! price of a wire change.
+//! Known limits. Until its first probe, a sender that started while others
+//! kept a queue takes more than its share (flow scaling narrows that, the
+//! probe ends it). Receiver grants would avoid it at the price of a wire
+//! change.
 
 //! Off by default ([`CongestionConfig::enabled`]): measured here, it keeps
 //! a shaped switch's queue short under incast (probe p99 about 6 × idle
@@ -94,6 +107,11 @@ const PACED_BATCH: u32 = 4;
 
 /// Measuring rounds during which a loss decrease may still be undone.
 const UNDO_ROUNDS: u8 = 2;
+
+/// An epoch of the base round trip lasts at least this many base round
+/// trips, so that a probe (some two round trips at a small window) costs
+/// under 3 % of the time.
+const EPOCH_BASE_RTTS: u64 = 100;
 
 /// Pacing runs at this multiple of window per round trip (numerator and
 /// denominator), so a window that is not limited is never slowed by pacing.
@@ -135,8 +153,10 @@ pub struct CongestionConfig {
     /// Frames that may leave back to back before pacing spaces them
     /// (default 16).
     pub pacing_burst: u32,
-    /// How long the base round trip stands before the least sample of the
-    /// latest epoch replaces it (default 4 s).
+    /// How long the base round trip stands before it is measured afresh
+    /// (by a probe if congestion limits the window) and the least sample
+    /// of the latest epoch replaces it; at least 100 base round trips
+    /// (default 10 ms).
     pub base_epoch: Duration,
 }
 
@@ -152,7 +172,7 @@ impl Default for CongestionConfig {
             min_window: 2,
             initial_window: 16,
             pacing_burst: 16,
-            base_epoch: Duration::from_secs(4),
+            base_epoch: Duration::from_millis(10),
         }
     }
 }
@@ -283,6 +303,24 @@ pub(crate) struct CongestionRound {
     /// Start of the current base-round-trip epoch, and its least sample.
     epoch_start: Time,
     epoch_min: u32,
+    /// A measuring round of this epoch showed a queue (delay over half the
+    /// target): the epoch ends with a probe if the window is limited.
+    queue_seen: bool,
+    /// The base probe under way, if any.
+    probe: Probe,
+}
+
+/// Where a base probe stands (see the module documentation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Probe {
+    /// No probe.
+    Off,
+    /// In flight falls to the smallest window until the acknowledgement
+    /// covers everything sent before the probe (up to this point).
+    Draining(Seq),
+    /// Frames sent at the smallest window are measured until the
+    /// acknowledgement reaches this point.
+    Measuring(Seq),
 }
 
 impl Default for CongestionRound {
@@ -302,6 +340,8 @@ impl Default for CongestionRound {
             slow_start_limit: 0,
             epoch_start: Time::NEVER,
             epoch_min: u32::MAX,
+            queue_seen: false,
+            probe: Probe::Off,
         }
     }
 }
@@ -345,9 +385,91 @@ impl Congestion {
         self.bits & SLOW_START_OVER == 0
     }
 
-    /// Whole frames allowed in flight (at least one).
+    /// Whole frames allowed in flight (at least one), not counting a base
+    /// probe's limit (see [`Congestion::allowed_frames`]).
     pub fn window_frames(&self) -> u32 {
         (u32::from(self.window()) / UNIT as u32).max(1)
+    }
+
+    /// Frames that may be in flight now: the window, or the smallest
+    /// window while a base probe (`round`, when frames fly) is under way.
+    pub fn allowed_frames(&self, cfg: &CongestionConfig, round: Option<&CongestionRound>) -> u32 {
+        let window = self.window_frames();
+        match round.map(|r| r.probe) {
+            Some(Probe::Draining(_) | Probe::Measuring(_)) => window.min(cfg.min_window),
+            _ => window,
+        }
+    }
+
+    /// Whether a base probe is under way.
+    #[cfg(test)]
+    fn probing(round: &CongestionRound) -> bool {
+        round.probe != Probe::Off
+    }
+
+    /// Advances the base probe with an acknowledgement at `una` (`next`:
+    /// the next sequence to be sent), and starts one when the epoch is
+    /// over and it saw a queue. Returns whether a probe is
+    /// (still) under way: its samples only measure the base.
+    fn advance_probe(
+        &mut self,
+        cfg: &CongestionConfig,
+        round: &mut CongestionRound,
+        una: Seq,
+        next: Seq,
+        now: Time,
+    ) -> bool {
+        match round.probe {
+            Probe::Draining(mark) => {
+                if !una.before(mark) {
+                    round.probe = Probe::Measuring(next);
+                }
+                true
+            }
+            Probe::Measuring(mark) => {
+                if una.before(mark) {
+                    return true;
+                }
+                // Done: the epoch's least sample, the probe's included, is
+                // the base from now on; the round judged next starts afresh.
+                self.base_rtt = CompactNanos::new(round.epoch_min);
+                self.restart_epoch(round, now);
+                round.probe = Probe::Off;
+                round.round_open = false;
+                round.round_min = u32::MAX;
+                round.holding = false;
+                false
+            }
+            Probe::Off => {
+                if !self.epoch_over(cfg, round, now) {
+                    return false;
+                }
+                if round.queue_seen && !self.in_slow_start() {
+                    round.probe = Probe::Draining(next);
+                    return true;
+                }
+                // No queue seen: the epoch's least sample is the base
+                // without a probe.
+                self.base_rtt = CompactNanos::new(round.epoch_min);
+                self.restart_epoch(round, now);
+                false
+            }
+        }
+    }
+
+    /// Whether the current epoch has lasted `base_epoch` and at least
+    /// [`EPOCH_BASE_RTTS`] base round trips.
+    fn epoch_over(&self, cfg: &CongestionConfig, round: &CongestionRound, now: Time) -> bool {
+        let length = cfg.base_epoch.max(Duration::from_nanos(
+            u64::from(self.base_rtt.get()) * EPOCH_BASE_RTTS,
+        ));
+        now.saturating_since(round.epoch_start) >= length
+    }
+
+    fn restart_epoch(&self, round: &mut CongestionRound, now: Time) {
+        round.epoch_start = now;
+        round.epoch_min = u32::MAX;
+        round.queue_seen = false;
     }
 
     /// The path's base round trip, once measured.
@@ -392,19 +514,21 @@ impl Congestion {
         max_frames: u32,
     ) -> Verdict {
         let sample = nanos32(rtt).max(1);
-        // The base: the least sample, replaced by the last epoch's least at
-        // the end of each epoch.
+        // The base: the least sample; one at or below it starts a new
+        // epoch (the queue was empty just now, or as short as ever), and
+        // the end of an epoch measures the base afresh.
         if round.epoch_start == Time::NEVER {
             round.epoch_start = now;
         }
-        round.epoch_min = round.epoch_min.min(sample);
         let old_base = self.base_rtt.get();
-        if old_base == 0 || sample < old_base {
+        if old_base == 0 || CompactNanos::new(sample).get() <= old_base {
             self.base_rtt = CompactNanos::new(sample);
-        } else if now.saturating_since(round.epoch_start) >= cfg.base_epoch {
-            self.base_rtt = CompactNanos::new(round.epoch_min);
-            round.epoch_start = now;
-            round.epoch_min = u32::MAX;
+            self.restart_epoch(round, now);
+        }
+        round.epoch_min = round.epoch_min.min(sample);
+        if self.advance_probe(cfg, round, una, next, now) {
+            round.last_sample = sample;
+            return Verdict::Steady;
         }
         let base = self.base_rtt.get();
         let target = self.target_ns(cfg, max_frames);
@@ -453,9 +577,12 @@ impl Congestion {
                 round.undo = 0;
             }
         }
-        if self.in_slow_start() && delay > target / 2 {
-            // A queue starts to form: the path is full, grow gently now.
-            self.bits |= SLOW_START_OVER;
+        if delay > target / 2 {
+            round.queue_seen = true;
+            if self.in_slow_start() {
+                // A queue starts to form: the path is full, grow gently now.
+                self.bits |= SLOW_START_OVER;
+            }
         }
         if delay <= target || !Self::may_decrease(round, una) {
             return Verdict::Steady;
@@ -938,6 +1065,98 @@ mod tests {
         assert_eq!(cc.base_rtt(), Some(80 * US));
         cc.forget_base();
         assert_eq!(cc.base_rtt(), None);
+    }
+
+    #[test]
+    fn a_sender_that_saw_a_queue_probes_for_the_base_at_the_end_of_the_epoch() {
+        let (cfg, mut cc, mut round) = setup(20);
+        let rtt = |cc: &mut Congestion, round: &mut CongestionRound, us, una, next, t| {
+            cc.on_round_trip(&cfg, round, us * US, 1, Seq(una), Seq(next), t, 128)
+        };
+        // The base was measured behind the queue other senders keep: 128 µs,
+        // where the path's own is 40. Then a round shows 72 µs of queueing
+        // (over half the target, under the target: no decrease).
+        let t = Time::ZERO;
+        rtt(&mut cc, &mut round, 128, 1, 20, t);
+        rtt(&mut cc, &mut round, 200, 20, 40, t + 200 * US);
+        rtt(&mut cc, &mut round, 200, 40, 60, t + 400 * US);
+        let window = cc.window_frames();
+        assert_eq!(cc.allowed_frames(&cfg, Some(&round)), window);
+        assert!(!Congestion::probing(&round));
+        // The epoch ends (100 base round trips, 12.8 ms, are longer than
+        // the configured 10 ms): in flight falls to the smallest window.
+        let end = Time::ZERO + Duration::from_millis(13);
+        rtt(&mut cc, &mut round, 200, 41, 60, Time::ZERO + 12_700 * US);
+        assert!(!Congestion::probing(&round));
+        rtt(&mut cc, &mut round, 200, 41, 60, end);
+        assert!(Congestion::probing(&round));
+        assert_eq!(cc.allowed_frames(&cfg, Some(&round)), cfg.min_window);
+        // Samples while the window drains change nothing.
+        rtt(&mut cc, &mut round, 150, 50, 60, end);
+        assert_eq!(cc.window_frames(), window);
+        assert_eq!(cc.base_rtt(), Some(128 * US));
+        // All sent before the probe acknowledged (frames 60 and 61 went out
+        // at the smallest window): measuring.
+        rtt(&mut cc, &mut round, 100, 60, 62, end);
+        assert!(Congestion::probing(&round));
+        // They see the path empty: the base drops at once.
+        rtt(&mut cc, &mut round, 40, 61, 62, end);
+        assert_eq!(cc.base_rtt(), Some(40 * US));
+        assert!(Congestion::probing(&round));
+        // Both acknowledged: the probe is over, the window back.
+        rtt(&mut cc, &mut round, 45, 62, 62, end);
+        assert!(!Congestion::probing(&round));
+        assert_eq!(cc.allowed_frames(&cfg, Some(&round)), window);
+        assert_eq!(cc.base_rtt(), Some(40 * US));
+        // Without a round (the peer idle) there is no probe either.
+        assert_eq!(cc.allowed_frames(&cfg, None), window);
+    }
+
+    #[test]
+    fn a_sender_that_saw_no_queue_does_not_probe() {
+        let (cfg, mut cc, mut round) = setup(20);
+        cc.on_round_trip(
+            &cfg,
+            &mut round,
+            30 * US,
+            1,
+            Seq(1),
+            Seq(20),
+            Time::ZERO,
+            128,
+        );
+        let t = Time::ZERO + 100 * US;
+        cc.on_round_trip(&cfg, &mut round, 40 * US, 1, Seq(20), Seq(40), t, 128);
+        let end = Time::ZERO + cfg.base_epoch;
+        cc.on_round_trip(&cfg, &mut round, 35 * US, 1, Seq(21), Seq(40), end, 128);
+        assert!(!Congestion::probing(&round));
+        assert_eq!(cc.allowed_frames(&cfg, Some(&round)), cc.window_frames());
+        assert_eq!(cc.base_rtt(), Some(30 * US));
+    }
+
+    #[test]
+    fn an_epoch_lasts_at_least_a_hundred_base_round_trips() {
+        let (cfg, mut cc, mut round) = setup(20);
+        let rtt = |cc: &mut Congestion, round: &mut CongestionRound, us, una, next, t| {
+            cc.on_round_trip(&cfg, round, us * US, 1, Seq(una), Seq(next), t, 128)
+        };
+        // A 1 ms path with a queue: the epoch is 100 ms, not the configured
+        // 10 ms.
+        let t = Time::ZERO;
+        rtt(&mut cc, &mut round, 1000, 1, 20, t);
+        rtt(&mut cc, &mut round, 1070, 20, 40, t + 1000 * US);
+        rtt(&mut cc, &mut round, 1070, 40, 60, t + 2000 * US);
+        rtt(&mut cc, &mut round, 1070, 41, 60, t + cfg.base_epoch * 2);
+        assert!(!Congestion::probing(&round));
+        rtt(
+            &mut cc,
+            &mut round,
+            1070,
+            42,
+            60,
+            t + Duration::from_millis(100),
+        );
+        assert!(Congestion::probing(&round));
     }
 
     #[test]

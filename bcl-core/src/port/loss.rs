@@ -25,6 +25,14 @@
 //! trip (a reordering bridge, the simulated fabric's hold-back), and a true
 //! loss on such a path is still found within about three round trips; the
 //! retransmission timeout remains the backstop.
+//!
+//! A resent frame's delivery is ambiguous (the first copy may be the one
+//! that arrived), and frames carry no timestamps to tell. It moves the mark
+//! unless a timeout was shown spurious since the last clean round-trip
+//! sample: then the estimate is known to be below the path's round trip (a
+//! queue grew), a short "round trip" of a resend proves nothing, and marks
+//! set by resends would judge every frame still in the queue lost, resend
+//! it, and leave no frame sent once to sample, round after round.
 
 use super::congestion::Verdict;
 use super::congestion_log::CongestionCause;
@@ -131,6 +139,10 @@ pub(super) fn note_delivered(
     now: Time,
 ) -> bool {
     let round_trip = now.saturating_since(slot.last_sent);
+    if slot.sent_count > 1 && rtt.estimate_too_low() {
+        // Perhaps the first copy's delivery: see the module documentation.
+        return false;
+    }
     if mark.known && sent_before(slot.sent_order, mark.order) {
         if slot.sent_count == 1 {
             reorder.seen = true;
@@ -238,6 +250,8 @@ impl Port {
             }
         }
         if p.reorder.after_timeout {
+            // What the timeout resent had arrived.
+            p.rtt.timeout_was_spurious();
             return;
         }
         let r = &mut p.reorder;
@@ -247,5 +261,40 @@ impl Port {
             r.round_end = p.next_seq;
         }
         r.recoveries_left = REORDER_WINDOW_PERSIST;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resend_moves_no_mark_while_the_round_trip_estimate_is_too_low() {
+        let mut rtt = RttEstimator::new();
+        rtt.sample(Duration::from_micros(40));
+        let mut reorder = ReorderState::new(Seq(0));
+        let first = TxSlot {
+            sent_count: 1,
+            sent_order: 1,
+            last_sent: Time::ZERO,
+            ..TxSlot::default()
+        };
+        let resend = TxSlot {
+            sent_count: 2,
+            sent_order: 5,
+            last_sent: Time::ZERO + Duration::from_micros(300),
+            ..TxSlot::default()
+        };
+        let now = Time::ZERO + Duration::from_micros(310);
+        let mut mark = RackMark::default();
+        assert!(note_delivered(&mut mark, &mut reorder, &rtt, &resend, now));
+        assert_eq!(mark.order, 5);
+        rtt.timeout_was_spurious();
+        let mut mark = RackMark::default();
+        assert!(!note_delivered(&mut mark, &mut reorder, &rtt, &resend, now));
+        assert!(!mark.known);
+        // A frame sent once still moves it.
+        assert!(note_delivered(&mut mark, &mut reorder, &rtt, &first, now));
+        assert_eq!(mark.order, 1);
     }
 }

@@ -531,7 +531,8 @@ impl Port {
         let p = &self.peers[idx as usize];
         let controlled = self.cfg.congestion.enabled && !p.reliable;
         let window = if controlled {
-            p.cc.window_frames().min(self.cfg.tx_window)
+            p.cc.allowed_frames(&self.cfg.congestion, p.tx.as_ref().map(|w| &w.cc))
+                .min(self.cfg.tx_window)
         } else {
             self.cfg.tx_window
         };
