@@ -36,9 +36,9 @@
 //!   the others and starves them (the latecomer bias of every delay
 //!   signal). So a sender that saw a queue in the epoch (a round with
 //!   half the target of queueing delay) ends it with a probe, as BBR's
-//!   ProbeRTT does: in flight falls to `min_window` until everything sent before
-//!   the probe is acknowledged, one more round trip is measured at that
-//!   window, and the window is restored. Its own share of the queue gone,
+//!   ProbeRTT does: in flight falls to `min_window` until everything sent
+//!   before the probe is acknowledged, one more round trip is measured at
+//!   that window, and the window is restored. Its own share of the queue gone,
 //!   the sender sees the queue the others keep, mostly at their smallest
 //!   windows when it was the one taking too much. The drain also shows
 //!   every other sender through that queue a sample at or below its base,
@@ -154,9 +154,9 @@ pub struct CongestionConfig {
     /// (default 16).
     pub pacing_burst: u32,
     /// How long the base round trip stands before it is measured afresh
-    /// (by a probe if congestion limits the window) and the least sample
-    /// of the latest epoch replaces it; at least 100 base round trips
-    /// (default 10 ms).
+    /// (by a probe if the epoch showed a queue) and the least sample of the
+    /// latest epoch replaces it; at least 100 base round trips (default
+    /// 10 ms).
     pub base_epoch: Duration,
 }
 
@@ -304,7 +304,7 @@ pub(crate) struct CongestionRound {
     epoch_start: Time,
     epoch_min: u32,
     /// A measuring round of this epoch showed a queue (delay over half the
-    /// target): the epoch ends with a probe if the window is limited.
+    /// target): the epoch ends with a probe.
     queue_seen: bool,
     /// The base probe under way, if any.
     probe: Probe,
