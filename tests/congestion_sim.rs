@@ -236,9 +236,9 @@ proptest! {
     /// others keep a queue: every message arrives exactly once and in
     /// order, at most 5 % of the data frames are resent or dropped at the
     /// queue, and over the second half of the time all of them send the
-    /// shares converge (Jain's index at least 0.6; measured over 300 cases:
-    /// 0.98 in the median, 0.84 to 0.92 at the 5th percentile, 0.73 at
-    /// worst) and nobody starves (each gets at least a
+    /// shares converge (Jain's index at least 0.6; measured over 200 cases:
+    /// 0.98 in the median, 0.85 at the 5th percentile, 0.72 at worst) and
+    /// nobody starves (each gets at least a
     /// third of a fair share). The run lasts 150 ms of virtual time after
     /// the last start: some fifteen base-round-trip epochs, whose probes
     /// undo the latecomer bias of delay signals. The queue holds at least
