@@ -30,7 +30,7 @@ use crate::clock::{Clock, MonotonicClock};
 use crate::method_slot::MethodSlot;
 use crate::schedule::{self, Schedule};
 use crate::wait::{Waiter, Woken};
-use bcl_core::method::{Descriptor, DirectHead, MessageClass, Method, MethodError, Route};
+use bcl_core::method::{Descriptor, DirectHead, LinkId, MessageClass, Method, MethodError, Route};
 use bcl_core::port::{Port, ReleaseError, SendError};
 use bcl_core::{
     ConfigError, Delivery, JobKey, PortConfig, ProcessAddr, SendEvent, SendFailure, SendHandle,
@@ -507,9 +507,7 @@ impl Endpoint {
             if self.schedule.skip_rx(i, round) {
                 continue;
             }
-            let n = m.rx_burst(RX_BUDGET, &mut |link, bytes| {
-                port.handle_frame(now, Route { method, link }, bytes);
-            })?;
+            let n = m.rx_burst_placing(RX_BUDGET, &mut PortSink { port, now, method })?;
             self.schedule.record_rx(i, n);
             moved += n;
         }
@@ -1211,5 +1209,38 @@ impl std::os::fd::AsFd for Endpoint {
 impl Drop for Endpoint {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+/// The port as the receiver of one method's frames in a progress round.
+struct PortSink<'a> {
+    port: &'a mut Port,
+    now: Time,
+    method: u8,
+}
+
+impl bcl_core::RxSink for PortSink<'_> {
+    fn frame(&mut self, link: LinkId, bytes: &[u8]) {
+        let route = Route {
+            method: self.method,
+            link,
+        };
+        self.port.handle_frame(self.now, route, bytes);
+    }
+
+    fn placement(&mut self, link: LinkId, header: &[u8]) -> Option<&mut [u8]> {
+        let route = Route {
+            method: self.method,
+            link,
+        };
+        self.port.placement(route, header)
+    }
+
+    fn placed(&mut self, link: LinkId, header: &[u8]) {
+        let route = Route {
+            method: self.method,
+            link,
+        };
+        self.port.handle_placed_frame(self.now, route, header);
     }
 }

@@ -35,7 +35,7 @@ pub use event::{
 };
 pub use method::{
     Attachment, Availability, Descriptor, DirectMethod, LinkId, Method, MethodCaps, MethodCounters,
-    MethodError, MethodKind, OpenSpec, ProbeResult, Route, Scope, TxFrame,
+    MethodError, MethodKind, OpenSpec, ProbeResult, Route, RxSink, Scope, TxFrame,
 };
 pub use port::{
     ChannelError, CongestionCause, CongestionChange, CongestionConfig, CongestionInfo, Port,

@@ -212,6 +212,27 @@ impl MethodCounters {
     }
 }
 
+/// What [`Method::rx_burst_placing`] hands received frames to (the engine,
+/// in front of [`Port`](crate::port::Port)).
+pub trait RxSink {
+    /// A whole frame, `bytes` starting at the BCL header, from `link`; as
+    /// the sink of [`Method::rx_burst`].
+    fn frame(&mut self, link: LinkId, bytes: &[u8]);
+
+    /// Where the payload of the frame from `link` whose header (exactly
+    /// [`HEADER_LEN`](crate::wire::HEADER_LEN) bytes) is `header` should be
+    /// written, or `None` to receive it whole and hand it to
+    /// [`frame`](RxSink::frame). The slice is exactly the payload's length
+    /// as the header states it.
+    fn placement(&mut self, link: LinkId, header: &[u8]) -> Option<&mut [u8]>;
+
+    /// The frame from `link` with header `header` had its whole payload
+    /// written where [`placement`](RxSink::placement) said, and nothing
+    /// else was read in between. A frame whose payload did not arrive
+    /// whole there must go to [`frame`](RxSink::frame) instead.
+    fn placed(&mut self, link: LinkId, header: &[u8]);
+}
+
 /// Turns a boxed method into `Box<dyn Method>`; implemented for every
 /// method, so that [`Method::into_direct`] has a default.
 pub trait IntoBoxedMethod {
@@ -261,6 +282,19 @@ pub trait Method: std::any::Any + Send + IntoBoxedMethod {
         budget: usize,
         sink: &mut dyn FnMut(LinkId, &[u8]),
     ) -> Result<usize, MethodError>;
+
+    /// [`rx_burst`](Method::rx_burst) for a method that can read a frame's
+    /// header before its payload: for each frame it may ask
+    /// [`RxSink::placement`] where the payload belongs, read it straight
+    /// there and report [`RxSink::placed`]; other frames go to
+    /// [`RxSink::frame`] as in `rx_burst`. The default never asks.
+    fn rx_burst_placing(
+        &mut self,
+        budget: usize,
+        sink: &mut dyn RxSink,
+    ) -> Result<usize, MethodError> {
+        self.rx_burst(budget, &mut |link, bytes| sink.frame(link, bytes))
+    }
 
     /// Lends transmit buffers to the core until it has nothing more to send
     /// or the method runs out of buffers, then sends them as one batch.

@@ -74,6 +74,10 @@ pub(super) enum RxTransfer {
     Normal {
         channel: u16,
         received: u64,
+        /// The end of the furthest byte written so far: a frame placed by
+        /// the method ([`Port::placement`]) may only land at or beyond it,
+        /// where nothing good can be overwritten.
+        frontier: u64,
         last_activity: Time,
     },
     /// An RMA put into a region.
@@ -808,6 +812,7 @@ impl Port {
             RxTransfer::Normal {
                 channel: ch.0,
                 received: 0,
+                frontier: 0,
                 last_activity: now,
             },
         );
@@ -1114,6 +1119,12 @@ impl Port {
         let offset = h.frag_offset.get();
         let total = u64::from(h.msg_len.get());
         let payload = frame.payload();
+        let payload_len = frame.payload_len();
+        if frame.is_placed() && frame.kind() != FrameType::Data {
+            // Only normal-channel data is ever placed (`placement`).
+            self.stats.bad_frames.bad_length += 1;
+            return;
+        }
         if frame.kind() == FrameType::RmaGetReply {
             let Some(wait) = self.get_waits.get_mut(&(idx, transfer)) else {
                 self.stats.transfer_frames_dropped += 1;
@@ -1171,8 +1182,13 @@ impl Port {
                         usize::try_from(offset)
                             .ok()
                             .filter(|_| total == expected_len)
-                            .and_then(|o| posting.buffer.get_mut(o..o.checked_add(payload.len())?))
-                            .map(|dst| dst.copy_from_slice(payload))
+                            .and_then(|o| posting.buffer.get_mut(o..o.checked_add(payload_len)?))
+                            // A placed payload is there already.
+                            .map(|dst| {
+                                if !frame.is_placed() {
+                                    dst.copy_from_slice(payload)
+                                }
+                            })
                             .is_some()
                     }
                     _ => false,
@@ -1186,7 +1202,8 @@ impl Port {
                 ..
             }) => {
                 let (region, base, len) = (*region, *base, *len);
-                let in_range = total == len
+                let in_range = !frame.is_placed()
+                    && total == len
                     && offset
                         .checked_add(payload.len() as u64)
                         .is_some_and(|end| end <= len);
@@ -1210,15 +1227,21 @@ impl Port {
         let done = match self.rx_transfers.get_mut(&(idx, transfer)) {
             Some(RxTransfer::Normal {
                 received,
+                frontier,
                 last_activity,
                 ..
-            })
-            | Some(RxTransfer::Put {
+            }) => {
+                *received += payload_len as u64;
+                *frontier = (*frontier).max(offset + payload_len as u64);
+                *last_activity = now;
+                *received >= total
+            }
+            Some(RxTransfer::Put {
                 received,
                 last_activity,
                 ..
             }) => {
-                *received += payload.len() as u64;
+                *received += payload_len as u64;
                 *last_activity = now;
                 *received >= total
             }
@@ -1234,6 +1257,31 @@ impl Port {
         }
     }
 
+    /// Whether the buffer posted on `ch` was announced to peer `idx`, is
+    /// free, and holds `len` bytes: data of a transfer that never asked may
+    /// then start it ([`Port::adopt_announced`]).
+    pub(super) fn adoptable(&self, idx: PeerIdx, ch: ChannelId, len: u64) -> bool {
+        match self.channel(ch) {
+            Some(Channel::Normal(NormalChannel {
+                posted: Some(posting),
+                ..
+            })) => {
+                posting.from == Some(idx)
+                    && posting.active.is_none()
+                    && posting.buffer.len() as u64 >= len
+            }
+            _ => false,
+        }
+    }
+
+    /// The buffer posted on normal channel `ch`, whole.
+    pub(super) fn posted_buffer_mut(&mut self, ch: ChannelId) -> Option<&mut [u8]> {
+        self.normal_mut(ch)?
+            .posted
+            .as_mut()
+            .map(|p| &mut p.buffer[..])
+    }
+
     /// Data for a transfer that never asked: acceptable if the receiver
     /// announced its buffer on `ch` to this peer and it is free and large
     /// enough. Starts the transfer then.
@@ -1245,24 +1293,19 @@ impl Port {
         len: u64,
         now: Time,
     ) -> bool {
-        let Some(n) = self.normal_mut(ch) else {
-            return false;
-        };
-        let Some(posting) = n.posted.as_mut() else {
-            return false;
-        };
-        if posting.from != Some(idx)
-            || posting.active.is_some()
-            || (posting.buffer.len() as u64) < len
-        {
+        if !self.adoptable(idx, ch, len) {
             return false;
         }
+        let Some(posting) = self.normal_mut(ch).and_then(|n| n.posted.as_mut()) else {
+            return false;
+        };
         posting.active = Some((idx, transfer, len));
         self.rx_transfers.insert(
             (idx, transfer),
             RxTransfer::Normal {
                 channel: ch.0,
                 received: 0,
+                frontier: 0,
                 last_activity: now,
             },
         );
@@ -1271,6 +1314,21 @@ impl Port {
     }
 
     // ------------------------------------------------- bulk destinations
+
+    /// The length of the message being received into the buffer posted on
+    /// `channel`, if that receive is transfer `key`.
+    pub(super) fn active_receive_len(&self, channel: u16, key: (PeerIdx, u32)) -> Option<u64> {
+        match self.channels.get(usize::from(channel))? {
+            Some(Channel::Normal(NormalChannel {
+                posted: Some(posting),
+                ..
+            })) => match posting.active {
+                Some((peer, transfer, len)) if (peer, transfer) == key => Some(len),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
 
     /// Where the data of arriving transfer `key` goes, whole: the posted
     /// buffer's first `len` bytes, or the region's range.

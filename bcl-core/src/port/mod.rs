@@ -28,6 +28,7 @@ pub use congestion::CongestionConfig;
 pub use congestion_log::{CongestionCause, CongestionChange, CONGESTION_LOG_CAPACITY};
 pub use send::FULL_RESEND_AFTER_TIMEOUTS;
 mod peer;
+mod placement;
 mod recv;
 mod send;
 mod timer;

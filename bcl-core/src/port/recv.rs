@@ -2,7 +2,7 @@
 //! the ring, in-order delivery and what to acknowledge.
 
 use super::peer::{PeerIdx, RxMsg, RxWindow};
-use super::{Port, RingReservation};
+use super::{MethodInfo, Port, RingReservation};
 use crate::event::Delivery;
 use crate::method::Route;
 use crate::ring::RingSlot;
@@ -12,7 +12,7 @@ use crate::time::Time;
 use crate::wire::{self, bundle, AckBody, Frame, FrameType, NakReason};
 
 /// The system channel's number.
-const SYSTEM_CHANNEL: u16 = 0;
+pub(super) const SYSTEM_CHANNEL: u16 = 0;
 
 impl Port {
     /// Takes one received frame, `bytes` starting at the BCL header, that
@@ -41,6 +41,19 @@ impl Port {
                 return true;
             }
         };
+        self.handle_parsed(now, route, info, &frame, bytes.len())
+    }
+
+    /// [`Port::handle_frame`] after the frame is validated; `wire_len` is
+    /// its length on the wire (header and payload).
+    pub(super) fn handle_parsed(
+        &mut self,
+        now: Time,
+        route: Route,
+        info: MethodInfo,
+        frame: &Frame<'_>,
+        wire_len: usize,
+    ) -> bool {
         let unsequenced = frame.flags() & wire::flags::UNSEQUENCED != 0;
         if unsequenced && !info.caps.reliable {
             // Only a method that never loses may skip sequence numbers.
@@ -59,12 +72,12 @@ impl Port {
             self.apply_route(idx, route);
         }
         if unsequenced {
-            let taken = self.on_unsequenced(idx, &frame, now);
+            let taken = self.on_unsequenced(idx, frame, now);
             if taken {
                 self.stats.frames_received += 1;
                 let p = &mut self.peers[idx as usize].stats;
                 p.frames_received += 1;
-                p.bytes_received += bytes.len() as u64;
+                p.bytes_received += wire_len as u64;
                 self.start_channel_sends(now);
                 self.schedule(idx, now);
             }
@@ -73,11 +86,11 @@ impl Port {
         self.stats.frames_received += 1;
         let p = &mut self.peers[idx as usize].stats;
         p.frames_received += 1;
-        p.bytes_received += bytes.len() as u64;
+        p.bytes_received += wire_len as u64;
 
         let sequenced = is_sequenced(frame.kind());
         if sequenced {
-            self.note_sender_epoch(idx, &frame);
+            self.note_sender_epoch(idx, frame);
         }
         // An acknowledgement of frames we never sent (for instance one meant
         // for an earlier incarnation of this port) is ignored, but a DATA
@@ -90,7 +103,7 @@ impl Port {
             self.stats.bad_frames.bad_ack += 1;
         }
         match frame.kind() {
-            _ if sequenced => self.on_sequenced(idx, &frame, now),
+            _ if sequenced => self.on_sequenced(idx, frame, now),
             FrameType::Ack | FrameType::Nak if ack_valid => {
                 match (frame.ack(), AckBody::read(frame.payload())) {
                     (Some(ack), Some(body)) => self.on_ack_body(idx, Seq(ack), body, now),

@@ -234,6 +234,9 @@ pub struct Frame<'a> {
     header: &'a Header,
     kind: FrameType,
     payload: &'a [u8],
+    /// The payload was written by the method straight to where it belongs
+    /// ([`parse_placed`]); `payload` is then empty.
+    placed: bool,
 }
 
 impl<'a> Frame<'a> {
@@ -245,9 +248,18 @@ impl<'a> Frame<'a> {
     pub fn kind(&self) -> FrameType {
         self.kind
     }
-    /// The payload bytes.
+    /// The payload bytes (empty for a [placed](Frame::is_placed) frame).
     pub fn payload(&self) -> &'a [u8] {
         self.payload
+    }
+    /// The payload's length, from the validated header (also for a placed
+    /// frame, whose bytes are not here).
+    pub fn payload_len(&self) -> usize {
+        usize::from(self.header.payload_len.get())
+    }
+    /// Whether the payload is already at its destination ([`parse_placed`]).
+    pub fn is_placed(&self) -> bool {
+        self.placed
     }
     /// The sender.
     pub fn src(&self) -> ProcessAddr {
@@ -299,6 +311,45 @@ pub struct Expect {
 pub fn parse<'a>(bytes: &'a [u8], expect: &Expect) -> Result<Frame<'a>, FrameError> {
     let (header, rest) =
         Header::ref_from_prefix(bytes).map_err(|_| FrameError::Truncated(bytes.len()))?;
+    let kind = check_head(header)?;
+    let payload_len = usize::from(header.payload_len.get());
+    let payload = rest.get(..payload_len).ok_or(FrameError::BadLength)?;
+    check_body(header, kind, &bytes[..CRC_OFFSET], payload, expect)?;
+    Ok(Frame {
+        header,
+        kind,
+        payload,
+        placed: false,
+    })
+}
+
+/// Validates a frame whose header is `header_bytes` and whose payload the
+/// method has already written to its destination, `payload` (a receive
+/// straight into a posted buffer). The same checks as [`parse`], over the
+/// same bytes; the frame returned borrows only the header and is
+/// [placed](Frame::is_placed).
+pub fn parse_placed<'a>(
+    header_bytes: &'a [u8],
+    payload: &[u8],
+    expect: &Expect,
+) -> Result<Frame<'a>, FrameError> {
+    let (header, rest) = Header::ref_from_prefix(header_bytes)
+        .map_err(|_| FrameError::Truncated(header_bytes.len()))?;
+    let kind = check_head(header)?;
+    if !rest.is_empty() || usize::from(header.payload_len.get()) != payload.len() {
+        return Err(FrameError::BadLength);
+    }
+    check_body(header, kind, &header_bytes[..CRC_OFFSET], payload, expect)?;
+    Ok(Frame {
+        header,
+        kind,
+        payload: &[],
+        placed: true,
+    })
+}
+
+/// The checks of [`parse`] on the header alone: version, type, flags.
+fn check_head(header: &Header) -> Result<FrameType, FrameError> {
     if header.version != VERSION {
         return Err(FrameError::BadVersion(header.version));
     }
@@ -308,9 +359,21 @@ pub fn parse<'a>(bytes: &'a [u8], expect: &Expect) -> Result<Frame<'a>, FrameErr
     if flag_bits & !flags::KNOWN != 0 {
         return Err(FrameError::BadFlags(flag_bits & !flags::KNOWN));
     }
-    let payload_len = usize::from(header.payload_len.get());
-    let payload = rest.get(..payload_len).ok_or(FrameError::BadLength)?;
-    let frag_end = header.frag_offset.get().checked_add(payload_len as u64);
+    Ok(kind)
+}
+
+/// The checks of [`parse`] after the payload is cut to `payload_len`:
+/// message fields, bundle records, CRC32C, job key, destination.
+/// `header_prefix` is the header up to its CRC field.
+fn check_body(
+    header: &Header,
+    kind: FrameType,
+    header_prefix: &[u8],
+    payload: &[u8],
+    expect: &Expect,
+) -> Result<(), FrameError> {
+    let flag_bits = header.flags.get();
+    let frag_end = header.frag_offset.get().checked_add(payload.len() as u64);
     if kind == FrameType::Data && frag_end.is_none_or(|end| end > u64::from(header.msg_len.get())) {
         return Err(FrameError::BadLength);
     }
@@ -318,7 +381,7 @@ pub fn parse<'a>(bytes: &'a [u8], expect: &Expect) -> Result<Frame<'a>, FrameErr
         check_bundle(header, kind, flag_bits, payload)?;
     }
     if flag_bits & flags::CRC != 0 {
-        if checksum(&bytes[..CRC_OFFSET], payload) != header.crc.get() {
+        if checksum(header_prefix, payload) != header.crc.get() {
             return Err(FrameError::BadChecksum);
         }
     } else if expect.require_crc {
@@ -331,11 +394,7 @@ pub fn parse<'a>(bytes: &'a [u8], expect: &Expect) -> Result<Frame<'a>, FrameErr
     {
         return Err(FrameError::WrongDestination);
     }
-    Ok(Frame {
-        header,
-        kind,
-        payload,
-    })
+    Ok(())
 }
 
 /// A bundle is a sequenced system-channel DATA frame that is the only frame

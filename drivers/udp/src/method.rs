@@ -1,9 +1,11 @@
 //! The `udp` method.
 
 use crate::addr::{local_ip, parse_address};
-use crate::sys::{set_buffer, Batch, RawAddr};
+use crate::sys::{self, set_buffer, Batch, RawAddr};
+use bcl_core::wire::HEADER_LEN;
 use bcl_core::{
-    Availability, Descriptor, LinkId, Method, MethodCaps, MethodCounters, MethodError, TxFrame,
+    Availability, Descriptor, LinkId, Method, MethodCaps, MethodCounters, MethodError, RxSink,
+    TxFrame,
 };
 use std::collections::HashMap;
 use std::io;
@@ -18,6 +20,21 @@ pub const BATCH: usize = 64;
 
 /// Largest UDP payload of an IPv4 datagram.
 const MAX_UDP_PAYLOAD: usize = 65_507;
+
+/// Datagrams of at least this many bytes are received straight into the
+/// posted buffer when the core has one for them ([`RxSink::placement`]).
+/// Placing costs a second system call (the header is peeked first), which
+/// is cheaper than the copy it saves from about this size on.
+pub const PLACE_MIN: usize = 16 << 10;
+
+/// Small datagrams after a large one for which the method still peeks.
+const PLACE_RECENT: u32 = 8;
+
+/// Consecutive large datagrams the core would not place after which the
+/// method stops peeking ...
+const PLACE_MISSES: u32 = 4;
+/// ... until this many large datagrams have come by the ordinary path.
+const PLACE_RETRY_AFTER: u32 = 64;
 
 /// How to open a [`UdpMethod`].
 #[derive(Clone, Debug)]
@@ -65,6 +82,12 @@ pub struct UdpStats {
     pub tx_dropped: u64,
     /// Links opened because a new source sent to us.
     pub links_learned: u64,
+    /// Datagrams whose payload was received straight into the posted
+    /// buffer (no copy by the method or the core).
+    pub rx_placed: u64,
+    /// Large datagrams peeked at that the core did not place (received
+    /// the ordinary way).
+    pub rx_place_misses: u64,
 }
 
 /// Whether the `udp` method can be used here (a UDP socket can be created).
@@ -100,6 +123,19 @@ pub struct UdpMethod {
     rx_vlen: usize,
     /// Link of the last datagram received.
     last_rx: Option<LinkId>,
+    /// Set to [`PLACE_RECENT`] by a large datagram, lowered by each small
+    /// one: placing is tried while large datagrams are recent (a stream of
+    /// large transfer frames has a small last frame per message, and the
+    /// next message's frames should still be placed).
+    recent_large: u32,
+    /// Large datagrams in a row the core did not place.
+    place_misses: u32,
+    /// Large datagrams received the ordinary way since placing was given
+    /// up.
+    unplaced_since: u32,
+    /// The header of the datagram peeked at, and its source.
+    peek_head: [u8; HEADER_LEN],
+    peek_from: RawAddr,
 }
 
 impl std::fmt::Debug for UdpMethod {
@@ -166,6 +202,11 @@ impl UdpMethod {
             closed: false,
             rx_vlen: 1,
             last_rx: None,
+            recent_large: 0,
+            place_misses: 0,
+            unplaced_since: 0,
+            peek_head: [0; HEADER_LEN],
+            peek_from: RawAddr::empty(),
         })
     }
 
@@ -177,6 +218,54 @@ impl UdpMethod {
     /// The method's counters.
     pub fn stats(&self) -> UdpStats {
         self.stats
+    }
+
+    /// The link of a datagram from `raw`, learning it if new; `None` (and
+    /// counted) if the source is not an IP address.
+    fn link_of(&mut self, raw: &RawAddr) -> Option<LinkId> {
+        // Most frames come from the peer of the previous one: compare the
+        // raw address before hashing.
+        if let Some(l) = self.last_rx.filter(|l| {
+            self.links
+                .get(l.0 as usize)
+                .is_some_and(|k| k.raw.same(raw))
+        }) {
+            return Some(l);
+        }
+        let Some(src) = (*raw).to_std() else {
+            self.stats.rx_bad_source += 1;
+            return None;
+        };
+        let known = self.by_addr.len();
+        let link = self.link_for(src);
+        if self.by_addr.len() != known {
+            self.stats.links_learned += 1;
+        }
+        self.last_rx = Some(link);
+        Some(link)
+    }
+
+    /// Whether to peek at the next datagram to place it: large ones came
+    /// lately, and the core has not refused the last few.
+    fn placing_worthwhile(&self) -> bool {
+        self.recent_large > 0 && self.place_misses < PLACE_MISSES
+    }
+
+    /// Bookkeeping for a datagram of `len` bytes received the ordinary way:
+    /// after a while of large datagrams, placing is tried again.
+    fn note_ordinary(&mut self, len: usize) {
+        if len < PLACE_MIN {
+            self.recent_large = self.recent_large.saturating_sub(1);
+            return;
+        }
+        self.recent_large = PLACE_RECENT;
+        if self.place_misses >= PLACE_MISSES {
+            self.unplaced_since += 1;
+            if self.unplaced_since >= PLACE_RETRY_AFTER {
+                self.place_misses = 0;
+                self.unplaced_since = 0;
+            }
+        }
     }
 
     /// The peer address of `link`, if it exists.
@@ -267,37 +356,89 @@ impl Method for UdpMethod {
         let mut shown = 0;
         for i in 0..n {
             let (bytes, truncated, raw) = self.rx.received(i);
-            if truncated || bytes.len() > self.mtu {
+            let len = bytes.len();
+            if truncated || len > self.mtu {
                 self.stats.rx_truncated += 1;
                 continue;
             }
-            // Most frames come from the peer of the previous one: compare the
-            // raw address before hashing.
-            let link = match self.last_rx.filter(|l| {
-                self.links
-                    .get(l.0 as usize)
-                    .is_some_and(|k| k.raw.same(raw))
-            }) {
-                Some(l) => l,
-                None => {
-                    let Some(src) = (*raw).to_std() else {
-                        self.stats.rx_bad_source += 1;
-                        continue;
-                    };
-                    let known = self.by_addr.len();
-                    let link = self.link_for(src);
-                    if self.by_addr.len() != known {
-                        self.stats.links_learned += 1;
-                    }
-                    self.last_rx = Some(link);
-                    link
-                }
+            let raw = *raw;
+            let Some(link) = self.link_of(&raw) else {
+                continue;
             };
+            self.note_ordinary(len);
             let (bytes, _, _) = self.rx.received(i);
             sink(link, bytes);
             shown += 1;
         }
         self.stats.rx_datagrams += shown as u64;
+        Ok(shown)
+    }
+
+    /// Large datagrams go straight into the posted buffer: the header is
+    /// peeked at, the core says where the payload belongs, and one
+    /// scattered read puts the header in a small buffer and the payload
+    /// there. Small datagrams, and large ones the core has no place for,
+    /// take the batched path of [`rx_burst`](Method::rx_burst).
+    fn rx_burst_placing(
+        &mut self,
+        budget: usize,
+        sink: &mut dyn RxSink,
+    ) -> Result<usize, MethodError> {
+        self.check_open()?;
+        let fd = self.socket.as_raw_fd();
+        let mut shown = 0;
+        while shown < budget && self.placing_worthwhile() {
+            let peeked = sys::peek(fd, &mut self.peek_head, &mut self.peek_from)
+                .map_err(io_error("recvmsg (peek)"))?;
+            let Some(len) = peeked else {
+                return Ok(shown);
+            };
+            let from = self.peek_from;
+            let link = if (PLACE_MIN..=self.mtu).contains(&len) {
+                self.link_of(&from)
+            } else {
+                None
+            };
+            let placed = match link {
+                Some(link) => match sink.placement(link, &self.peek_head) {
+                    Some(dst) if HEADER_LEN + dst.len() == len => {
+                        let mut head = [0u8; HEADER_LEN];
+                        let got =
+                            sys::recv_split(fd, &mut head, dst).map_err(io_error("recvmsg"))?;
+                        if got == Some(len) && head == self.peek_head {
+                            sink.placed(link, &head);
+                        } else {
+                            // Not the datagram peeked at (only this method
+                            // reads the socket, so never seen): what it
+                            // left in the posted buffer lies beyond the
+                            // transfer's frontier, where the frame for
+                            // that range overwrites it.
+                            self.stats.rx_truncated += 1;
+                        }
+                        true
+                    }
+                    _ => false,
+                },
+                None => false,
+            };
+            if placed {
+                self.stats.rx_placed += 1;
+                self.stats.rx_datagrams += 1;
+                self.recent_large = PLACE_RECENT;
+                self.place_misses = 0;
+                shown += 1;
+                continue;
+            }
+            if (PLACE_MIN..=self.mtu).contains(&len) {
+                self.stats.rx_place_misses += 1;
+                self.place_misses += 1;
+            }
+            // The ordinary way, for this datagram (it is first in line).
+            shown += self.rx_burst(1, &mut |link, bytes| sink.frame(link, bytes))?;
+        }
+        if shown < budget {
+            shown += self.rx_burst(budget - shown, &mut |link, bytes| sink.frame(link, bytes))?;
+        }
         Ok(shown)
     }
 
@@ -393,6 +534,8 @@ impl Method for UdpMethod {
                 ("rx_truncated", s.rx_truncated),
                 ("rx_bad_source", s.rx_bad_source),
                 ("links_learned", s.links_learned),
+                ("rx_placed", s.rx_placed),
+                ("rx_place_misses", s.rx_place_misses),
             ],
         }
     }

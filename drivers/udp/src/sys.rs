@@ -16,6 +16,15 @@ pub(crate) struct RawAddr {
 }
 
 impl RawAddr {
+    /// No address yet (length 0).
+    pub fn empty() -> RawAddr {
+        RawAddr {
+            // SAFETY: plain C struct; all-zero is a valid value.
+            storage: unsafe { zeroed() },
+            len: 0,
+        }
+    }
+
     pub fn from_std(addr: &SocketAddr) -> RawAddr {
         // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
         let mut storage: libc::sockaddr_storage = unsafe { zeroed() };
@@ -136,12 +145,7 @@ unsafe impl Send for Batch {}
 impl Batch {
     pub fn new(count: usize, buf_len: usize) -> Batch {
         let mut slab = vec![0u8; count * buf_len];
-        let zero_addr = RawAddr {
-            // SAFETY: plain C struct; all-zero is a valid value.
-            storage: unsafe { zeroed() },
-            len: 0,
-        };
-        let mut names = vec![zero_addr; count];
+        let mut names = vec![RawAddr::empty(); count];
         let mut iovs: Vec<libc::iovec> = (0..count)
             .map(|i| libc::iovec {
                 iov_base: slab[i * buf_len..].as_mut_ptr().cast(),
@@ -330,6 +334,74 @@ impl Batch {
 
 /// Sets an integer socket option; with `force` first tries the privileged
 /// variant (`SO_RCVBUFFORCE`/`SO_SNDBUFFORCE`) that ignores the system limit.
+/// Reads the start of the next datagram into `head` without taking it off
+/// the socket (`MSG_PEEK`), and its source into `from`. Returns the
+/// datagram's whole length, or `None` when none waits.
+pub(crate) fn peek(fd: RawFd, head: &mut [u8], from: &mut RawAddr) -> io::Result<Option<usize>> {
+    let mut iov = libc::iovec {
+        iov_base: head.as_mut_ptr().cast(),
+        iov_len: head.len(),
+    };
+    // SAFETY: msghdr is plain data; all-zero is a valid (empty) value.
+    let mut msg: libc::msghdr = unsafe { zeroed() };
+    msg.msg_name = (&mut from.storage as *mut libc::sockaddr_storage).cast();
+    msg.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    // SAFETY: the one iovec covers `head`, the name buffer is `from.storage`
+    // with its size in msg_namelen; the kernel writes within both, and all
+    // of them outlive the call.
+    let r = unsafe {
+        libc::recvmsg(
+            fd,
+            &mut msg,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+        )
+    };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
+            _ => Err(e),
+        };
+    }
+    from.len = msg.msg_namelen;
+    // With MSG_TRUNC the result is the datagram's real length.
+    Ok(Some(r as usize))
+}
+
+/// Takes the next datagram off the socket, its first `head.len()` bytes
+/// into `head` and the rest into `rest`. Returns its whole length (more
+/// than the two buffers hold if it was cut short); `None` if none waits.
+pub(crate) fn recv_split(fd: RawFd, head: &mut [u8], rest: &mut [u8]) -> io::Result<Option<usize>> {
+    let mut iov = [
+        libc::iovec {
+            iov_base: head.as_mut_ptr().cast(),
+            iov_len: head.len(),
+        },
+        libc::iovec {
+            iov_base: rest.as_mut_ptr().cast(),
+            iov_len: rest.len(),
+        },
+    ];
+    // SAFETY: msghdr is plain data; all-zero is a valid (empty) value.
+    let mut msg: libc::msghdr = unsafe { zeroed() };
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = iov.len() as _;
+    // SAFETY: the two iovecs cover `head` and `rest`, exclusively borrowed
+    // for the call; no name buffer is passed; the kernel writes only
+    // within the iovecs.
+    let r = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT | libc::MSG_TRUNC) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
+            _ => Err(e),
+        };
+    }
+    Ok(Some(r as usize))
+}
+
 pub(crate) fn set_buffer(fd: RawFd, send: bool, bytes: usize) -> io::Result<()> {
     let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
     let (force, plain) = if send {
