@@ -589,7 +589,9 @@ impl Endpoint {
             let method = i as u8;
             if self.port.wants_transmit(method) {
                 let port = &mut self.port;
-                moved += m.tx_burst(&mut |buf| port.poll_transmit(method, now, buf))?;
+                moved += m.tx_burst_gather(&mut |buf, gather| {
+                    port.poll_transmit_gather(method, now, buf, gather)
+                })?;
             }
         }
         Ok(moved)

@@ -399,7 +399,13 @@ fn udp_endpoint(addr: ProcessAddr, file: &Path) -> Endpoint {
 
 /// [`udp_endpoint`], with `f` changing its configuration.
 fn udp_endpoint_with(addr: ProcessAddr, file: &Path, f: impl FnOnce(&mut PortConfig)) -> Endpoint {
-    let m = UdpMethod::open(UdpConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
+    // With the CRC32C the udp method leaves out by default, so that the
+    // dissector's check of it is tested too.
+    let m = UdpMethod::open(UdpConfig {
+        crc32c: true,
+        ..UdpConfig::new("127.0.0.1:0".parse().unwrap())
+    })
+    .unwrap();
     Endpoint::builder(addr, JobKey(0xca97))
         .method(Box::new(m))
         .mode(ProgressMode::BusyPoll)
@@ -523,8 +529,8 @@ fn udp_capture_decodes_sequence_bundle_ack_and_crc() {
         "an ACK of {}: {acks:?}",
         last + 1
     );
-    // Every frame carries a CRC32C (udp does not promise integrity), and
-    // the dissector verifies each one.
+    // Every frame carries a CRC32C (asked for: udp leaves it out by
+    // default), and the dissector verifies each one.
     let crcs = fields(&file, "bcl.type", &["bcl.crc.status"]);
     assert!(!crcs.is_empty());
     assert!(crcs.iter().all(|r| r[0] == "1"), "{crcs:?}");

@@ -341,9 +341,10 @@ fn a_1_gib_message_over_udp_loopback_arrives_byte_identical() {
 }
 
 /// A stream of messages, each a few frames of 40 KiB with a short last
-/// one, on one normal channel over udp loopback: the method receives the
-/// large frames straight into the posted buffer, switching between that
-/// and its batched receive as frame sizes change, and every message
+/// one, on one normal channel over udp loopback: the method sends the
+/// large frames with their payload gathered from the application's buffer
+/// and receives them straight into the posted buffer, switching between
+/// that and its batched paths as frame sizes change, and every message
 /// arrives intact, in both rendezvous orders.
 #[test]
 fn large_frames_over_udp_loopback_are_placed_and_arrive_intact() {
@@ -363,6 +364,11 @@ fn large_frames_over_udp_loopback_are_placed_and_arrive_intact() {
     let detail = |name| counters.detail.iter().find(|(n, _)| *n == name).unwrap().1;
     assert!(detail("rx_placed") >= 30, "{counters:?}");
     assert_eq!(net.ep(1).port().stats().bad_frames.total(), 0);
+    // The sender sent those frames with their payload gathered from the
+    // application's buffer.
+    let counters = net.ep(0).methods().next().unwrap().counters();
+    let detail = |name| counters.detail.iter().find(|(n, _)| *n == name).unwrap().1;
+    assert!(detail("tx_gathered") >= 30, "{counters:?}");
 }
 
 /// Both rendezvous orders, on four channels at once: the receiver posts

@@ -34,8 +34,9 @@ pub use event::{
     ChannelEvent, ChannelId, Delivery, RegionId, SendEvent, SendFailure, SendHandle, TransferError,
 };
 pub use method::{
-    Attachment, Availability, Descriptor, DirectMethod, LinkId, Method, MethodCaps, MethodCounters,
-    MethodError, MethodKind, OpenSpec, ProbeResult, Route, RxSink, Scope, TxFrame,
+    Attachment, Availability, Descriptor, DirectMethod, GatherSend, GatherSource, LinkId, Method,
+    MethodCaps, MethodCounters, MethodError, MethodKind, NoGather, OpenSpec, ProbeResult, Route,
+    RxSink, Scope, TxFrame,
 };
 pub use port::{
     ChannelError, CongestionCause, CongestionChange, CongestionConfig, CongestionInfo, Port,

@@ -233,6 +233,36 @@ pub trait RxSink {
     fn placed(&mut self, link: LinkId, header: &[u8]);
 }
 
+/// How a method sends a frame in two pieces during
+/// [`Method::tx_burst_gather`].
+pub trait GatherSend {
+    /// The smallest payload worth sending from where it lies (below it, a
+    /// copy into the frame buffer is cheaper than the scattered send);
+    /// `usize::MAX` when the method cannot now.
+    fn min_payload(&self) -> usize;
+
+    /// Sends to `link`, now and in order with the frames of this burst
+    /// before it, the frame made of `header` followed by `payload`.
+    /// Failures count as the method's transmit errors (the frame is lost;
+    /// the protocol recovers it).
+    fn send(&mut self, link: LinkId, header: &[u8], payload: &[u8]);
+}
+
+/// What [`Method::tx_burst_gather`] calls for each frame: the core, given
+/// a frame buffer and the method's [`GatherSend`].
+pub type GatherSource<'a> = dyn FnMut(&mut [u8], &mut dyn GatherSend) -> Option<TxFrame> + 'a;
+
+/// A [`GatherSend`] that never gathers.
+pub struct NoGather;
+
+impl GatherSend for NoGather {
+    fn min_payload(&self) -> usize {
+        usize::MAX
+    }
+
+    fn send(&mut self, _link: LinkId, _header: &[u8], _payload: &[u8]) {}
+}
+
 /// Turns a boxed method into `Box<dyn Method>`; implemented for every
 /// method, so that [`Method::into_direct`] has a default.
 pub trait IntoBoxedMethod {
@@ -307,6 +337,18 @@ pub trait Method: std::any::Any + Send + IntoBoxedMethod {
         &mut self,
         source: &mut dyn FnMut(&mut [u8]) -> Option<TxFrame>,
     ) -> Result<usize, MethodError>;
+
+    /// [`tx_burst`](Method::tx_burst) for a method that can send a frame
+    /// from two pieces (a scattered send): `source` gets, besides the
+    /// buffer, a [`GatherSend`] through which the core may send a frame as
+    /// a header written in that buffer followed by a payload sent from
+    /// where it lies (the application's buffer), instead of copying it in.
+    /// `source` returns the frame either way; one that went through
+    /// [`GatherSend::send`] is not to be sent again. The default never
+    /// offers it.
+    fn tx_burst_gather(&mut self, source: &mut GatherSource<'_>) -> Result<usize, MethodError> {
+        self.tx_burst(&mut |buf| source(buf, &mut NoGather))
+    }
 
     /// A file descriptor that becomes readable when frames arrive, for the
     /// blocking mode of a progress engine; `None` if the method can only be

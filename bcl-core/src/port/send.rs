@@ -8,7 +8,7 @@ use super::peer::{PeerIdx, TxSlot, TxWindow, NO_MSG, RX_MSGS};
 use super::{OnDone, OutBody, OutMessage, Port, SendError};
 use crate::addr::ProcessAddr;
 use crate::event::{ChannelEvent, SendEvent, SendFailure, SendHandle, TransferError};
-use crate::method::TxFrame;
+use crate::method::{GatherSend, LinkId, NoGather, TxFrame};
 use crate::seq::Seq;
 use crate::time::Time;
 use crate::wire::{
@@ -209,10 +209,27 @@ impl Port {
     /// method, at least its MTU long) and says where it goes; `None` when the
     /// port has nothing more for this method now.
     pub fn poll_transmit(&mut self, method: u8, now: Time, buf: &mut [u8]) -> Option<TxFrame> {
+        self.poll_transmit_gather(method, now, buf, &mut NoGather)
+    }
+
+    /// [`Port::poll_transmit`] for a method that sends frames in two pieces
+    /// ([`Method::tx_burst_gather`](crate::method::Method::tx_burst_gather)):
+    /// a data frame whose payload is at least `gather`'s
+    /// [`min_payload`](GatherSend::min_payload) and lies in a message body
+    /// (the application's buffer, a region, the pool) gets only its header
+    /// written into `buf` and is sent at once through `gather`, its payload
+    /// from where it lies; the frame is returned all the same.
+    pub fn poll_transmit_gather(
+        &mut self,
+        method: u8,
+        now: Time,
+        buf: &mut [u8],
+        gather: &mut dyn GatherSend,
+    ) -> Option<TxFrame> {
         loop {
             let idx = self.ready.get_mut(method as usize)?.pop_front()?;
             self.peers[idx as usize].queued = false;
-            let written = self.emit(idx, now, buf);
+            let written = self.emit(idx, now, buf, gather);
             self.schedule(idx, now);
             self.arm_timer(idx);
             if let Some(len) = written {
@@ -229,25 +246,31 @@ impl Port {
 
     /// One frame for peer `idx`: a NAK first, then a retransmission, then new
     /// data (carrying any acknowledgement), then a plain ACK.
-    fn emit(&mut self, idx: PeerIdx, now: Time, buf: &mut [u8]) -> Option<usize> {
+    fn emit(
+        &mut self,
+        idx: PeerIdx,
+        now: Time,
+        buf: &mut [u8],
+        gather: &mut dyn GatherSend,
+    ) -> Option<usize> {
         let p = &self.peers[idx as usize];
         if p.nak != NakReason::None {
             return self.emit_ack(idx, buf);
         }
         if now >= p.busy_until {
             if p.probe_newest {
-                if let Some(len) = self.emit_probe(idx, now, buf) {
+                if let Some(len) = self.emit_probe(idx, now, buf, gather) {
                     return Some(len);
                 }
             }
             let p = &self.peers[idx as usize];
             if p.retx_pending() {
-                if let Some(len) = self.emit_retransmission(idx, now, buf) {
+                if let Some(len) = self.emit_retransmission(idx, now, buf, gather) {
                     return Some(len);
                 }
             }
             if self.can_frame_new(idx, now) {
-                if let Some(len) = self.emit_new_data(idx, now, buf) {
+                if let Some(len) = self.emit_new_data(idx, now, buf, gather) {
                     return Some(len);
                 }
             }
@@ -346,7 +369,13 @@ impl Port {
         Some(m)
     }
 
-    fn emit_new_data(&mut self, idx: PeerIdx, now: Time, buf: &mut [u8]) -> Option<usize> {
+    fn emit_new_data(
+        &mut self,
+        idx: PeerIdx,
+        now: Time,
+        buf: &mut [u8],
+        gather: &mut dyn GatherSend,
+    ) -> Option<usize> {
         let m = self.next_unit(idx)?;
         if self.bundle_forms(idx, m) {
             return self.emit_bundle(idx, m, now, buf);
@@ -387,7 +416,8 @@ impl Port {
             self.fail_transfer(m, TransferError::Unregistered);
             return None;
         };
-        let frame_len = wire::encode(buf, &fields, payload, self.peer_crc(idx)).ok()?;
+        let link = self.peers[idx as usize].route.map(|r| r.link);
+        let frame_len = frame_out(buf, &fields, payload, self.peer_crc(idx), link, gather)?;
         if let Some(msg) = self.messages[m as usize].as_mut() {
             msg.next_offset = offset + len;
             msg.in_flight += 1;
@@ -755,7 +785,13 @@ impl Port {
 
     /// Resends the newest frame in flight (the second half of a timeout's
     /// probe).
-    fn emit_probe(&mut self, idx: PeerIdx, now: Time, buf: &mut [u8]) -> Option<usize> {
+    fn emit_probe(
+        &mut self,
+        idx: PeerIdx,
+        now: Time,
+        buf: &mut [u8],
+        gather: &mut dyn GatherSend,
+    ) -> Option<usize> {
         let p = &mut self.peers[idx as usize];
         p.probe_newest = false;
         if p.una == p.next_seq {
@@ -767,14 +803,20 @@ impl Port {
         p.retx_from = newest;
         p.retx_to = p.next_seq;
         p.retx_all = true;
-        let len = self.emit_retransmission(idx, now, buf);
+        let len = self.emit_retransmission(idx, now, buf, gather);
         let p = &mut self.peers[idx as usize];
         (p.retx_from, p.retx_to, p.retx_all) = saved;
         len
     }
 
     /// Resends the next frame of the sweep that still needs it.
-    fn emit_retransmission(&mut self, idx: PeerIdx, now: Time, buf: &mut [u8]) -> Option<usize> {
+    fn emit_retransmission(
+        &mut self,
+        idx: PeerIdx,
+        now: Time,
+        buf: &mut [u8],
+        gather: &mut dyn GatherSend,
+    ) -> Option<usize> {
         loop {
             let p = &mut self.peers[idx as usize];
             if !p.retx_pending() {
@@ -807,7 +849,8 @@ impl Port {
             } else {
                 fields.msg_len = self.body_len(&msg.body);
                 let payload = self.body_bytes(&msg.body, slot.offset, u32::from(slot.len))?;
-                wire::encode(buf, &fields, payload, self.peer_crc(idx)).ok()?
+                let link = self.peers[idx as usize].route.map(|r| r.link);
+                frame_out(buf, &fields, payload, self.peer_crc(idx), link, gather)?
             };
             let p = &mut self.peers[idx as usize];
             if let Some(w) = p.tx.as_mut() {
@@ -1423,3 +1466,24 @@ pub const FULL_RESEND_AFTER_TIMEOUTS: u32 = 3;
 /// message may go: large enough to stream efficiently, small enough that a
 /// small message waits at most this many frames behind a large transfer.
 pub(super) const CHUNK_FRAMES: u16 = 32;
+
+/// Writes a frame with `payload` into `buf` and returns its length; or,
+/// when `gather` sends payloads this large from where they lie, writes only
+/// the header and sends the frame through it at once.
+fn frame_out(
+    buf: &mut [u8],
+    fields: &HeaderFields,
+    payload: &[u8],
+    crc: bool,
+    link: Option<LinkId>,
+    gather: &mut dyn GatherSend,
+) -> Option<usize> {
+    match link {
+        Some(link) if payload.len() >= gather.min_payload() => {
+            let len = wire::encode_header_for_payload_elsewhere(buf, fields, payload, crc).ok()?;
+            gather.send(link, &buf[..HEADER_LEN], payload);
+            Some(len)
+        }
+        _ => wire::encode(buf, fields, payload, crc).ok(),
+    }
+}

@@ -500,9 +500,6 @@ pub fn encode_header_for_payload_in_place(
     payload_len: usize,
     crc: bool,
 ) -> Result<usize, EncodeError> {
-    let kind = fields.kind.ok_or(EncodeError::NoType)?;
-    let wire_len =
-        u16::try_from(payload_len).map_err(|_| EncodeError::PayloadTooLong(payload_len))?;
     let need = HEADER_LEN + payload_len;
     if buf.len() < need {
         return Err(EncodeError::BufferTooSmall {
@@ -510,6 +507,42 @@ pub fn encode_header_for_payload_in_place(
             have: buf.len(),
         });
     }
+    let (head, rest) = buf.split_at_mut(HEADER_LEN);
+    write_header(head, fields, &rest[..payload_len], crc)?;
+    Ok(need)
+}
+
+/// Writes into `buf[..HEADER_LEN]` the header of a frame whose payload,
+/// `payload`, is sent from where it lies (a scattered send); returns the
+/// frame's length, header and payload. `buf` may be just the header long.
+pub fn encode_header_for_payload_elsewhere(
+    buf: &mut [u8],
+    fields: &HeaderFields,
+    payload: &[u8],
+    crc: bool,
+) -> Result<usize, EncodeError> {
+    let have = buf.len();
+    let head = buf
+        .get_mut(..HEADER_LEN)
+        .ok_or(EncodeError::BufferTooSmall {
+            need: HEADER_LEN,
+            have,
+        })?;
+    write_header(head, fields, payload, crc)?;
+    Ok(HEADER_LEN + payload.len())
+}
+
+/// Writes the header (exactly [`HEADER_LEN`] bytes) of a frame with
+/// `payload`; with `crc`, its CRC32C over the header and `payload`.
+fn write_header(
+    head: &mut [u8],
+    fields: &HeaderFields,
+    payload: &[u8],
+    crc: bool,
+) -> Result<(), EncodeError> {
+    let kind = fields.kind.ok_or(EncodeError::NoType)?;
+    let wire_len =
+        u16::try_from(payload.len()).map_err(|_| EncodeError::PayloadTooLong(payload.len()))?;
     let mut flag_bits = fields.flags & !flags::CRC;
     if crc {
         flag_bits |= flags::CRC;
@@ -535,13 +568,12 @@ pub fn encode_header_for_payload_in_place(
         msg_len: U32::new(fields.msg_len),
         crc: U32::new(0),
     };
-    let (head, rest) = buf.split_at_mut(HEADER_LEN);
     head.copy_from_slice(header.as_bytes());
     if crc {
-        let sum = checksum(&head[..CRC_OFFSET], &rest[..payload_len]);
+        let sum = checksum(&head[..CRC_OFFSET], payload);
         head[CRC_OFFSET..].copy_from_slice(&sum.to_be_bytes());
     }
-    Ok(need)
+    Ok(())
 }
 
 /// CRC32C over the header bytes before the CRC field and the payload.

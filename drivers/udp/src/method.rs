@@ -4,8 +4,8 @@ use crate::addr::{local_ip, parse_address};
 use crate::sys::{self, set_buffer, Batch, RawAddr};
 use bcl_core::wire::HEADER_LEN;
 use bcl_core::{
-    Availability, Descriptor, LinkId, Method, MethodCaps, MethodCounters, MethodError, RxSink,
-    TxFrame,
+    Availability, Descriptor, GatherSend, GatherSource, LinkId, Method, MethodCaps, MethodCounters,
+    MethodError, NoGather, RxSink, TxFrame,
 };
 use std::collections::HashMap;
 use std::io;
@@ -26,6 +26,12 @@ const MAX_UDP_PAYLOAD: usize = 65_507;
 /// Placing costs a second system call (the header is peeked first), which
 /// is cheaper than the copy it saves from about this size on.
 pub const PLACE_MIN: usize = 16 << 10;
+
+/// Data frames with at least this much payload are sent with their payload
+/// gathered by the kernel from the application's buffer
+/// ([`GatherSend`]), one `sendmsg` each, instead of copied into a batch
+/// slot first.
+pub const GATHER_MIN: usize = 16 << 10;
 
 /// Small datagrams after a large one for which the method still peeks.
 const PLACE_RECENT: u32 = 8;
@@ -52,6 +58,13 @@ pub struct UdpConfig {
     pub rcvbuf: usize,
     /// Socket send buffer in bytes (default 4 MiB).
     pub sndbuf: usize,
+    /// Also protect every frame with the core's CRC32C (default false). The
+    /// UDP checksum already covers each datagram end to end, and the
+    /// receiving kernel drops one that fails it, as for kernel TCP; the
+    /// CRC32C is a second, stronger check that costs a pass over every
+    /// payload on each side. Both ends must agree: a receiver with it on
+    /// drops frames without one.
+    pub crc32c: bool,
 }
 
 impl UdpConfig {
@@ -62,6 +75,7 @@ impl UdpConfig {
             mtu: None,
             rcvbuf: 4 << 20,
             sndbuf: 4 << 20,
+            crc32c: false,
         }
     }
 }
@@ -82,6 +96,9 @@ pub struct UdpStats {
     pub tx_dropped: u64,
     /// Links opened because a new source sent to us.
     pub links_learned: u64,
+    /// Datagrams sent with their payload gathered from where it lay (no
+    /// copy by the method).
+    pub tx_gathered: u64,
     /// Datagrams whose payload was received straight into the posted
     /// buffer (no copy by the method or the core).
     pub rx_placed: u64,
@@ -133,9 +150,17 @@ pub struct UdpMethod {
     /// Large datagrams received the ordinary way since placing was given
     /// up.
     unplaced_since: u32,
+    /// Transmit bursts left in which frames are sent one by one, gathering
+    /// large payloads: set by a large frame, lowered by each burst without
+    /// one (then the batched `sendmmsg` path is back).
+    gather_bursts: u32,
+    /// Where frames are written when sent one by one.
+    single: Vec<u8>,
     /// The header of the datagram peeked at, and its source.
     peek_head: [u8; HEADER_LEN],
     peek_from: RawAddr,
+    /// [`UdpConfig::crc32c`].
+    crc32c: bool,
 }
 
 impl std::fmt::Debug for UdpMethod {
@@ -205,8 +230,11 @@ impl UdpMethod {
             recent_large: 0,
             place_misses: 0,
             unplaced_since: 0,
+            gather_bursts: 0,
+            single: vec![0; mtu],
             peek_head: [0; HEADER_LEN],
             peek_from: RawAddr::empty(),
+            crc32c: cfg.crc32c,
         })
     }
 
@@ -306,9 +334,11 @@ impl Method for UdpMethod {
     fn caps(&self) -> MethodCaps {
         MethodCaps {
             mtu: self.mtu,
-            // The UDP checksum is weak (16 bits) and may be off: the core's
-            // CRC32C stays on.
-            integrity: false,
+            // The UDP checksum covers every datagram end to end and the
+            // receiving kernel drops one that fails it (the same guarantee
+            // kernel TCP gives its users; this method's sockets never turn
+            // it off), so the core's CRC32C is left out unless asked for.
+            integrity: !self.crc32c,
             reliable: false,
         }
     }
@@ -459,6 +489,9 @@ impl Method for UdpMethod {
                     let raw = link.raw;
                     self.tx.prepare_send(count, frame.len, &raw);
                     count += 1;
+                    if frame.len >= HEADER_LEN + GATHER_MIN {
+                        self.gather_bursts = PLACE_RECENT;
+                    }
                 }
                 Some(_) => {
                     bad = Some(format!(
@@ -514,6 +547,41 @@ impl Method for UdpMethod {
         true
     }
 
+    /// While large frames are being sent, frames go out one by one: a
+    /// large data frame as its header plus the application's bytes in one
+    /// gathering `sendmsg` (no copy into a slot), any other frame whole
+    /// with `sendto`. Otherwise the batched [`tx_burst`](Method::tx_burst).
+    fn tx_burst_gather(&mut self, source: &mut GatherSource<'_>) -> Result<usize, MethodError> {
+        if self.gather_bursts == 0 {
+            return self.tx_burst(&mut |buf| source(buf, &mut NoGather));
+        }
+        self.check_open()?;
+        self.gather_bursts -= 1;
+        let mut out = Gather {
+            fd: self.socket.as_raw_fd(),
+            links: &self.links,
+            stats: &mut self.stats,
+            sent: false,
+            gathered: false,
+        };
+        let mut count = 0;
+        while count < BATCH {
+            let Some(frame) = source(&mut self.single, &mut out) else {
+                break;
+            };
+            count += 1;
+            if std::mem::take(&mut out.sent) {
+                continue;
+            }
+            let whole = self.single.get(..frame.len).unwrap_or(&[]);
+            out.send_whole(frame.link, whole);
+        }
+        if out.gathered {
+            self.gather_bursts = PLACE_RECENT;
+        }
+        Ok(count)
+    }
+
     fn readiness_fd(&self) -> Option<RawFd> {
         (!self.closed).then(|| self.socket.as_raw_fd())
     }
@@ -534,6 +602,7 @@ impl Method for UdpMethod {
                 ("rx_truncated", s.rx_truncated),
                 ("rx_bad_source", s.rx_bad_source),
                 ("links_learned", s.links_learned),
+                ("tx_gathered", s.tx_gathered),
                 ("rx_placed", s.rx_placed),
                 ("rx_place_misses", s.rx_place_misses),
             ],
@@ -542,6 +611,59 @@ impl Method for UdpMethod {
 
     fn shutdown(&mut self) {
         self.closed = true;
+    }
+}
+
+/// The udp method's [`GatherSend`] during one burst of
+/// [`Method::tx_burst_gather`].
+struct Gather<'a> {
+    fd: RawFd,
+    links: &'a [Link],
+    stats: &'a mut UdpStats,
+    /// The frame just returned went out through [`GatherSend::send`].
+    sent: bool,
+    /// Some frame of the burst did.
+    gathered: bool,
+}
+
+impl Gather<'_> {
+    /// Sends `parts` as one datagram to `link`; a failure counts as a
+    /// dropped frame (the protocol resends it).
+    fn send(&mut self, link: LinkId, parts: [&[u8]; 2]) -> bool {
+        let sent = match self.links.get(link.0 as usize) {
+            Some(l) => loop {
+                match sys::send_parts(self.fd, parts, &l.raw) {
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    r => break r.is_ok(),
+                }
+            },
+            None => false,
+        };
+        if sent {
+            self.stats.tx_datagrams += 1;
+        } else {
+            self.stats.tx_dropped += 1;
+        }
+        sent
+    }
+
+    /// Sends a frame written whole.
+    fn send_whole(&mut self, link: LinkId, frame: &[u8]) {
+        self.send(link, [frame, &[]]);
+    }
+}
+
+impl GatherSend for Gather<'_> {
+    fn min_payload(&self) -> usize {
+        GATHER_MIN
+    }
+
+    fn send(&mut self, link: LinkId, header: &[u8], payload: &[u8]) {
+        if Gather::send(self, link, [header, payload]) {
+            self.stats.tx_gathered += 1;
+        }
+        self.sent = true;
+        self.gathered = true;
     }
 }
 

@@ -332,8 +332,6 @@ impl Batch {
     }
 }
 
-/// Sets an integer socket option; with `force` first tries the privileged
-/// variant (`SO_RCVBUFFORCE`/`SO_SNDBUFFORCE`) that ignores the system limit.
 /// Reads the start of the next datagram into `head` without taking it off
 /// the socket (`MSG_PEEK`), and its source into `from`. Returns the
 /// datagram's whole length, or `None` when none waits.
@@ -402,6 +400,31 @@ pub(crate) fn recv_split(fd: RawFd, head: &mut [u8], rest: &mut [u8]) -> io::Res
     Ok(Some(r as usize))
 }
 
+/// Sends one datagram made of `parts` (up to two: a header and a payload,
+/// gathered by the kernel from where they lie) to `to`, without blocking.
+pub(crate) fn send_parts(fd: RawFd, parts: [&[u8]; 2], to: &RawAddr) -> io::Result<()> {
+    let mut iov = parts.map(|p| libc::iovec {
+        iov_base: p.as_ptr() as *mut libc::c_void,
+        iov_len: p.len(),
+    });
+    // SAFETY: msghdr is plain data; all-zero is a valid (empty) value.
+    let mut msg: libc::msghdr = unsafe { zeroed() };
+    msg.msg_name = (&to.storage as *const libc::sockaddr_storage) as *mut libc::c_void;
+    msg.msg_namelen = to.len;
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = iov.len() as _;
+    // SAFETY: the iovecs cover `parts`, borrowed for the call and only read
+    // by the kernel (sendmsg never writes through them), as is the address.
+    let r = unsafe { libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Sets an integer socket option; with `force` first tries the privileged
+/// variant (`SO_RCVBUFFORCE`/`SO_SNDBUFFORCE`) that ignores the system limit.
 pub(crate) fn set_buffer(fd: RawFd, send: bool, bytes: usize) -> io::Result<()> {
     let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
     let (force, plain) = if send {
