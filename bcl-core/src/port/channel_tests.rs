@@ -9,22 +9,8 @@ use std::time::Duration;
 /// Moves frames through the wire until nothing moves, dropping every
 /// `drop_every`-th frame (0: none), and collects channel events per port.
 fn run(net: &mut Net, drop_every: usize) -> Vec<Vec<ChannelEvent>> {
-    let mut events: Vec<Vec<ChannelEvent>> = net.ports.iter().map(|_| Vec::new()).collect();
     let mut count = 0usize;
-    for _ in 0..2_000_000 {
-        let frames = net.transmit();
-        for (i, p) in net.ports.iter_mut().enumerate() {
-            while let Some(e) = p.poll_channel_event() {
-                events[i].push(e);
-            }
-        }
-        if frames.is_empty() {
-            if !net.advance_to_next_timer() {
-                return events;
-            }
-            continue;
-        }
-        net.now = net.now + Duration::from_micros(1);
+    net.run_channels(|net, frames| {
         let kept: Vec<Wired> = frames
             .into_iter()
             .filter(|_| {
@@ -33,9 +19,7 @@ fn run(net: &mut Net, drop_every: usize) -> Vec<Vec<ChannelEvent>> {
             })
             .collect();
         net.deliver(&kept);
-        net.drain_deliveries();
-    }
-    panic!("did not settle");
+    })
 }
 
 fn received(ev: &[ChannelEvent]) -> Vec<(ChannelId, ProcessAddr, Vec<u8>)> {

@@ -61,26 +61,10 @@ fn run_placing(
     shuffle: &mut dyn FnMut(Vec<Wired>) -> Vec<Wired>,
     corrupt: &mut dyn FnMut(&Wired) -> bool,
 ) -> Vec<Vec<ChannelEvent>> {
-    let mut events: Vec<Vec<ChannelEvent>> = net.ports.iter().map(|_| Vec::new()).collect();
-    for _ in 0..1_000_000 {
-        let frames = net.transmit();
-        for (i, p) in net.ports.iter_mut().enumerate() {
-            while let Some(e) = p.poll_channel_event() {
-                events[i].push(e);
-            }
-        }
-        if frames.is_empty() {
-            if !net.advance_to_next_timer() {
-                return events;
-            }
-            continue;
-        }
-        net.now = net.now + Duration::from_micros(1);
+    net.run_channels(|net, frames| {
         let frames = shuffle(frames);
         deliver_placing(net, &frames, counts, corrupt);
-        net.drain_deliveries();
-    }
-    panic!("did not settle");
+    })
 }
 
 fn received(ev: &[ChannelEvent]) -> Vec<Vec<u8>> {

@@ -3,7 +3,7 @@
 use super::peer::Peer;
 use super::*;
 use crate::addr::JobKey;
-use crate::event::SendFailure;
+use crate::event::{ChannelEvent, SendFailure};
 use crate::method::{LinkId, MethodCaps};
 use crate::wire::{self, FrameType, HEADER_LEN};
 use std::time::Duration;
@@ -159,6 +159,35 @@ impl Net {
             self.now = self.now + Duration::from_micros(1);
             self.deliver(&frames);
             got.extend(self.drain_deliveries());
+        }
+        panic!("did not settle");
+    }
+
+    /// Moves frames until nothing moves and no timer is left, 1 µs per
+    /// hop: each batch of frames in flight goes to `wire`, which delivers
+    /// what it keeps (and may drop, reorder or alter frames). Returns the
+    /// channel events of each port.
+    pub fn run_channels(
+        &mut self,
+        mut wire: impl FnMut(&mut Net, Vec<Wired>),
+    ) -> Vec<Vec<ChannelEvent>> {
+        let mut events: Vec<Vec<ChannelEvent>> = self.ports.iter().map(|_| Vec::new()).collect();
+        for _ in 0..2_000_000 {
+            let frames = self.transmit();
+            for (i, p) in self.ports.iter_mut().enumerate() {
+                while let Some(e) = p.poll_channel_event() {
+                    events[i].push(e);
+                }
+            }
+            if frames.is_empty() {
+                if !self.advance_to_next_timer() {
+                    return events;
+                }
+                continue;
+            }
+            self.now = self.now + Duration::from_micros(1);
+            wire(self, frames);
+            self.drain_deliveries();
         }
         panic!("did not settle");
     }

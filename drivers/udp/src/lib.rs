@@ -12,6 +12,16 @@
 //!   `sendmmsg` sends every frame of a transmit burst. Buffers are
 //!   preallocated once; the core writes frames straight into them and reads
 //!   received frames in place.
+//! - **No copy of ours for bulk data**: while datagrams of [`PLACE_MIN`]
+//!   bytes and more arrive, the method peeks at each header and reads the
+//!   payload straight into the posted buffer the core names
+//!   (`Method::rx_burst_placing`); while such frames go out, each leaves as
+//!   its header plus the application's bytes in one gathering `sendmsg`
+//!   (`Method::tx_burst_gather`, [`GATHER_MIN`]). So a normal-channel
+//!   transfer is copied once on each side, by the kernel, as over TCP.
+//! - **Integrity**: the UDP checksum, verified by the receiving kernel,
+//!   stands in for the core's CRC32C unless [`UdpConfig::crc32c`] asks for
+//!   it.
 //! - **Links**: one per peer socket address. A datagram from an address never
 //!   seen before gets a new link, so the core can answer a peer it did not
 //!   know ([`bcl_core::Method::rx_burst`]).
@@ -32,4 +42,6 @@ mod sys;
 
 pub use addr::{local_ip, parse_address, LocalIpError};
 pub use kind::UdpKind;
-pub use method::{probe, UdpConfig, UdpMethod, UdpStats, BATCH, METHOD_NAME};
+pub use method::{
+    probe, UdpConfig, UdpMethod, UdpStats, BATCH, GATHER_MIN, METHOD_NAME, PLACE_MIN,
+};
