@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# bench/bulk-copies.sh — normal-channel bulk bandwidth over udp on the
-# MTU-65535 veth, this build against another build and against kernel TCP,
+# bench/bulk-copies.sh — normal-channel bulk bandwidth over udp on a veth
+# pair, this build against another build and against kernel TCP,
 # interleaved in the same minutes.
 #
 # Per repetition, per mode and size: `bcl-bw --method udp --udp-mtu 65507
@@ -14,14 +14,17 @@
 #
 #   bench/bulk-copies.sh --base DIR [--reps N] [--volume BYTES]
 #                        [--sizes LIST] [--modes "busy-poll blocking"]
+#                        [--lab pair-jumbo|pair]
 #
 #   --base DIR  the other build's binaries (a target/release directory with
 #               bcl-bw), e.g. `git worktree add --detach /tmp/base REV` and
 #               `CARGO_TARGET_DIR=/tmp/base-target cargo build --release
 #               -p bcl-tools` there
 #
-# Needs root (namespaces). Lab: configs/lab/pair-jumbo.toml, server pinned
-# to CPU 1 and client to CPU 0.
+#   --lab NAME  configs/lab/NAME.toml: pair-jumbo (MTU 65535, udp frames of
+#               65507 bytes; the default) or pair (MTU 1500, 1472)
+#
+# Needs root (namespaces). Server pinned to CPU 1, client to CPU 0.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,6 +33,7 @@ REPS=9
 VOLUME=512M
 SIZES=64K,1M,4M
 MODES="busy-poll blocking"
+LABNAME=pair-jumbo
 while [ $# -gt 0 ]; do
   case "$1" in
     --base) BASE=$2; shift 2 ;;
@@ -37,7 +41,8 @@ while [ $# -gt 0 ]; do
     --volume) VOLUME=$2; shift 2 ;;
     --sizes) SIZES=$2; shift 2 ;;
     --modes) MODES=$2; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    --lab) LABNAME=$2; shift 2 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "bulk-copies: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -48,7 +53,9 @@ done
 cargo build --release -q -p bcl-tools -p bcl-lab
 BIN=${CARGO_TARGET_DIR:-target}/release
 OUT=$(mktemp -d /tmp/bulk-copies.XXXXXX)
-LAB=configs/lab/pair-jumbo.toml
+LAB=configs/lab/$LABNAME.toml
+[ -f "$LAB" ] || { echo "bulk-copies: no lab $LAB" >&2; exit 2; }
+UDP_MTU=(); [ "$LABNAME" = pair-jumbo ] && UDP_MTU=(--udp-mtu 65507)
 export BCL_LAB_PREFIX=bl-bulk
 "$BIN/bcl-lab" down "$LAB" >/dev/null 2>&1 || true
 trap '"$BIN/bcl-lab" down "$LAB" >/dev/null 2>&1 || true' EXIT
@@ -65,7 +72,7 @@ LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 for rep in $(seq 1 "$REPS"); do
   for mode in $MODES; do
     flag=""; [ "$mode" = busy-poll ] && flag="--busy-poll"
-    udp=(--method udp --udp-mtu 65507 --channel normal $flag)
+    udp=(--method udp "${UDP_MTU[@]}" --channel normal $flag)
     if [ $((rep % 2)) = 1 ]; then
       run "base-$mode-$rep" "$BASE/bcl-bw" "${udp[@]}"
       run "new-$mode-$rep" "$BIN/bcl-bw" "${udp[@]}" --stats
@@ -79,7 +86,7 @@ for rep in $(seq 1 "$REPS"); do
 done
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
-python3 - "$OUT" "$REPS" "$MODES" "$LOAD_BEFORE" "$LOAD_AFTER" <<'PY'
+LABNAME=$LABNAME python3 - "$OUT" "$REPS" "$MODES" "$LOAD_BEFORE" "$LOAD_AFTER" <<'PY'
 import json, os, statistics, sys
 out, reps, modes, before, after = sys.argv[1:6]
 reps, modes = int(reps), modes.split()
@@ -92,7 +99,7 @@ def rates(name):
 def size_name(s):
     return f"{s >> 20} MiB" if s >= 1 << 20 else f"{s >> 10} KiB"
 
-print(f"udp normal channels, MB/s (median of {reps}); ratios: median [min-max] of per-repetition ratios")
+print(f"udp normal channels on {os.environ.get('LABNAME', '')}, MB/s (median of {reps}); ratios: median [min-max] of per-repetition ratios")
 print()
 print("| mode | size | base udp | new udp | kernel TCP | new / base | new / TCP | base / TCP |")
 print("|---|---|---|---|---|---|---|---|")
@@ -109,7 +116,8 @@ print()
 print(f"Load average before / after: {before} / {after}")
 PY
 for mode in $MODES; do
-  echo "new build, $mode, last repetition: $(grep -o '"tx_gathered", [0-9]*' "$OUT/new-$mode-$REPS.txt" | head -1) sent;" \
-    "$(grep '\[server\]' "$OUT/new-$mode-$REPS.txt" | grep -o '"rx_placed", [0-9]*' | head -1) received"
+  f="$OUT/new-$mode-$REPS.txt"
+  echo "new build, $mode, last repetition, sender: $(grep -v '\[server\]' "$f" | grep -oE '"(tx_gathered|tx_segmented)", [0-9]*' | tr '\n' ' ')" \
+    "receiver: $(grep '\[server\]' "$f" | grep -oE '"(rx_placed|rx_coalesced)", [0-9]*' | tr '\n' ' ')"
 done
 echo "raw: $OUT"

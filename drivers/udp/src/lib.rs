@@ -12,6 +12,11 @@
 //!   `sendmmsg` sends every frame of a transmit burst. Buffers are
 //!   preallocated once; the core writes frames straight into them and reads
 //!   received frames in place.
+//! - **Segmentation offload**: runs of equal-sized frames to one peer in a
+//!   burst go to the kernel as one segmented send (`UDP_SEGMENT`) and come
+//!   back as one coalesced datagram (`UDP_GRO`) that the method cuts into
+//!   its frames: the frames on the wire are unchanged, the kernel's
+//!   per-datagram work is done once per run ([`UdpConfig::gso`]).
 //! - **No copy of ours for bulk data**: while datagrams of [`PLACE_MIN`]
 //!   bytes and more arrive, the method peeks at each header and reads the
 //!   payload straight into the posted buffer the core names

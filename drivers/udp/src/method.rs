@@ -1,7 +1,7 @@
 //! The `udp` method.
 
 use crate::addr::{local_ip, parse_address};
-use crate::sys::{self, set_buffer, Batch, RawAddr};
+use crate::sys::{self, set_buffer, Batch, RawAddr, SegmentedError};
 use bcl_core::wire::HEADER_LEN;
 use bcl_core::{
     Availability, Descriptor, GatherSend, GatherSource, LinkId, Method, MethodCaps, MethodCounters,
@@ -26,6 +26,10 @@ const MAX_UDP_PAYLOAD: usize = 65_507;
 /// Placing costs a second system call (the header is peeked first), which
 /// is cheaper than the copy it saves from about this size on.
 pub const PLACE_MIN: usize = 16 << 10;
+
+/// Receive buffers while the kernel may coalesce datagrams (`UDP_GRO`),
+/// each large enough for a whole segmented run.
+const GRO_BUFFERS: usize = 16;
 
 /// Data frames with at least this much payload are sent with their payload
 /// gathered by the kernel from the application's buffer
@@ -65,6 +69,12 @@ pub struct UdpConfig {
     /// payload on each side. Both ends must agree: a receiver with it on
     /// drops frames without one.
     pub crc32c: bool,
+    /// Hand the kernel runs of equal-sized frames to the same peer as one
+    /// segmented datagram (`UDP_SEGMENT`), and take datagrams it coalesced
+    /// whole (`UDP_GRO`) (default true). The frames on the wire are the
+    /// same; the kernel's per-datagram work is done once per run. Falls
+    /// back by itself where the kernel cannot.
+    pub gso: bool,
 }
 
 impl UdpConfig {
@@ -76,6 +86,7 @@ impl UdpConfig {
             rcvbuf: 4 << 20,
             sndbuf: 4 << 20,
             crc32c: false,
+            gso: true,
         }
     }
 }
@@ -83,7 +94,8 @@ impl UdpConfig {
 /// Counters of one [`UdpMethod`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct UdpStats {
-    /// Datagrams received and shown to the core.
+    /// Frames received and shown to the core (a coalesced datagram counts
+    /// each of its frames).
     pub rx_datagrams: u64,
     /// Datagrams larger than the MTU, dropped.
     pub rx_truncated: u64,
@@ -99,6 +111,10 @@ pub struct UdpStats {
     /// Datagrams sent with their payload gathered from where it lay (no
     /// copy by the method).
     pub tx_gathered: u64,
+    /// Runs of frames the kernel segmented from one send (`UDP_SEGMENT`).
+    pub tx_segmented: u64,
+    /// Datagrams received coalesced, several frames at once (`UDP_GRO`).
+    pub rx_coalesced: u64,
     /// Datagrams whose payload was received straight into the posted
     /// buffer (no copy by the method or the core).
     pub rx_placed: u64,
@@ -161,6 +177,9 @@ pub struct UdpMethod {
     peek_from: RawAddr,
     /// [`UdpConfig::crc32c`].
     crc32c: bool,
+    /// Send runs of frames segmented ([`UdpConfig::gso`]; off once the
+    /// kernel refused).
+    gso: bool,
 }
 
 impl std::fmt::Debug for UdpMethod {
@@ -212,15 +231,24 @@ impl UdpMethod {
         let _ = set_buffer(fd, false, cfg.rcvbuf);
         let _ = set_buffer(fd, true, cfg.sndbuf);
         let local = socket.local_addr().map_err(io_error("getsockname"))?;
+        // One spare byte per buffer tells a datagram of exactly the MTU
+        // from a longer one. Coalesced datagrams need room for a whole
+        // run, so fewer, larger buffers then.
+        let gro = cfg.gso && mtu < GATHER_MIN && sys::enable_gro(fd).is_ok();
+        let rx = if gro {
+            let mut b = Batch::new(GRO_BUFFERS, sys::GSO_MAX_BYTES + 1);
+            b.want_segment_size();
+            b
+        } else {
+            Batch::new(BATCH, mtu + 1)
+        };
         Ok(UdpMethod {
             socket,
             local,
             mtu,
             links: Vec::new(),
             by_addr: HashMap::new(),
-            // One spare byte per buffer tells a datagram of exactly the MTU
-            // from a longer one.
-            rx: Batch::new(BATCH, mtu + 1),
+            rx,
             tx: Batch::new(BATCH, mtu),
             tx_links: Vec::with_capacity(BATCH),
             stats: UdpStats::default(),
@@ -235,6 +263,7 @@ impl UdpMethod {
             peek_head: [0; HEADER_LEN],
             peek_from: RawAddr::empty(),
             crc32c: cfg.crc32c,
+            gso: cfg.gso,
         })
     }
 
@@ -386,8 +415,10 @@ impl Method for UdpMethod {
         let mut shown = 0;
         for i in 0..n {
             let (bytes, truncated, raw) = self.rx.received(i);
-            let len = bytes.len();
-            if truncated || len > self.mtu {
+            // A coalesced datagram holds frames of `segment` bytes back to
+            // back, the last one possibly shorter.
+            let segment = self.rx.segment_size(i).unwrap_or(bytes.len());
+            if truncated || segment > self.mtu || bytes.is_empty() {
                 self.stats.rx_truncated += 1;
                 continue;
             }
@@ -395,10 +426,15 @@ impl Method for UdpMethod {
             let Some(link) = self.link_of(&raw) else {
                 continue;
             };
-            self.note_ordinary(len);
+            self.note_ordinary(segment);
             let (bytes, _, _) = self.rx.received(i);
-            sink(link, bytes);
-            shown += 1;
+            if bytes.len() > segment {
+                self.stats.rx_coalesced += 1;
+            }
+            for frame in bytes.chunks(segment) {
+                sink(link, frame);
+                shown += 1;
+            }
         }
         self.stats.rx_datagrams += shown as u64;
         Ok(shown)
@@ -513,7 +549,24 @@ impl Method for UdpMethod {
         let mut done = 0;
         let mut sent = 0;
         while done < count {
-            match self.tx.send(fd, done, count) {
+            let result = if self.gso && count - done > 1 {
+                match self.tx.send_segmented(fd, done, count, GATHER_MIN - 1) {
+                    Ok((k, runs)) => {
+                        self.stats.tx_segmented += runs as u64;
+                        Ok(k)
+                    }
+                    Err(SegmentedError::Unsupported) => {
+                        // This path cannot segment: one datagram per frame
+                        // from now on.
+                        self.gso = false;
+                        continue;
+                    }
+                    Err(SegmentedError::Io(e)) => Err(e),
+                }
+            } else {
+                self.tx.send(fd, done, count)
+            };
+            match result {
                 Ok(k) if k > 0 => {
                     done += k;
                     sent += k;
@@ -603,6 +656,8 @@ impl Method for UdpMethod {
                 ("rx_bad_source", s.rx_bad_source),
                 ("links_learned", s.links_learned),
                 ("tx_gathered", s.tx_gathered),
+                ("tx_segmented", s.tx_segmented),
+                ("rx_coalesced", s.rx_coalesced),
                 ("rx_placed", s.rx_placed),
                 ("rx_place_misses", s.rx_place_misses),
             ],
@@ -728,6 +783,71 @@ mod tests {
         );
         let got = recv_all(&mut a, 1);
         assert_eq!(got, vec![(to_b, b"pong".to_vec())]);
+    }
+
+    /// Runs of equal frames go to the kernel as segmented sends and come
+    /// back coalesced on loopback; every frame arrives whole, in order, and
+    /// the runs break where the size grows or the destination changes.
+    #[test]
+    fn runs_of_equal_frames_are_segmented_and_coalesced_and_arrive_whole() {
+        let mut a = open();
+        let mut b = open();
+        let mut c = open();
+        let to_b = a.open_link(&b.descriptor()).unwrap();
+        let to_c = a.open_link(&c.descriptor()).unwrap();
+        // To b: 40 frames of 1400 bytes, a short one, 30 of 1000, then two
+        // growing; to c, in between: 5 of 1400.
+        let mut plan: Vec<(LinkId, Vec<u8>)> = Vec::new();
+        let mut k = 0u8;
+        let mut frame = |len: usize| {
+            k = k.wrapping_add(1);
+            (0..len).map(|i| k ^ i as u8).collect::<Vec<u8>>()
+        };
+        for _ in 0..40 {
+            plan.push((to_b, frame(1400)));
+        }
+        plan.push((to_b, frame(77)));
+        for _ in 0..5 {
+            plan.push((to_c, frame(1400)));
+        }
+        for _ in 0..30 {
+            plan.push((to_b, frame(1000)));
+        }
+        plan.push((to_b, frame(1200)));
+        plan.push((to_b, frame(1300)));
+        let mut next = 0;
+        while next < plan.len() {
+            a.tx_burst(&mut |buf| {
+                let (link, f) = plan.get(next)?;
+                next += 1;
+                buf[..f.len()].copy_from_slice(f);
+                Some(TxFrame {
+                    link: *link,
+                    len: f.len(),
+                })
+            })
+            .unwrap();
+        }
+        let to = |l: LinkId| plan.iter().filter(move |(x, _)| *x == l);
+        let want_b: Vec<Vec<u8>> = to(to_b).map(|(_, f)| f.clone()).collect();
+        let want_c: Vec<Vec<u8>> = to(to_c).map(|(_, f)| f.clone()).collect();
+        let got_b: Vec<Vec<u8>> = recv_all(&mut b, want_b.len())
+            .into_iter()
+            .map(|x| x.1)
+            .collect();
+        let got_c: Vec<Vec<u8>> = recv_all(&mut c, want_c.len())
+            .into_iter()
+            .map(|x| x.1)
+            .collect();
+        assert_eq!(got_b, want_b);
+        assert_eq!(got_c, want_c);
+        // Runs: the 40 and the short one ending them, the 5 to c, the 30
+        // (cut in two where a burst of BATCH frames ends); the growing ones
+        // go alone.
+        assert!(a.stats().tx_segmented >= 3, "{:?}", a.stats());
+        assert_eq!(a.stats().tx_datagrams, plan.len() as u64);
+        assert!(b.stats().rx_coalesced >= 1, "{:?}", b.stats());
+        assert_eq!(b.stats().rx_truncated, 0);
     }
 
     #[test]

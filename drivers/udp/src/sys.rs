@@ -134,6 +134,37 @@ pub(crate) struct Batch {
     hdrs: Vec<libc::mmsghdr>,
     /// Slots the last receive filled (the only ones to reset).
     dirty: usize,
+    /// One control-message buffer per slot: receiving, where the kernel
+    /// writes a coalesced datagram's segment size (`UDP_GRO`); sending,
+    /// where a run of frames gets its `UDP_SEGMENT` size.
+    ctrl: Vec<Ctrl>,
+    /// Receiving: ask for the segment size (`UDP_GRO` is on).
+    gro: bool,
+    /// Sending segmented: one header per run of frames, and the slots each
+    /// covers.
+    runs: Vec<libc::mmsghdr>,
+    run_slots: Vec<usize>,
+}
+
+/// Room for one control message carrying an `int` (aligned for `cmsghdr`).
+#[derive(Clone, Copy)]
+#[repr(C, align(8))]
+struct Ctrl([u8; 32]);
+
+/// Most frames the kernel segments out of one UDP GSO send
+/// (`UDP_MAX_SEGMENTS`).
+pub(crate) const GSO_MAX_SEGMENTS: usize = 64;
+
+/// Largest UDP payload of one datagram, segmented or coalesced (IPv4).
+pub(crate) const GSO_MAX_BYTES: usize = 65_507;
+
+/// How a segmented send failed.
+pub(crate) enum SegmentedError {
+    /// The kernel cannot segment on this path (no checksum offload, an
+    /// IPsec route, an old kernel): send frames one datagram each.
+    Unsupported,
+    /// Any other failure, as for an ordinary send.
+    Io(io::Error),
 }
 
 // SAFETY: the raw pointers inside `iovs` and `hdrs` point only into `slab`,
@@ -171,7 +202,52 @@ impl Batch {
             iovs,
             hdrs,
             dirty: count,
+            ctrl: vec![Ctrl([0; 32]); count],
+            gro: false,
+            runs: Vec::with_capacity(count),
+            run_slots: Vec::with_capacity(count),
         }
+    }
+
+    /// Receives with the segment size of coalesced datagrams (the socket
+    /// has `UDP_GRO` on; slots must then hold [`GSO_MAX_BYTES`]).
+    pub fn want_segment_size(&mut self) {
+        self.gro = true;
+        for i in 0..self.count() {
+            let ctrl = &mut self.ctrl[i];
+            let h = &mut self.hdrs[i].msg_hdr;
+            h.msg_control = ctrl.0.as_mut_ptr().cast();
+            h.msg_controllen = ctrl.0.len() as _;
+        }
+    }
+
+    /// The segment size of the datagram received into slot `i`, if the
+    /// kernel coalesced several there (`UDP_GRO`): it then holds frames of
+    /// that size back to back, the last one possibly shorter.
+    pub fn segment_size(&self, i: usize) -> Option<usize> {
+        if !self.gro {
+            return None;
+        }
+        let h = &self.hdrs[i].msg_hdr;
+        // SAFETY: msg_control points at ctrl[i] (32 bytes, 8-aligned) and
+        // msg_controllen is what the kernel wrote there (at most that);
+        // CMSG_FIRSTHDR/CMSG_NXTHDR only return headers inside it, and the
+        // data of a UDP_GRO message is one int, read unaligned.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(h);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_UDP
+                    && (*c).cmsg_type == libc::UDP_GRO
+                    && (*c).cmsg_len as usize
+                        >= libc::CMSG_LEN(size_of::<libc::c_int>() as u32) as usize
+                {
+                    let size = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
+                    return usize::try_from(size).ok().filter(|s| *s > 0);
+                }
+                c = libc::CMSG_NXTHDR(h, c);
+            }
+        }
+        None
     }
 
     pub fn count(&self) -> usize {
@@ -206,9 +282,12 @@ impl Batch {
             let h = &mut self.hdrs[i].msg_hdr;
             h.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
             h.msg_flags = 0;
+            if self.gro {
+                h.msg_controllen = self.ctrl[i].0.len() as _;
+            }
         }
         self.dirty = 0;
-        if n == 1 {
+        if n == 1 && !self.gro {
             return self.recv_one(fd);
         }
         // SAFETY: hdrs[..n] point at valid iovecs and name buffers owned by
@@ -329,6 +408,123 @@ impl Batch {
         } else {
             Ok(r as usize)
         }
+    }
+}
+
+impl Batch {
+    /// Sends slots `from..to` (prepared with [`Batch::prepare_send`]) with
+    /// UDP segmentation offload: each run of consecutive frames to the same
+    /// address, all of one length but the last (which may be shorter), at
+    /// most [`GSO_MAX_SEGMENTS`] frames and [`GSO_MAX_BYTES`] bytes, goes
+    /// to the kernel as one datagram that it cuts into those frames
+    /// (`UDP_SEGMENT`); on the wire they are the same datagrams as sent one
+    /// by one, and the stack below the socket handles each run once. Frames
+    /// longer than `max_segment` go alone. Returns how many slots the
+    /// kernel took, and in how many segmented runs.
+    pub fn send_segmented(
+        &mut self,
+        fd: RawFd,
+        from: usize,
+        to: usize,
+        max_segment: usize,
+    ) -> Result<(usize, usize), SegmentedError> {
+        let to = to.min(self.count());
+        self.runs.clear();
+        self.run_slots.clear();
+        let mut i = from;
+        while i < to {
+            let seg = self.iovs[i].iov_len;
+            let mut j = i + 1;
+            let mut bytes = seg;
+            while j < to
+                && seg <= max_segment
+                && j - i < GSO_MAX_SEGMENTS
+                && bytes + self.iovs[j].iov_len <= GSO_MAX_BYTES
+                && self.iovs[j].iov_len <= seg
+                && self.names[j].same(&self.names[i])
+            {
+                bytes += self.iovs[j].iov_len;
+                j += 1;
+                if self.iovs[j - 1].iov_len < seg {
+                    break;
+                }
+            }
+            let mut h = self.hdrs[i];
+            h.msg_hdr.msg_iovlen = (j - i) as _;
+            if j - i > 1 {
+                let r = self.runs.len();
+                let ctrl = &mut self.ctrl[r];
+                h.msg_hdr.msg_control = ctrl.0.as_mut_ptr().cast();
+                // SAFETY: CMSG_SPACE/CMSG_LEN are pure arithmetic; the one
+                // control message is written inside ctrl[r] (32 bytes,
+                // 8-aligned, more than CMSG_SPACE(2) = 24), which outlives
+                // the send below.
+                unsafe {
+                    h.msg_hdr.msg_controllen = libc::CMSG_SPACE(2) as _;
+                    let c = libc::CMSG_FIRSTHDR(&h.msg_hdr);
+                    (*c).cmsg_level = libc::SOL_UDP;
+                    (*c).cmsg_type = libc::UDP_SEGMENT;
+                    (*c).cmsg_len = libc::CMSG_LEN(2) as _;
+                    std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg as u16);
+                }
+            } else {
+                h.msg_hdr.msg_control = std::ptr::null_mut();
+                h.msg_hdr.msg_controllen = 0;
+            }
+            self.runs.push(h);
+            self.run_slots.push(j - i);
+            i = j;
+        }
+        if self.runs.is_empty() {
+            return Ok((0, 0));
+        }
+        // SAFETY: runs[..] are copies of slot headers whose iovec pointers
+        // point into `iovs` (each run's iovecs consecutive, each within its
+        // slab slot), names into `names`, control buffers into `ctrl`; all
+        // owned by self, unchanged during the call and only read by the
+        // kernel.
+        let r = unsafe {
+            libc::sendmmsg(
+                fd,
+                self.runs.as_mut_ptr(),
+                self.runs.len() as libc::c_uint,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return Err(match e.raw_os_error() {
+                Some(libc::EIO | libc::EINVAL | libc::EOPNOTSUPP | libc::ENOPROTOOPT)
+                    if self.run_slots.iter().any(|n| *n > 1) =>
+                {
+                    SegmentedError::Unsupported
+                }
+                _ => SegmentedError::Io(e),
+            });
+        }
+        let taken = &self.run_slots[..r as usize];
+        Ok((taken.iter().sum(), taken.iter().filter(|n| **n > 1).count()))
+    }
+}
+
+/// Turns on `UDP_GRO`: the kernel then hands over a segmented datagram
+/// whole, with its segment size ([`Batch::segment_size`]).
+pub(crate) fn enable_gro(fd: RawFd) -> io::Result<()> {
+    let one: libc::c_int = 1;
+    // SAFETY: the option value is an int on the stack, its size given.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_UDP,
+            libc::UDP_GRO,
+            (&one as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
     }
 }
 
