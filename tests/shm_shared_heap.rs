@@ -80,6 +80,18 @@ fn transfers(
         );
     }
     assert!(region_bytes == put, "the put landed in the region");
+    // The receiver's answers to one-copy transfers (which count them as
+    // shared here) may still be on their way when its thread ends: take
+    // them in before counting.
+    let deadline = std::time::Instant::now() + T;
+    while ea.method_mut::<ShmMethod>().unwrap().transfers_lent() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "answers to lent transfers never came: {:?}",
+            shm_stats(&mut ea)
+        );
+        ea.progress().unwrap();
+    }
     (shm_stats(&mut ea), rx)
 }
 

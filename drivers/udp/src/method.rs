@@ -473,6 +473,9 @@ impl Method for UdpMethod {
                             sys::recv_split(fd, &mut head, dst).map_err(io_error("recvmsg"))?;
                         if got == Some(len) && head == self.peek_head {
                             sink.placed(link, &head);
+                            self.stats.rx_placed += 1;
+                            self.stats.rx_datagrams += 1;
+                            shown += 1;
                         } else {
                             // Not the datagram peeked at (only this method
                             // reads the socket, so never seen): what it
@@ -488,11 +491,8 @@ impl Method for UdpMethod {
                 None => false,
             };
             if placed {
-                self.stats.rx_placed += 1;
-                self.stats.rx_datagrams += 1;
                 self.recent_large = PLACE_RECENT;
                 self.place_misses = 0;
-                shown += 1;
                 continue;
             }
             if (PLACE_MIN..=self.mtu).contains(&len) {

@@ -167,10 +167,10 @@ pub(crate) enum SegmentedError {
     Io(io::Error),
 }
 
-// SAFETY: the raw pointers inside `iovs` and `hdrs` point only into `slab`,
-// `names` and `iovs`, heap allocations owned by the same value that are never
-// reallocated; moving the value to another thread moves them together and
-// nothing else refers to them.
+// SAFETY: the raw pointers inside `iovs`, `hdrs` and `runs` point only into
+// `slab`, `names`, `iovs` and `ctrl`, heap allocations owned by the same value
+// that are never reallocated; moving the value to another thread moves them
+// together and nothing else refers to them.
 unsafe impl Send for Batch {}
 
 impl Batch {
