@@ -11,14 +11,19 @@
 //! copies a kernel-socket method cannot avoid otherwise (the kernel's into
 //! user memory is the other).
 //!
-//! **What makes it safe to write before validating.** A placement is only
+//! **What makes it safe to write before validating.** Every check that
+//! reads only the header (version, type, flags, job, destination, lengths,
+//! sequence window) is made before the placement is offered; what is left
+//! for after the write is the CRC32C over the payload. A placement is only
 //! offered at or beyond the transfer's frontier (the end of the furthest
-//! byte written so far), inside the posted buffer's active length, for a
-//! sequence number not yet received. If the frame then fails validation (a
-//! bad CRC32C, another job, a header that does not match), the bytes it
-//! left lie where nothing has been written yet: the frame that really
+//! byte written so far), inside the message's length, for a sequence
+//! number not yet received. If the frame then fails its CRC32C, the bytes
+//! it left lie where nothing has been written yet: the frame that really
 //! carries that range overwrites them later, and a transfer completes only
-//! when every byte has been received from a valid frame. Frames of a
+//! when every byte has been received from a valid frame. The first frame of
+//! a transfer that starts with its data (the buffer was announced to the
+//! sender) has no message to bound it yet, so it is placed only where no
+//! CRC32C is checked. Frames of a
 //! stream in order always land at the frontier; a frame that overtook
 //! others lands beyond it; anything else takes the ordinary path.
 
@@ -117,8 +122,11 @@ impl Port {
             || h.version != wire::VERSION
             || h.frame_type != FrameType::Data as u8
             || flag_bits & (flags::BUNDLE | flags::UNSEQUENCED) != 0
+            || flag_bits & !flags::KNOWN != 0
             || h.channel.get() == SYSTEM_CHANNEL
             || h.job.get() != self.expect.job.0
+            || h.dst_node.get() != self.expect.local.node.0
+            || h.dst_port.get() != self.expect.local.port.0
         {
             return None;
         }
@@ -168,8 +176,13 @@ impl Port {
             }
             Some(RxTransfer::Put { .. }) => return None,
             None => {
+                // Nothing bounds this range by a message yet: bytes left by
+                // a frame that then fails its CRC32C could stay past the
+                // end of the message that really comes. So only where no
+                // CRC32C is checked (every other check is made above,
+                // before anything is written).
                 let ch = ChannelId(channel);
-                if !self.adoptable(idx, ch, total) {
+                if self.crc_for(route.method) || !self.adoptable(idx, ch, total) {
                     return None;
                 }
                 Buffer::Announced(ch)
