@@ -581,3 +581,31 @@ fn channel_calls_refuse_with_the_buffer_back() {
     assert_eq!(p.close_channel(Time::ZERO, ch).unwrap(), Some(vec![0]));
     assert!(p.close_channel(Time::ZERO, ch).is_err());
 }
+
+#[test]
+fn a_port_done_with_its_transfers_has_no_timer_left() {
+    // A process flushes before it exits: it waits for its port's timers.
+    // The watchdog over arriving transfers must not be one of them once
+    // no transfer is left, or every exit after a transfer waits half the
+    // transfer timeout.
+    let mut net = Net::new(vec![config(0), config(1)]);
+    let ch = net.ports[1].open_normal_channel().unwrap();
+    net.ports[1]
+        .post(net.now, ch, None, vec![0; 200_000])
+        .unwrap();
+    let msg = pattern(150_000, 3);
+    net.ports[0]
+        .send_on_channel(net.now, addr(1), ch, msg.clone())
+        .unwrap();
+    let start = net.now;
+    let ev = run(&mut net, 0);
+    assert_eq!(received(&ev[1]), vec![(ch, addr(0), msg)]);
+    let took = net.now.saturating_since(start);
+    let watchdog = config(1).transfer_timeout / 2;
+    assert!(
+        took < watchdog,
+        "the ports settled after {took:?}, not before the stall check's {watchdog:?}"
+    );
+    assert_eq!(net.ports[0].poll_timeout(), None);
+    assert_eq!(net.ports[1].poll_timeout(), None);
+}

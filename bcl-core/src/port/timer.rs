@@ -19,7 +19,12 @@ impl Port {
     /// any. May be early (a deadline moved later); never late.
     pub fn poll_timeout(&self) -> Option<Time> {
         let peer_timer = self.timers.peek().map(|Reverse((t, _))| *t);
-        let stall = (self.stall_check_at != Time::NEVER).then_some(self.stall_check_at);
+        // The stall check is a watchdog over arriving transfers and remote
+        // reads: with none left it has nothing to do, and counting it
+        // would keep a port that is done (a flush before exit) waiting for
+        // half the transfer timeout.
+        let watching = !self.rx_transfers.is_empty() || !self.get_waits.is_empty();
+        let stall = (watching && self.stall_check_at != Time::NEVER).then_some(self.stall_check_at);
         match (peer_timer, stall) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
