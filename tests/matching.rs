@@ -407,6 +407,36 @@ fn messages_land_in_the_receives_own_buffer_and_regions_are_read_in_place() {
     assert_eq!(stats.read_remote, 2);
 }
 
+#[test]
+fn a_large_message_by_rendezvous_lands_in_the_receives_own_buffer() {
+    use bcl::coll::messenger::Incoming;
+    let (mut cluster, mut colls) = coll_common::sim_job(2, FaultProfile::default());
+    let c = &mut colls;
+    let src: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    // Posted first, with room for all of it: the message comes on a
+    // normal channel and is put in the receive's buffer when complete.
+    let (buf, mem) = collect(src.len());
+    let r = c[0].messenger().irecv_into(any(Some(1), Some(6)), buf);
+    send(&mut cluster, c, 1, 6, &src);
+    let got = c[0].messenger().take_incoming(r).unwrap().unwrap();
+    let Incoming::Landed(e) = got else {
+        panic!("expected the message in the buffer: {got:?}");
+    };
+    assert_eq!((e.from, e.tag, e.len), (addr(1), 6, src.len()));
+    assert_eq!(mem.recv().unwrap(), src);
+    // A buffer shorter than the message gets what fits, and the envelope
+    // says how long the message was (the caller reports truncation).
+    let (buf, mem) = collect(1000);
+    let r = c[0].messenger().irecv_into(any(Some(1), Some(7)), buf);
+    send(&mut cluster, c, 1, 7, &src);
+    let Some(Ok(Incoming::Landed(e))) = c[0].messenger().take_incoming(r) else {
+        panic!("expected the message's start in the buffer");
+    };
+    assert_eq!(e.len, src.len());
+    assert_eq!(mem.recv().unwrap(), src[..1000]);
+    assert_eq!(c[1].messenger().stats().rendezvous_sent, 2);
+}
+
 /// A buffer that says it is reusable: kept once its message landed.
 struct Reusable(Vec<u8>);
 

@@ -369,7 +369,11 @@ pub fn land(
     Some(match m.take_incoming(*id)? {
         Ok(Incoming::Data(r)) => {
             let source = rank_of(r.from);
-            deliver(r, buf, t, count, source)
+            let done = deliver(&r, buf, t, count, source);
+            // Large messages' buffers are the messenger's to reuse: a
+            // fresh one would fault in every page again.
+            m.give_back(r.data);
+            done
         }
         Ok(Incoming::Landed(e)) => {
             let source = rank_of(e.from);
@@ -454,7 +458,7 @@ pub fn copied(e: Envelope, cap: usize, count: usize, source: c_int) -> Completio
 /// Puts received message `r` into the receive buffer: as much as fits, and
 /// a truncation error if it did not all fit.
 pub fn deliver(
-    r: Received,
+    r: &Received,
     buf: &mut CBuf,
     t: &TypeInfo,
     count: usize,

@@ -364,10 +364,12 @@ enum RecvState {
     /// Posted, nothing matched yet; the buffer the message goes into, if
     /// the receive has one.
     Waiting(Option<Box<dyn RecvBuffer>>),
-    /// Matched a large message; its data comes on the channel.
+    /// Matched a large message; its data comes on the channel, and goes
+    /// into the receive's buffer, if it has one, when it has all arrived.
     OnChannel {
         from: ProcessAddr,
         tag: u64,
+        buffer: Option<Box<dyn RecvBuffer>>,
     },
     /// The message is in the receive's buffer.
     Landed(Envelope),
@@ -784,6 +786,13 @@ impl Messenger {
     /// the module documentation for the order).
     pub fn irecv_matching(&mut self, pattern: Pattern) -> RecvId {
         self.irecv_with(pattern, None)
+    }
+
+    /// Takes back the data of a [`Received`] message its receiver is done
+    /// with, to reuse for a later large message (memory handed back to
+    /// the allocator would fault in every page again when it is reused).
+    pub fn give_back(&mut self, data: Vec<u8>) {
+        self.pool.give(data);
     }
 
     /// A receive buffer of type `B` that an earlier receive is done with,
@@ -1387,7 +1396,7 @@ impl Messenger {
                     .post(ch, Some(from), self.pool.take(len))
                     .map_err(|r| CollError::Invalid(format!("posting a buffer: {}", r.error)))?;
                 self.channel_recvs.insert(ch, id);
-                *self.recvs.get_mut(id.0) = RecvState::OnChannel { from, tag };
+                *self.recvs.get_mut(id.0) = RecvState::OnChannel { from, tag, buffer };
                 let mut msg = std::mem::take(&mut self.scratch);
                 Msg::Cts {
                     token,
@@ -1454,14 +1463,38 @@ impl Messenger {
             } => {
                 if let Some(id) = self.channel_recvs.remove(&channel) {
                     buffer.truncate(len);
-                    let state = self.recvs.get_mut(id.0);
-                    if let RecvState::OnChannel { from, tag } = *state {
-                        *state = RecvState::Done(Received {
+                    let state =
+                        std::mem::replace(self.recvs.get_mut(id.0), RecvState::Waiting(None));
+                    *self.recvs.get_mut(id.0) = match state {
+                        // Into the receive's own buffer; the channel's
+                        // buffer goes back to the pool, so the next large
+                        // message does not fault in fresh pages.
+                        RecvState::OnChannel {
+                            from,
+                            tag,
+                            buffer: Some(mut into),
+                        } => {
+                            let into_bytes = into.bytes();
+                            let n = buffer.len().min(into_bytes.len());
+                            into_bytes[..n].copy_from_slice(&buffer[..n]);
+                            self.pool.give(buffer);
+                            self.retire(Some(into));
+                            RecvState::Landed(Envelope { from, tag, len })
+                        }
+                        RecvState::OnChannel {
+                            from,
+                            tag,
+                            buffer: None,
+                        } => RecvState::Done(Received {
                             from,
                             tag,
                             data: buffer,
-                        });
-                    }
+                        }),
+                        other => {
+                            self.pool.give(buffer);
+                            other
+                        }
+                    };
                     self.free_channels.push(channel);
                 }
             }
