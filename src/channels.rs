@@ -31,6 +31,7 @@
 //! ```
 
 use crate::endpoint::{Endpoint, Error};
+use bcl_core::lent::{LentBytes, LentBytesMut};
 use bcl_core::{
     ChannelError, ChannelEvent, ChannelId, ProcessAddr, Refused, RegionId, SendHandle,
     TransferError,
@@ -99,6 +100,19 @@ impl Endpoint {
         self.port_mut().post(now, ch, from, buffer)
     }
 
+    /// Posts memory lent to the port on `ch` instead of a vector (see
+    /// [`bcl_core::lent`] for the contract: valid and untouched until the
+    /// channel event, whose buffer is then empty).
+    pub fn post_lent(
+        &mut self,
+        ch: ChannelId,
+        from: Option<ProcessAddr>,
+        buffer: Box<dyn LentBytesMut>,
+    ) -> Result<(), Refused> {
+        let now = self.now();
+        self.port_mut().post_lent(now, ch, from, buffer)
+    }
+
     /// Takes back the buffer posted on `ch`, if any (cancelling a message
     /// being written into it).
     pub fn cancel_post(&mut self, ch: ChannelId) -> Result<Option<Vec<u8>>, ChannelError> {
@@ -116,6 +130,19 @@ impl Endpoint {
     ) -> Result<SendHandle, Refused> {
         let now = self.now();
         self.port_mut().send_on_channel(now, dst, ch, buffer)
+    }
+
+    /// Sends memory lent to the port into the buffer `dst` posts on its
+    /// channel `ch` (see [`bcl_core::lent`] for the contract: valid and
+    /// unchanged until the channel event, whose buffer is then empty).
+    pub fn send_lent_on_channel(
+        &mut self,
+        dst: ProcessAddr,
+        ch: ChannelId,
+        buffer: Box<dyn LentBytes>,
+    ) -> Result<SendHandle, Refused> {
+        let now = self.now();
+        self.port_mut().send_lent_on_channel(now, dst, ch, buffer)
     }
 
     /// Registers `buffer` for remote access (moves it in, no copy).

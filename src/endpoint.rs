@@ -715,6 +715,7 @@ impl Endpoint {
     /// off the path from an arrival to the answer it leads to.
     ///
     /// Returns the frames moved and whether the descriptor is armed.
+    #[cfg(feature = "tokio")]
     pub(crate) fn service_for_events(&mut self) -> Result<(usize, bool), Error> {
         self.service_rounds(true)
     }

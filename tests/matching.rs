@@ -437,6 +437,194 @@ fn a_large_message_by_rendezvous_lands_in_the_receives_own_buffer() {
     assert_eq!(c[1].messenger().stats().rendezvous_sent, 2);
 }
 
+/// Memory lent for a send; says when the port is done with it.
+struct LentSend {
+    bytes: Vec<u8>,
+    done: std::sync::mpsc::Sender<()>,
+}
+
+impl bcl::core::lent::LentBytes for LentSend {
+    fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl Drop for LentSend {
+    fn drop(&mut self) {
+        let _ = self.done.send(());
+    }
+}
+
+/// A receive buffer that can be lent: its vector moves into the lent box,
+/// which gives it back when the port is done with it.
+struct Lendable {
+    buf: Vec<u8>,
+    back: std::sync::mpsc::Sender<Vec<u8>>,
+}
+
+struct LentRecv(Collect);
+
+impl bcl::core::lent::LentBytes for LentRecv {
+    fn bytes(&self) -> &[u8] {
+        &self.0.buf
+    }
+}
+
+impl bcl::core::lent::LentBytesMut for LentRecv {
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.0.buf
+    }
+}
+
+impl bcl::coll::messenger::RecvBuffer for Lendable {
+    fn bytes(&mut self) -> &mut [u8] {
+        &mut self.buf
+    }
+
+    fn lend(&mut self) -> Option<Box<dyn bcl::core::lent::LentBytesMut>> {
+        Some(Box::new(LentRecv(Collect {
+            buf: std::mem::take(&mut self.buf),
+            back: self.back.clone(),
+        })))
+    }
+}
+
+#[test]
+fn lent_memory_is_sent_from_and_received_into_without_a_copy() {
+    use bcl::coll::messenger::Incoming;
+    let (mut cluster, mut colls) = coll_common::sim_job(2, FaultProfile::default());
+    let c = &mut colls;
+    let src: Vec<u8> = (0..300_000u32).map(|i| (i % 241) as u8).collect();
+    let (back, landed) = std::sync::mpsc::channel();
+    let r = c[0].messenger().irecv_into(
+        any(Some(1), Some(8)),
+        Box::new(Lendable {
+            buf: vec![0; src.len()],
+            back,
+        }),
+    );
+    let (done, sent) = std::sync::mpsc::channel();
+    let s = c[1]
+        .messenger()
+        .isend_lent(
+            addr(0),
+            CONTEXT,
+            8,
+            Box::new(LentSend {
+                bytes: src.clone(),
+                done,
+            }),
+        )
+        .unwrap();
+    settle(&mut cluster, c, STEP);
+    assert!(matches!(c[1].messenger().take_send(s), Some(Ok(()))));
+    assert!(sent.try_recv().is_ok(), "the port gave the lent send back");
+    let Some(Ok(Incoming::Landed(e))) = c[0].messenger().take_incoming(r) else {
+        panic!("expected the message in the lent buffer");
+    };
+    assert_eq!((e.from, e.tag, e.len), (addr(1), 8, src.len()));
+    assert_eq!(
+        landed.try_recv().unwrap(),
+        src,
+        "written into the lent memory"
+    );
+    assert_eq!(c[1].messenger().stats().lent_sent, 1);
+    assert_eq!(c[0].messenger().stats().lent_received, 1);
+    // A small message from lent memory goes inline, copied at once.
+    let (done, sent) = std::sync::mpsc::channel();
+    let s = c[1]
+        .messenger()
+        .isend_lent(
+            addr(0),
+            CONTEXT,
+            9,
+            Box::new(LentSend {
+                bytes: b"small".to_vec(),
+                done,
+            }),
+        )
+        .unwrap();
+    assert!(sent.try_recv().is_ok(), "copied and given back at once");
+    settle(&mut cluster, c, STEP);
+    assert!(matches!(c[1].messenger().take_send(s), Some(Ok(()))));
+    let mut into = [0u8; 8];
+    let got = c[0].messenger().recv_now(&any(Some(1), Some(9)), &mut into);
+    assert!(matches!(got, Ok(bcl::coll::messenger::RecvNow::Got(_))));
+    assert_eq!(&into[..5], b"small");
+    assert_eq!(c[1].messenger().stats().lent_sent, 1);
+}
+
+#[test]
+fn a_receive_into_lent_memory_fails_only_after_the_port_gave_the_memory_back() {
+    // The owner of lent memory may free it as soon as its receive ends:
+    // when the sender is lost, the port must have let go of the memory
+    // (no late frame may write there) before the receive reports failure.
+    let wire = FaultProfile {
+        delay: Duration::from_micros(20),
+        ..FaultProfile::default()
+    };
+    let (mut cluster, mut colls) = coll_common::sim_job(2, wire);
+    let c = &mut colls;
+    let (back, given_back) = std::sync::mpsc::channel();
+    let r = c[0].messenger().irecv_into(
+        any(Some(1), Some(8)),
+        Box::new(Lendable {
+            buf: vec![0; 3 << 20],
+            back,
+        }),
+    );
+    let (done, _sent) = std::sync::mpsc::channel();
+    c[1].messenger()
+        .isend_lent(
+            addr(0),
+            CONTEXT,
+            8,
+            Box::new(LentSend {
+                bytes: vec![7; 3 << 20],
+                done,
+            }),
+        )
+        .unwrap();
+    // Until the receiver has lent its buffer to the port; then the two are
+    // cut apart, and the receiver's next message to the sender fails.
+    for _ in 0..10_000 {
+        if c[0].messenger().stats().lent_received == 1 {
+            break;
+        }
+        settle(&mut cluster, c, Duration::from_micros(1));
+    }
+    assert_eq!(c[0].messenger().stats().lent_received, 1);
+    let cut = FaultProfile {
+        loss: 1.0,
+        ..FaultProfile::default()
+    };
+    cluster.fabric.set_faults(0, 1, cut.clone());
+    cluster.fabric.set_faults(1, 0, cut);
+    let probe = vec![1u8; 64];
+    c[0].messenger().isend(addr(1), CONTEXT, 9, &probe).unwrap();
+    let mut failed = false;
+    for _ in 0..600 {
+        settle(&mut cluster, c, Duration::from_millis(100));
+        if let Some(result) = c[0].messenger().take_incoming(r) {
+            assert!(result.is_err(), "the receive cannot succeed: {result:?}");
+            failed = true;
+            break;
+        }
+        assert!(
+            given_back.try_recv().is_err(),
+            "the memory came back while its receive is still open"
+        );
+    }
+    assert!(
+        failed,
+        "the receive did not fail within 60 s of virtual time"
+    );
+    assert!(
+        given_back.try_recv().is_ok(),
+        "the receive failed while the port still held its memory"
+    );
+}
+
 /// A buffer that says it is reusable: kept once its message landed.
 struct Reusable(Vec<u8>);
 

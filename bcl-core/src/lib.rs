@@ -12,12 +12,14 @@
 //! - [`port`]: the per-endpoint state machine: system channel, reliability,
 //!   flow control, completion queues.
 //! - [`method`]: the interface transport backends implement.
+//! - [`lent`]: memory lent to a port for a transfer instead of moved in.
 //! - [`seq`], [`sack`], [`rtt`], [`ring`]: the mechanisms the port is built
 //!   from.
 
 pub mod addr;
 pub mod config;
 pub mod event;
+pub mod lent;
 pub mod method;
 pub mod port;
 pub mod ring;

@@ -22,6 +22,15 @@ pub struct CBuf {
 // sit in the state like any other value.
 unsafe impl Send for CBuf {}
 
+/// A send buffer lent to BCL's port for a large message: the port reads it
+/// until the send completes, which MPI's contract allows (the program does
+/// not touch a send buffer before its request completes).
+impl bcl::core::lent::LentBytes for CBuf {
+    fn bytes(&self) -> &[u8] {
+        CBuf::bytes(self)
+    }
+}
+
 impl CBuf {
     /// An empty buffer (count 0, or a buffer that is not used).
     pub const EMPTY: CBuf = CBuf {

@@ -20,7 +20,7 @@ use crate::request::{
     copied, land, rank_in, status_bytes, Completion, Pending, Source, UserBuffer,
 };
 use crate::state::{call, comm_in, Mpi};
-use bcl::coll::messenger::{Envelope, Pattern, RecvId, RecvNow};
+use bcl::coll::messenger::{Envelope, Pattern, RecvBuffer, RecvId, RecvNow};
 use bcl::shm::cma::Region;
 use std::ffi::{c_int, c_void};
 
@@ -101,7 +101,16 @@ impl Mpi {
             _ => 0,
         };
         let m = self.coll.messenger();
+        // Large, to another node: sent from the program's memory, which
+        // MPI keeps unchanged until the send completes (a rendezvous,
+        // complete once delivered, synchronous or not).
+        let lend = mode != Mode::Buffered
+            && t.contiguous()
+            && dest != me
+            && buf.len() == data.len()
+            && m.goes_by_rendezvous(data.len());
         let id = match mode {
+            _ if lend => m.isend_lent(addr, context, tag, Box::new(buf)),
             Mode::Sync => m.isend_sync(addr, context, tag, data),
             _ => m.isend(addr, context, tag, data),
         }
@@ -220,7 +229,15 @@ impl Mpi {
                 got = land(m, id, &mut buf, &t, n, |a| rank_in(c, a));
                 return Ok(got.is_some());
             }
-            match m.recv_now(&pattern, &mut buf.bytes_mut()[..cap])? {
+            // A large message is written straight into `buf` (lent).
+            let lent = buf;
+            let lend = move || {
+                Some(Box::new(UserBuffer {
+                    buf: lent,
+                    len: cap,
+                }) as Box<dyn RecvBuffer>)
+            };
+            match m.recv_now_or_lend(&pattern, &mut buf.bytes_mut()[..cap], lend)? {
                 RecvNow::Got(e) => {
                     let source = rank_in(c, e.from);
                     got = Some(copied(e, cap, n, source));

@@ -7,6 +7,7 @@ use crate::datatype::{Type, TypeInfo};
 use crate::error::{MpiError, MpiResult};
 use bcl::coll::messenger::{Envelope, Incoming, Messenger, Received, RecvBuffer, RecvId, SendId};
 use bcl::coll::{Coll, Comm, Request as CollRequest};
+use bcl::core::lent::{LentBytes, LentBytesMut};
 use bcl::ProcessAddr;
 use std::ffi::c_int;
 use std::sync::OnceLock;
@@ -430,6 +431,28 @@ impl RecvBuffer for UserBuffer {
     /// memory, and every receive sets it anew.
     fn reusable(&self) -> bool {
         true
+    }
+
+    /// Lent: the port writes a large message straight into the program's
+    /// buffer, which MPI's contract keeps valid and untouched until the
+    /// receive completes (when the port has given it back).
+    fn lend(&mut self) -> Option<Box<dyn LentBytesMut>> {
+        Some(Box::new(UserBuffer {
+            buf: self.buf,
+            len: self.len,
+        }))
+    }
+}
+
+impl LentBytes for UserBuffer {
+    fn bytes(&self) -> &[u8] {
+        &self.buf.bytes()[..self.len]
+    }
+}
+
+impl LentBytesMut for UserBuffer {
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.buf.bytes_mut()[..self.len]
     }
 }
 

@@ -27,6 +27,7 @@
 use super::error::CollError;
 use super::wire::Msg;
 use crate::endpoint::{Endpoint, Error};
+use bcl_core::lent::{LentBytes, LentBytesMut};
 use bcl_core::{ChannelEvent, ChannelId, ProcessAddr, SendEvent, SendHandle};
 use bcl_shm::cma::Region;
 use rustc_hash::FxHashMap as HashMap;
@@ -96,6 +97,15 @@ pub trait RecvBuffer: Send + std::any::Any {
     /// dropped then, so a buffer that gives its bytes back on drop does.
     fn reusable(&self) -> bool {
         false
+    }
+
+    /// The same memory as [`RecvBuffer::bytes`], lent to the port so a
+    /// large message is written there as it arrives, with no copy
+    /// ([`bcl_core::lent`]: valid and untouched until the receive
+    /// completes). `None` (the default): the message arrives in a buffer of
+    /// the messenger's and is copied in when complete.
+    fn lend(&mut self) -> Option<Box<dyn LentBytesMut>> {
+        None
     }
 }
 
@@ -364,17 +374,37 @@ enum RecvState {
     /// Posted, nothing matched yet; the buffer the message goes into, if
     /// the receive has one.
     Waiting(Option<Box<dyn RecvBuffer>>),
-    /// Matched a large message; its data comes on the channel, and goes
-    /// into the receive's buffer, if it has one, when it has all arrived.
+    /// Matched a large message; its data comes on `channel`: straight into
+    /// the receive's buffer if it was lent to the port (`lent`), else into
+    /// a pool buffer, then copied into the receive's buffer if it has one.
     OnChannel {
         from: ProcessAddr,
         tag: u64,
         buffer: Option<Box<dyn RecvBuffer>>,
+        channel: ChannelId,
+        lent: bool,
     },
     /// The message is in the receive's buffer.
     Landed(Envelope),
     Done(Received),
     Failed(CollError),
+}
+
+/// The bytes of a large message waiting for its receiver.
+enum Outgoing {
+    /// A copy in a pool buffer.
+    Copy(Vec<u8>),
+    /// The caller's memory ([`Messenger::isend_lent`]).
+    Lent(Box<dyn LentBytes>),
+}
+
+impl std::fmt::Debug for Outgoing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outgoing::Copy(v) => write!(f, "Copy({} bytes)", v.len()),
+            Outgoing::Lent(l) => write!(f, "Lent({} bytes)", l.bytes().len()),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -383,11 +413,14 @@ enum SendState {
     /// waiting for the receiver's answer.
     AwaitCts {
         dst: ProcessAddr,
-        data: Vec<u8>,
+        data: Outgoing,
     },
-    /// Its data is going out on a normal channel.
+    /// Its data is going out on a normal channel; from memory lent to the
+    /// port if `lent` (the send then ends only with the port's event: the
+    /// port reads that memory until then).
     OnChannel {
         dst: ProcessAddr,
+        lent: bool,
     },
     /// A message offered as a region of this process's memory, waiting
     /// for the receiver to read it.
@@ -424,6 +457,10 @@ pub struct MessengerStats {
     pub regions_sent: u64,
     /// Large messages read from the sender's memory.
     pub read_remote: u64,
+    /// Large messages sent from memory lent to the port (no copy).
+    pub lent_sent: u64,
+    /// Large messages written straight into a receive's lent buffer.
+    pub lent_received: u64,
 }
 
 /// Tagged messages over one endpoint (see the module documentation).
@@ -608,7 +645,37 @@ impl Messenger {
             }
             return Ok(SendId::COMPLETE);
         }
-        self.rendezvous(dst, context, tag, data)
+        let copy = self.pool.copy_of(data);
+        self.rendezvous(dst, context, tag, Outgoing::Copy(copy))
+    }
+
+    /// Whether a message of `len` bytes to another process goes by
+    /// rendezvous (above the inline and fragment limits).
+    pub fn goes_by_rendezvous(&self, len: usize) -> bool {
+        len > self.eager_max.max(self.fragment_limit) && len <= MAX_MESSAGE
+    }
+
+    /// Sends the message in memory the caller lends ([`bcl_core::lent`])
+    /// to `dst` under (`context`, `tag`). A message that goes by rendezvous
+    /// is sent from that memory, with no copy, and the send completes when
+    /// it has all been delivered: the memory must stay valid and unchanged
+    /// until then. A smaller one (or one to this process) is copied at once,
+    /// as by [`Messenger::isend`].
+    pub fn isend_lent(
+        &mut self,
+        dst: ProcessAddr,
+        context: u32,
+        tag: u64,
+        data: Box<dyn LentBytes>,
+    ) -> Result<SendId, CollError> {
+        let len = data.bytes().len();
+        if dst == self.local() || !self.goes_by_rendezvous(len) {
+            return self.isend(dst, context, tag, data.bytes());
+        }
+        if let Some(why) = self.failed.get(&dst) {
+            return Err(peer_failed(dst, why));
+        }
+        self.rendezvous(dst, context, tag, Outgoing::Lent(data))
     }
 
     /// Sends `data` to `dst` under (`context`, `tag`) and completes only
@@ -629,7 +696,7 @@ impl Messenger {
             let token = self.token();
             let id = self.sends.insert(SendState::AwaitCts {
                 dst,
-                data: Vec::new(),
+                data: Outgoing::Copy(Vec::new()),
             });
             self.awaiting_cts.insert((dst, token), id);
             let data = self.pool.copy_of(data);
@@ -645,7 +712,7 @@ impl Messenger {
         self.stats.eager_sent += 1;
         let state = SendState::AwaitCts {
             dst,
-            data: Vec::new(),
+            data: Outgoing::Copy(Vec::new()),
         };
         self.send_awaiting(
             dst,
@@ -705,17 +772,23 @@ impl Messenger {
             return Err(CollError::NoSuchRequest);
         };
         let data = self.pool.copy_of(data);
-        self.send_on_channel(id, dst, channel, data);
+        self.send_on_channel(id, dst, channel, Outgoing::Copy(data));
         Ok(())
     }
 
     /// Starts send `id`'s data to `dst` on the channel its receiver
     /// posted: `OnChannel` until the transfer's event, or `Failed`.
-    fn send_on_channel(&mut self, id: SendId, dst: ProcessAddr, ch: ChannelId, data: Vec<u8>) {
-        *self.sends.get_mut(id.0) = match self.ep.send_on_channel(dst, ch, data) {
+    fn send_on_channel(&mut self, id: SendId, dst: ProcessAddr, ch: ChannelId, data: Outgoing) {
+        let lent = matches!(data, Outgoing::Lent(_));
+        self.stats.lent_sent += u64::from(lent);
+        let sent = match data {
+            Outgoing::Copy(v) => self.ep.send_on_channel(dst, ch, v),
+            Outgoing::Lent(l) => self.ep.send_lent_on_channel(dst, ch, l),
+        };
+        *self.sends.get_mut(id.0) = match sent {
             Ok(h) => {
                 self.channel_sends.insert(h, id);
-                SendState::OnChannel { dst }
+                SendState::OnChannel { dst, lent }
             }
             Err(r) => SendState::Failed(CollError::Invalid(format!(
                 "sending a large message to {dst}: {}",
@@ -738,14 +811,14 @@ impl Messenger {
         dst: ProcessAddr,
         context: u32,
         tag: u64,
-        data: &[u8],
+        data: Outgoing,
     ) -> Result<SendId, CollError> {
         self.stats.rendezvous_sent += 1;
-        let len = data.len() as u64;
-        let state = SendState::AwaitCts {
-            dst,
-            data: self.pool.copy_of(data),
-        };
+        let len = match &data {
+            Outgoing::Copy(v) => v.len(),
+            Outgoing::Lent(l) => l.bytes().len(),
+        } as u64;
+        let state = SendState::AwaitCts { dst, data };
         let make = |token| Msg::Rts {
             context,
             tag,
@@ -875,6 +948,18 @@ impl Messenger {
     /// Matching order holds: the message is taken only if no posted receive
     /// matches it (those were posted earlier).
     pub fn recv_now(&mut self, pattern: &Pattern, into: &mut [u8]) -> Result<RecvNow, CollError> {
+        self.recv_now_or_lend(pattern, into, || None)
+    }
+
+    /// [`Messenger::recv_now`], and a large message that must be waited
+    /// for goes into the buffer `lend` gives (the same memory as `into`,
+    /// see [`RecvBuffer::lend`]), with no copy, instead of a pool buffer.
+    pub fn recv_now_or_lend(
+        &mut self,
+        pattern: &Pattern,
+        into: &mut [u8],
+        lend: impl FnOnce() -> Option<Box<dyn RecvBuffer>>,
+    ) -> Result<RecvNow, CollError> {
         if let Some(from) = pattern.from {
             self.watch(from);
         }
@@ -901,7 +986,7 @@ impl Messenger {
                 other => {
                     // Large: a posted receive, whose matching reads the
                     // region or (if that failed here) asks the sender.
-                    let id = self.recvs.insert(RecvState::Waiting(None));
+                    let id = self.recvs.insert(RecvState::Waiting(lend()));
                     if let Err(e) = self.matched(id, key, other) {
                         *self.recvs.get_mut(id.0) = RecvState::Failed(e);
                     }
@@ -1392,11 +1477,30 @@ impl Messenger {
                         CollError::Invalid(format!("no channel for a large message: {e}"))
                     })?,
                 };
-                self.ep
-                    .post(ch, Some(from), self.pool.take(len))
-                    .map_err(|r| CollError::Invalid(format!("posting a buffer: {}", r.error)))?;
+                // The receive's own memory when it can be lent and holds
+                // the whole message (a shorter one gets what fits, copied).
+                let lent = match buffer.as_mut() {
+                    Some(b) => {
+                        let fits = b.bytes().len() >= len;
+                        fits.then(|| b.lend()).flatten()
+                    }
+                    None => None,
+                };
+                let is_lent = lent.is_some();
+                self.stats.lent_received += u64::from(is_lent);
+                match lent {
+                    Some(l) => self.ep.post_lent(ch, Some(from), l),
+                    None => self.ep.post(ch, Some(from), self.pool.take(len)),
+                }
+                .map_err(|r| CollError::Invalid(format!("posting a buffer: {}", r.error)))?;
                 self.channel_recvs.insert(ch, id);
-                *self.recvs.get_mut(id.0) = RecvState::OnChannel { from, tag, buffer };
+                *self.recvs.get_mut(id.0) = RecvState::OnChannel {
+                    from,
+                    tag,
+                    buffer,
+                    channel: ch,
+                    lent: is_lent,
+                };
                 let mut msg = std::mem::take(&mut self.scratch);
                 Msg::Cts {
                     token,
@@ -1428,7 +1532,13 @@ impl Messenger {
             *self.sends.get_mut(id.0) = SendState::Done;
             return Ok(());
         }
-        let state = std::mem::replace(self.sends.get_mut(id.0), SendState::OnChannel { dst: from });
+        let state = std::mem::replace(
+            self.sends.get_mut(id.0),
+            SendState::OnChannel {
+                dst: from,
+                lent: false,
+            },
+        );
         let SendState::AwaitCts { dst, data } = state else {
             *self.sends.get_mut(id.0) = state;
             return Ok(());
@@ -1448,7 +1558,7 @@ impl Messenger {
             ChannelEvent::SendFailed { handle, error, .. } => {
                 if let Some(id) = self.channel_sends.remove(&handle) {
                     let dst = match self.sends.get(id.0) {
-                        SendState::OnChannel { dst } => *dst,
+                        SendState::OnChannel { dst, .. } => *dst,
                         _ => self.local(),
                     };
                     *self.sends.get_mut(id.0) =
@@ -1466,6 +1576,17 @@ impl Messenger {
                     let state =
                         std::mem::replace(self.recvs.get_mut(id.0), RecvState::Waiting(None));
                     *self.recvs.get_mut(id.0) = match state {
+                        // Written where it belongs as it arrived.
+                        RecvState::OnChannel {
+                            from,
+                            tag,
+                            buffer,
+                            lent: true,
+                            ..
+                        } => {
+                            self.retire(buffer);
+                            RecvState::Landed(Envelope { from, tag, len })
+                        }
                         // Into the receive's own buffer; the channel's
                         // buffer goes back to the pool, so the next large
                         // message does not fault in fresh pages.
@@ -1473,6 +1594,7 @@ impl Messenger {
                             from,
                             tag,
                             buffer: Some(mut into),
+                            ..
                         } => {
                             let into_bytes = into.bytes();
                             let n = buffer.len().min(into_bytes.len());
@@ -1485,6 +1607,7 @@ impl Messenger {
                             from,
                             tag,
                             buffer: None,
+                            ..
                         } => RecvState::Done(Received {
                             from,
                             tag,
@@ -1537,13 +1660,35 @@ impl Messenger {
                 self.posted.insert(key, q);
             }
         }
+        let mut lent_posts = Vec::new();
         for state in self.recvs.iter_mut() {
-            if matches!(state, RecvState::OnChannel { from, .. } if *from == peer) {
-                *state = RecvState::Failed(peer_failed(peer, &why));
+            if let RecvState::OnChannel {
+                from,
+                channel,
+                lent,
+                ..
+            } = state
+            {
+                if *from == peer {
+                    if *lent {
+                        lent_posts.push(*channel);
+                    }
+                    *state = RecvState::Failed(peer_failed(peer, &why));
+                }
+            }
+        }
+        // The port gives lent memory back before the receive ends (its
+        // owner may free it then): a late frame must not write there.
+        for ch in lent_posts {
+            if self.ep.cancel_post(ch).is_ok() {
+                self.channel_recvs.remove(&ch);
+                self.free_channels.push(ch);
             }
         }
         for state in self.sends.iter_mut() {
-            if matches!(state, SendState::AwaitCts { dst, .. } | SendState::OnChannel { dst } | SendState::AwaitRead { dst } | SendState::NeedsData { dst, .. } if *dst == peer)
+            // A send from lent memory ends only with the port's own event:
+            // the port reads that memory until then.
+            if matches!(state, SendState::AwaitCts { dst, .. } | SendState::OnChannel { dst, lent: false } | SendState::AwaitRead { dst } | SendState::NeedsData { dst, .. } if *dst == peer)
             {
                 *state = SendState::Failed(peer_failed(peer, &why));
             }

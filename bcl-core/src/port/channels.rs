@@ -33,6 +33,7 @@ use super::peer::PeerIdx;
 use super::{OnDone, OutBody, OutMessage, Port, SendError};
 use crate::addr::ProcessAddr;
 use crate::event::{ChannelEvent, ChannelId, RegionId, SendFailure, SendHandle, TransferError};
+use crate::lent::{LentBytes, LentBytesMut, PostedBuffer, SendBuffer};
 use crate::seq::Seq;
 use crate::time::Time;
 use crate::wire::control::{
@@ -61,7 +62,7 @@ pub(super) struct NormalChannel {
 
 /// The buffer posted on a normal channel.
 struct Posting {
-    buffer: Vec<u8>,
+    buffer: PostedBuffer,
     /// Only this peer's messages are accepted (and it was told at once).
     from: Option<PeerIdx>,
     /// The transfer writing into it: (peer, transfer id, length).
@@ -231,7 +232,35 @@ impl Port {
         from: Option<ProcessAddr>,
         buffer: Vec<u8>,
     ) -> Result<(), Refused> {
-        let refuse = |error, buffer| Err(Refused { error, buffer });
+        self.post_buffer(now, ch, from, PostedBuffer::Vec(buffer))
+    }
+
+    /// Posts memory lent to the port ([`crate::lent`]) on normal channel
+    /// `ch`, as [`Port::post`] does a vector. Its events carry an empty
+    /// vector; the message is in the lent memory.
+    pub fn post_lent(
+        &mut self,
+        now: Time,
+        ch: ChannelId,
+        from: Option<ProcessAddr>,
+        buffer: Box<dyn LentBytesMut>,
+    ) -> Result<(), Refused> {
+        self.post_buffer(now, ch, from, PostedBuffer::Lent(buffer))
+    }
+
+    fn post_buffer(
+        &mut self,
+        now: Time,
+        ch: ChannelId,
+        from: Option<ProcessAddr>,
+        buffer: PostedBuffer,
+    ) -> Result<(), Refused> {
+        let refuse = |error, buffer: PostedBuffer| {
+            Err(Refused {
+                error,
+                buffer: buffer.into_vec(),
+            })
+        };
         match self.channel(ch) {
             Some(Channel::Normal(n)) if n.posted.is_some() => {
                 return refuse(ChannelError::AlreadyPosted(ch), buffer)
@@ -289,7 +318,7 @@ impl Port {
                 now,
             );
         }
-        Ok(Some(posting.buffer))
+        Ok(Some(posting.buffer.into_vec()))
     }
 
     /// Sends `buffer` to normal channel `ch` of `dst`. It is written straight
@@ -302,10 +331,38 @@ impl Port {
         ch: ChannelId,
         buffer: Vec<u8>,
     ) -> Result<SendHandle, Refused> {
+        self.send_buffer_on_channel(now, dst, ch, SendBuffer::Vec(buffer))
+    }
+
+    /// Sends memory lent to the port ([`crate::lent`]) to normal channel
+    /// `ch` of `dst`, as [`Port::send_on_channel`] does a vector. Its
+    /// events carry an empty vector.
+    pub fn send_lent_on_channel(
+        &mut self,
+        now: Time,
+        dst: ProcessAddr,
+        ch: ChannelId,
+        buffer: Box<dyn LentBytes>,
+    ) -> Result<SendHandle, Refused> {
+        self.send_buffer_on_channel(now, dst, ch, SendBuffer::Lent(buffer))
+    }
+
+    fn send_buffer_on_channel(
+        &mut self,
+        now: Time,
+        dst: ProcessAddr,
+        ch: ChannelId,
+        buffer: SendBuffer,
+    ) -> Result<SendHandle, Refused> {
         let len = buffer.len() as u64;
         let (idx, m, transfer, handle) = match self.begin_transfer(dst, len) {
             Ok(t) => t,
-            Err(error) => return Err(Refused { error, buffer }),
+            Err(error) => {
+                return Err(Refused {
+                    error,
+                    buffer: buffer.into_vec(),
+                })
+            }
         };
         self.install_transfer(
             m,
@@ -444,7 +501,7 @@ impl Port {
             FrameType::Data,
             ch.0,
             transfer,
-            OutBody::Owned(data),
+            OutBody::Owned(SendBuffer::Vec(data)),
             OnDone::Put,
         );
         if let Some(msg) = self.messages[m as usize].as_mut() {
@@ -832,7 +889,7 @@ impl Port {
         self.push_channel_event(ChannelEvent::Received {
             channel: ch,
             from,
-            buffer: posting.buffer,
+            buffer: posting.buffer.into_vec(),
             len,
         });
         self.stats.transfers_received += 1;
@@ -1404,7 +1461,7 @@ impl Port {
                 let buffer = self
                     .normal_mut(ch)
                     .and_then(|n| n.posted.take())
-                    .map(|p| p.buffer);
+                    .map(|p| p.buffer.into_vec());
                 self.push_channel_event(ChannelEvent::ReceiveFailed {
                     channel: ch,
                     from,
@@ -1475,7 +1532,7 @@ impl Port {
                 let buffer = self
                     .normal_mut(ch)
                     .and_then(|n| n.posted.take())
-                    .map(|p| p.buffer);
+                    .map(|p| p.buffer.into_vec());
                 let from = self.peers[key.0 as usize].addr;
                 self.push_channel_event(ChannelEvent::ReceiveFailed {
                     channel: ch,

@@ -178,9 +178,9 @@ struct MethodInfo {
 enum OutBody {
     /// A copy in the port's pool (system-channel and control messages).
     Pooled(Vec<u8>),
-    /// The application's buffer, moved in until completion (normal-channel
-    /// sends and RMA puts).
-    Owned(Vec<u8>),
+    /// The application's buffer, moved in or lent until completion
+    /// (normal-channel sends and RMA puts).
+    Owned(crate::lent::SendBuffer),
     /// Part of a registered region (the reply to an RMA get this port serves).
     Region {
         region: RegionId,

@@ -755,7 +755,8 @@ impl Port {
     /// Length of a message body.
     pub(super) fn body_len(&self, body: &OutBody) -> u32 {
         match body {
-            OutBody::Pooled(v) | OutBody::Owned(v) => v.len() as u32,
+            OutBody::Pooled(v) => v.len() as u32,
+            OutBody::Owned(b) => b.len() as u32,
             OutBody::Region { len, .. } | OutBody::Void { len } => *len,
         }
     }
@@ -769,7 +770,8 @@ impl Port {
     ) -> Option<&'a [u8]> {
         let range = offset as usize..(offset + len) as usize;
         match body {
-            OutBody::Pooled(v) | OutBody::Owned(v) => v.get(range),
+            OutBody::Pooled(v) => v.get(range),
+            OutBody::Owned(b) => b.get(range),
             OutBody::Region {
                 region,
                 offset: base,
@@ -1348,11 +1350,11 @@ impl Port {
                 self.push_channel_event(match error {
                     None => ChannelEvent::SendDone {
                         handle: msg.handle,
-                        buffer,
+                        buffer: buffer.into_vec(),
                     },
                     Some(error) => ChannelEvent::SendFailed {
                         handle: msg.handle,
-                        buffer,
+                        buffer: buffer.into_vec(),
                         error,
                     },
                 });
@@ -1361,11 +1363,11 @@ impl Port {
                 self.push_channel_event(match error {
                     None => ChannelEvent::PutDone {
                         handle: msg.handle,
-                        buffer,
+                        buffer: buffer.into_vec(),
                     },
                     Some(error) => ChannelEvent::RmaFailed {
                         handle: msg.handle,
-                        buffer,
+                        buffer: buffer.into_vec(),
                         error,
                     },
                 });
@@ -1409,14 +1411,14 @@ impl Port {
             (OnDone::ChannelSend, OutBody::Owned(buffer)) => {
                 self.push_channel_event(ChannelEvent::SendFailed {
                     handle,
-                    buffer,
+                    buffer: buffer.into_vec(),
                     error,
                 });
             }
             (OnDone::Put, OutBody::Owned(buffer)) => {
                 self.push_channel_event(ChannelEvent::RmaFailed {
                     handle,
-                    buffer,
+                    buffer: buffer.into_vec(),
                     error,
                 });
             }
