@@ -21,8 +21,8 @@
 # Open MPI: mpi_yield_when_idle 1) (--bcl-mode overrides BCL's choice).
 #
 # With --lab, one more row set: 2 lab nodes x 2 ranks (configs/lab/pair.toml,
-# nodes a and b), BCL with BCL_METHODS=shm,packet (shm inside a node, the
-# packet method across), Open MPI with the tcp BTL between the same two
+# nodes a and b), BCL with BCL_METHODS=shm,M (shm inside a node, method M of
+# --lab-method across: packet by default, or udp), Open MPI with the tcp BTL between the same two
 # namespaces (mpirun in namespace a; an rsh agent starts the remote daemon in
 # namespace b with `ip netns exec`). Root only.
 #
@@ -34,15 +34,18 @@
 #
 #   bench/coll-compare.sh [--pairs N] [--ranks 2,4] [--ops barrier,allreduce,bcast]
 #       [--sizes 8,65536,4194304] [--iters N] [--warmup N] [--sync]
-#       [--bcl-mode auto|busy-poll|yield|blocking] [--lab] [--append]
+#       [--bcl-mode auto|busy-poll|yield|blocking] [--lab]
+#       [--lab-method packet|udp] [--append]
 #
 #   --pairs N     BCL/Open MPI pairs per rank count (default 5)
-#   --ranks LIST  rank counts on this node (default 2,4)
+#   --ranks LIST  rank counts on this node (default 2,4; none: only --lab)
 #   --ops, --sizes, --iters, --warmup, --sync
 #                 passed to both programs (defaults: theirs)
 #   --bcl-mode M  auto (default: busy-poll up to one rank per core, yield
 #                 above, as Open MPI), busy-poll, yield or blocking
 #   --lab         add the 2 nodes x 2 ranks case in lab namespaces (root)
+#   --lab-method M  BCL's method between the lab nodes: packet (default) or
+#                 udp
 #   --append      append the table, with command, date, commit and load, to
 #                 docs/PERFORMANCE.md
 set -euo pipefail
@@ -53,6 +56,7 @@ RANKS=2,4
 PASS=()
 BCL_MODE=auto
 LAB=0
+LAB_METHOD=packet
 APPEND=0
 ARGS="$*"
 while [ $# -gt 0 ]; do
@@ -63,11 +67,19 @@ while [ $# -gt 0 ]; do
     --sync) PASS+=("$1"); shift ;;
     --bcl-mode) BCL_MODE=$2; shift 2 ;;
     --lab) LAB=1; shift ;;
+    --lab-method) LAB_METHOD=$2; shift 2 ;;
     --append) APPEND=1; shift ;;
-    -h|--help) sed -n '2,47p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,50p' "$0"; exit 0 ;;
     *) echo "coll-compare: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+case "$LAB_METHOD" in packet|udp) ;; *)
+  echo "coll-compare: --lab-method takes packet or udp" >&2; exit 2 ;;
+esac
+[ "$RANKS" = none ] && RANKS=
+if [ -z "$RANKS" ] && [ "$LAB" = 0 ]; then
+  echo "coll-compare: --ranks none leaves nothing to run without --lab" >&2; exit 2
+fi
 case "$BCL_MODE" in auto|busy-poll|yield|blocking) ;; *)
   echo "coll-compare: --bcl-mode takes auto, busy-poll, yield or blocking" >&2; exit 2 ;;
 esac
@@ -183,14 +195,14 @@ EOF
   bcl_flags=(); [ "$mode" = busy-poll ] || bcl_flags=(--"$mode")
   ompi_yield=(); ompi_mode=(--mode busy-poll)
   [ 4 -le "$CORES" ] || { ompi_yield=(--mca mpi_yield_when_idle 1); ompi_mode=(--mode yield); }
-  BCL_CMD=(env BCL_METHODS=shm,packet "$BIN/bcl-run" --lab "$lab" --nodes a,b --per-node 2 --
+  BCL_CMD=(env BCL_METHODS="shm,$LAB_METHOD" "$BIN/bcl-run" --lab "$lab" --nodes a,b --per-node 2 --
            "$BIN/bcl-coll" "${bcl_flags[@]}" "${PASS[@]}")
   OMPI_CMD=(ip netns exec "$NS_A" unshare --uts sh -c 'hostname collcmp-a; exec "$@"' sh
             "${MPIRUN[@]}" -np 4 --host "$IP_A:2,$IP_B:2" --mca plm_rsh_agent "$OUT/netns-agent"
             --mca btl "self,$SHM_BTL,tcp" --mca btl_tcp_if_include 10.77.1.0/24
             --mca oob_tcp_if_include 10.77.1.0/24 "${ompi_yield[@]}"
             "$OUT/ompi_coll" "${ompi_mode[@]}" "${PASS[@]}")
-  alternate "lab-2x2"
+  alternate "lab-2x2-$LAB_METHOD"
 fi
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
