@@ -455,6 +455,12 @@ impl Drop for LentSend {
     }
 }
 
+/// `bytes` lent for a send, and the receiver of its "given back" signal.
+fn lent_send(bytes: Vec<u8>) -> (Box<LentSend>, std::sync::mpsc::Receiver<()>) {
+    let (done, given_back) = std::sync::mpsc::channel();
+    (Box::new(LentSend { bytes, done }), given_back)
+}
+
 /// A receive buffer that can be lent: its vector moves into the lent box,
 /// which gives it back when the port is done with it.
 struct Lendable {
@@ -503,18 +509,10 @@ fn lent_memory_is_sent_from_and_received_into_without_a_copy() {
             back,
         }),
     );
-    let (done, sent) = std::sync::mpsc::channel();
+    let (lent, sent) = lent_send(src.clone());
     let s = c[1]
         .messenger()
-        .isend_lent(
-            addr(0),
-            CONTEXT,
-            8,
-            Box::new(LentSend {
-                bytes: src.clone(),
-                done,
-            }),
-        )
+        .isend_lent(addr(0), CONTEXT, 8, lent)
         .unwrap();
     settle(&mut cluster, c, STEP);
     assert!(matches!(c[1].messenger().take_send(s), Some(Ok(()))));
@@ -531,18 +529,10 @@ fn lent_memory_is_sent_from_and_received_into_without_a_copy() {
     assert_eq!(c[1].messenger().stats().lent_sent, 1);
     assert_eq!(c[0].messenger().stats().lent_received, 1);
     // A small message from lent memory goes inline, copied at once.
-    let (done, sent) = std::sync::mpsc::channel();
+    let (lent, sent) = lent_send(b"small".to_vec());
     let s = c[1]
         .messenger()
-        .isend_lent(
-            addr(0),
-            CONTEXT,
-            9,
-            Box::new(LentSend {
-                bytes: b"small".to_vec(),
-                done,
-            }),
-        )
+        .isend_lent(addr(0), CONTEXT, 9, lent)
         .unwrap();
     assert!(sent.try_recv().is_ok(), "copied and given back at once");
     settle(&mut cluster, c, STEP);
@@ -573,17 +563,9 @@ fn a_receive_into_lent_memory_fails_only_after_the_port_gave_the_memory_back() {
             back,
         }),
     );
-    let (done, _sent) = std::sync::mpsc::channel();
+    let (lent, _sent) = lent_send(vec![7; 3 << 20]);
     c[1].messenger()
-        .isend_lent(
-            addr(0),
-            CONTEXT,
-            8,
-            Box::new(LentSend {
-                bytes: vec![7; 3 << 20],
-                done,
-            }),
-        )
+        .isend_lent(addr(0), CONTEXT, 8, lent)
         .unwrap();
     // Until the receiver has lent its buffer to the port; then the two are
     // cut apart, and the receiver's next message to the sender fails.

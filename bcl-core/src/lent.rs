@@ -33,64 +33,45 @@ pub trait LentBytesMut: LentBytes {
     fn bytes_mut(&mut self) -> &mut [u8];
 }
 
-/// The buffer of a normal-channel send: moved in, or lent.
-pub(crate) enum SendBuffer {
+/// A transfer's buffer: a vector moved in, or memory lent (`L` is
+/// `dyn LentBytes` for sends, `dyn LentBytesMut` for posted buffers).
+pub(crate) enum TransferBuffer<L: ?Sized> {
     Vec(Vec<u8>),
-    Lent(Box<dyn LentBytes>),
+    Lent(Box<L>),
 }
 
-/// A buffer posted on a normal channel: moved in, or lent.
-pub(crate) enum PostedBuffer {
-    Vec(Vec<u8>),
-    Lent(Box<dyn LentBytesMut>),
-}
+/// The buffer of a normal-channel send.
+pub(crate) type SendBuffer = TransferBuffer<dyn LentBytes>;
 
-impl SendBuffer {
+/// A buffer posted on a normal channel.
+pub(crate) type PostedBuffer = TransferBuffer<dyn LentBytesMut>;
+
+impl<L: ?Sized> TransferBuffer<L> {
     /// What the transfer's event gives back: the vector, or an empty one
     /// for lent memory (the box is dropped: the port is done with it).
     pub(crate) fn into_vec(self) -> Vec<u8> {
         match self {
-            SendBuffer::Vec(v) => v,
-            SendBuffer::Lent(_) => Vec::new(),
+            TransferBuffer::Vec(v) => v,
+            TransferBuffer::Lent(_) => Vec::new(),
         }
     }
 }
 
-impl PostedBuffer {
-    /// As [`SendBuffer::into_vec`].
-    pub(crate) fn into_vec(self) -> Vec<u8> {
-        match self {
-            PostedBuffer::Vec(v) => v,
-            PostedBuffer::Lent(_) => Vec::new(),
-        }
-    }
-}
-
-impl Deref for SendBuffer {
+impl<L: ?Sized + LentBytes> Deref for TransferBuffer<L> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         match self {
-            SendBuffer::Vec(v) => v,
-            SendBuffer::Lent(l) => l.bytes(),
+            TransferBuffer::Vec(v) => v,
+            TransferBuffer::Lent(l) => l.bytes(),
         }
     }
 }
 
-impl Deref for PostedBuffer {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        match self {
-            PostedBuffer::Vec(v) => v,
-            PostedBuffer::Lent(l) => l.bytes(),
-        }
-    }
-}
-
-impl DerefMut for PostedBuffer {
+impl<L: ?Sized + LentBytesMut> DerefMut for TransferBuffer<L> {
     fn deref_mut(&mut self) -> &mut [u8] {
         match self {
-            PostedBuffer::Vec(v) => v,
-            PostedBuffer::Lent(l) => l.bytes_mut(),
+            TransferBuffer::Vec(v) => v,
+            TransferBuffer::Lent(l) => l.bytes_mut(),
         }
     }
 }

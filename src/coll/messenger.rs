@@ -993,8 +993,8 @@ impl Messenger {
                     return Ok(RecvNow::Posted(id));
                 }
             };
-            let (n, len) = (data.len().min(into.len()), data.len());
-            into[..n].copy_from_slice(&data[..n]);
+            let len = data.len();
+            copy_what_fits(into, &data);
             self.pool.give(data);
             self.acknowledge(key.1, ack)?;
             return Ok(RecvNow::Got(Envelope {
@@ -1025,8 +1025,7 @@ impl Messenger {
             .ep
             .poll_recv_with(|from, bytes| match Msg::parse(bytes) {
                 Ok(Msg::Eager { context, tag, data }) if ours(&(context, from, tag)) => {
-                    let n = data.len().min(into.len());
-                    into[..n].copy_from_slice(&data[..n]);
+                    copy_what_fits(into, data);
                     (from, Polled::Taken(tag, data.len(), None))
                 }
                 Ok(Msg::Sync {
@@ -1035,8 +1034,7 @@ impl Messenger {
                     token,
                     data,
                 }) if ours(&(context, from, tag)) => {
-                    let n = data.len().min(into.len());
-                    into[..n].copy_from_slice(&data[..n]);
+                    copy_what_fits(into, data);
                     (from, Polled::Taken(tag, data.len(), Some(token)))
                 }
                 _ => (
@@ -1420,9 +1418,7 @@ impl Messenger {
         };
         match a {
             Arrival::Eager(data) | Arrival::Sync { data, .. } if buffer.is_some() => {
-                let into = buffer.as_mut().expect("checked").bytes();
-                let n = data.len().min(into.len());
-                into[..n].copy_from_slice(&data[..n]);
+                copy_what_fits(buffer.as_mut().expect("checked").bytes(), &data);
                 *self.recvs.get_mut(id.0) = landed(data.len());
                 self.pool.give(data);
                 self.retire(buffer);
@@ -1596,9 +1592,7 @@ impl Messenger {
                             buffer: Some(mut into),
                             ..
                         } => {
-                            let into_bytes = into.bytes();
-                            let n = buffer.len().min(into_bytes.len());
-                            into_bytes[..n].copy_from_slice(&buffer[..n]);
+                            copy_what_fits(into.bytes(), &buffer);
                             self.pool.give(buffer);
                             self.retire(Some(into));
                             RecvState::Landed(Envelope { from, tag, len })
@@ -1695,6 +1689,13 @@ impl Messenger {
         }
         self.failed.insert(peer, why);
     }
+}
+
+/// Copies `data` into `into`, cut to `into`'s length (a receive reports
+/// the whole length; the caller decides whether that is truncation).
+fn copy_what_fits(into: &mut [u8], data: &[u8]) {
+    let n = data.len().min(into.len());
+    into[..n].copy_from_slice(&data[..n]);
 }
 
 /// The first entry queued under `key`; a queue left empty is removed, so
