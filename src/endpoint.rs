@@ -162,6 +162,53 @@ fn congestion_from_env() -> Option<Result<bool, ConfigError>> {
     })
 }
 
+/// `BCL_LIVENESS`: how every endpoint of the process watches the peers it
+/// depends on (see `bcl_core::LivenessConfig`), unless the program
+/// configures it itself: `off`, `on` (the defaults), or a check period
+/// with an optional number of silent checks before a peer is declared
+/// dead, `PERIOD[,MISSES]` (`500ms`, `2s,3`). `None` when unset.
+fn liveness_from_env(
+    mut current: bcl_core::LivenessConfig,
+) -> Option<Result<bcl_core::LivenessConfig, ConfigError>> {
+    let v = std::env::var("BCL_LIVENESS").ok()?;
+    let bad = |why: &str| ConfigError {
+        field: "BCL_LIVENESS",
+        problem: format!("is {v:?} in the environment: {why}"),
+    };
+    let t = v.trim().to_ascii_lowercase();
+    match t.as_str() {
+        "off" | "0" | "no" | "false" => current.enabled = false,
+        "on" | "1" | "yes" | "true" => current.enabled = true,
+        spec => {
+            let (period, misses) = match spec.split_once(',') {
+                Some((p, m)) => (p.trim(), Some(m.trim())),
+                None => (spec, None),
+            };
+            let (number, unit) = match period.strip_suffix("ms") {
+                Some(n) => (n, 1),
+                None => match period.strip_suffix('s') {
+                    Some(n) => (n, 1000),
+                    None => return Some(Err(bad("the period needs a unit, ms or s (\"500ms\")"))),
+                },
+            };
+            let Ok(n) = number.trim().parse::<u64>() else {
+                return Some(Err(bad(
+                    "expected off, on or PERIOD[,MISSES] (\"500ms,3\")",
+                )));
+            };
+            current.enabled = true;
+            current.period = Duration::from_millis(n.saturating_mul(unit));
+            if let Some(m) = misses {
+                match m.parse() {
+                    Ok(m) => current.misses = m,
+                    Err(_) => return Some(Err(bad("MISSES must be a whole number"))),
+                }
+            }
+        }
+    }
+    Some(Ok(current))
+}
+
 impl EndpointBuilder {
     /// Adds a method; earlier methods are preferred when several can reach a
     /// peer.
@@ -350,6 +397,11 @@ impl Endpoint {
         match congestion_from_env() {
             Some(Ok(on)) => cfg.congestion.enabled = on,
             Some(Err(e)) => env_problem = Some(e),
+            None => {}
+        }
+        match liveness_from_env(cfg.liveness) {
+            Some(Ok(l)) => cfg.liveness = l,
+            Some(Err(e)) => env_problem = env_problem.or(Some(e)),
             None => {}
         }
         EndpointBuilder {
@@ -891,11 +943,26 @@ impl Endpoint {
             .or_else(|| self.port.poll_send_event())
     }
 
-    /// Next peer a method reported gone (see [`Port::poll_peer_gone`]).
+    /// Next peer gone: reported by a method, given up on by its
+    /// retransmission timeouts, or declared dead by liveness (see
+    /// [`Port::poll_peer_gone`]).
     ///
     /// [`Port::poll_peer_gone`]: bcl_core::Port::poll_peer_gone
     pub fn poll_peer_gone(&mut self) -> Option<ProcessAddr> {
         self.port.poll_peer_gone()
+    }
+
+    /// Marks `addr` critical (`true`): watched for liveness even while
+    /// nothing is outstanding with it, and reported by
+    /// [`Endpoint::poll_peer_gone`] once silent for the liveness bound (see
+    /// [`Port::watch_peer`]). `false` watches it only while something is
+    /// outstanding.
+    ///
+    /// [`Port::watch_peer`]: bcl_core::Port::watch_peer
+    pub fn watch_peer(&mut self, addr: ProcessAddr, critical: bool) -> Result<(), Error> {
+        let now = self.clock.now();
+        self.port.watch_peer(now, addr, critical)?;
+        Ok(())
     }
 
     /// Next delivered message.

@@ -1,7 +1,7 @@
 //! Configuration of a port.
 
 use crate::addr::{JobKey, ProcessAddr};
-use crate::port::CongestionConfig;
+use crate::port::{CongestionConfig, LivenessConfig};
 use crate::rtt::RtoConfig;
 use crate::sack::RX_WINDOW;
 use crate::wire::HEADER_LEN;
@@ -41,7 +41,7 @@ pub struct PortConfig {
     /// Retransmission timeout bounds.
     pub rto: RtoConfig,
     /// Consecutive timeouts without progress after which a peer's sends fail
-    /// (default 30).
+    /// (default 30, at most [`MAX_TIMEOUTS_LIMIT`]).
     pub max_timeouts: u32,
     /// First back-off after the receiver reports a full ring (default 20 µs);
     /// it doubles while the ring stays full, up to `rto.max`.
@@ -65,7 +65,15 @@ pub struct PortConfig {
     /// Congestion control of peers over methods that may lose frames: a
     /// delay-based window with pacing (see [`CongestionConfig`]).
     pub congestion: CongestionConfig,
+    /// Watching the peers this port depends on, and declaring the silent
+    /// ones dead (see [`LivenessConfig`]).
+    pub liveness: LivenessConfig,
 }
+
+/// The largest [`PortConfig::max_timeouts`]: each peer counts its
+/// consecutive timeouts in a byte (254 of them, backed off to `rto.max`,
+/// last nearly a minute by default).
+pub const MAX_TIMEOUTS_LIMIT: u32 = 254;
 
 /// A configuration value that cannot work, named.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -100,6 +108,7 @@ impl PortConfig {
             bundle: true,
             initial_seq: 0,
             congestion: CongestionConfig::default(),
+            liveness: LivenessConfig::default(),
         }
     }
 
@@ -124,6 +133,9 @@ impl PortConfig {
             );
         }
         if let Some((field, problem)) = self.congestion.problem(self.tx_window) {
+            return bad(field, problem);
+        }
+        if let Some((field, problem)) = self.liveness.problem() {
             return bad(field, problem);
         }
         if self.ring_blocks == 0 || self.ring_block_size == 0 {
@@ -166,8 +178,14 @@ impl PortConfig {
         if self.rto.min > self.rto.max || self.rto.min.is_zero() {
             return bad("rto", "needs 0 < min <= max".into());
         }
-        if self.max_timeouts == 0 {
-            return bad("max_timeouts", "must be positive".into());
+        if self.max_timeouts == 0 || self.max_timeouts > MAX_TIMEOUTS_LIMIT {
+            return bad(
+                "max_timeouts",
+                format!(
+                    "is {}, must be 1..={MAX_TIMEOUTS_LIMIT} (a peer counts them in a byte)",
+                    self.max_timeouts
+                ),
+            );
         }
         Ok(())
     }

@@ -41,8 +41,8 @@ pub use method::{
     RxSink, Scope, TxFrame,
 };
 pub use port::{
-    ChannelError, CongestionCause, CongestionChange, CongestionConfig, CongestionInfo, Port,
-    Refused, ReleaseError, RouteError, SendError,
+    ChannelError, CongestionCause, CongestionChange, CongestionConfig, CongestionInfo,
+    LivenessConfig, Port, Refused, ReleaseError, RouteError, SendError,
 };
 pub use ring::RingSlot;
 pub use stats::{BadFrames, PeerStats, PortStats};

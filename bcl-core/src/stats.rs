@@ -103,6 +103,11 @@ pub struct PortStats {
     pub congestion_undos: u64,
     /// Times new data had to wait for pacing.
     pub pacing_waits: u64,
+    /// Pings sent to watched peers that had been silent for a liveness
+    /// period.
+    pub pings_sent: u64,
+    /// Peers declared dead after the liveness bound of silence.
+    pub peers_declared_dead: u64,
     /// DATA frames dropped because the ring was full.
     pub ring_full_drops: u64,
     /// NAK(ring full) received: times this port had to back off.

@@ -50,6 +50,14 @@ fn init(level: c_int) -> Result<Mpi, MpiError> {
     let mut joined = join(JoinOptions {
         mode,
         timeout: Duration::from_secs(60),
+        // A rank computing without calling MPI answers no liveness ping, and
+        // MPI programs compute for minutes while others wait on them: peers
+        // are watched only when `BCL_LIVENESS` asks for it.
+        configure: Box::new(|c, _| {
+            if std::env::var_os("BCL_LIVENESS").is_none() {
+                c.liveness.enabled = false;
+            }
+        }),
         ..JoinOptions::default()
     })
     .map_err(|e| other(format!("joining the job: {e}")))?;

@@ -99,8 +99,8 @@ local statuses = {
 local control_codes = { [1] = "put result", [2] = "get result", [3] = "cancel" }
 local crc_status_names = { [0] = "Bad", [1] = "Good", [2] = "Unverified", [3] = "Not present" }
 
-local FLAG_ACK, FLAG_CRC, FLAG_ACK_FRESH, FLAG_UNSEQUENCED, FLAG_BUNDLE = 0x1, 0x2, 0x4, 0x8, 0x10
-local FLAGS_KNOWN = 0x1F
+local FLAG_ACK, FLAG_CRC, FLAG_ACK_FRESH, FLAG_UNSEQUENCED, FLAG_BUNDLE, FLAG_PING = 0x1, 0x2, 0x4, 0x8, 0x10, 0x20
+local FLAGS_KNOWN = 0x3F
 
 ------------------------------------------------------------------------
 -- Fields
@@ -155,7 +155,8 @@ f.flag_crc = ProtoField.bool("bcl.flags.crc", "CRC (CRC32C present)", 16, nil, F
 f.flag_ack_fresh = ProtoField.bool("bcl.flags.ack_fresh", "ACK_FRESH (ack sent for the first time)", 16, nil, FLAG_ACK_FRESH)
 f.flag_unsequenced = ProtoField.bool("bcl.flags.unsequenced", "UNSEQUENCED (reliable method, no sequence number)", 16, nil, FLAG_UNSEQUENCED)
 f.flag_bundle = ProtoField.bool("bcl.flags.bundle", "BUNDLE (payload is several messages)", 16, nil, FLAG_BUNDLE)
-f.flag_unknown = ProtoField.uint16("bcl.flags.unknown", "Unknown flag bits", base.HEX, nil, 0xFFE0)
+f.flag_ping = ProtoField.bool("bcl.flags.ping", "PING (liveness: answer with an ACK at once)", 16, nil, FLAG_PING)
+f.flag_unknown = ProtoField.uint16("bcl.flags.unknown", "Unknown flag bits", base.HEX, nil, 0xFFC0)
 f.job = ProtoField.uint32("bcl.job", "Job key", base.HEX)
 f.src = ProtoField.string("bcl.src", "Source")
 f.src_node = ProtoField.uint32("bcl.src.node", "Source node")
@@ -403,6 +404,7 @@ local function dissect_frame(tvb, pinfo, tree, ctx)
     if band(flags, FLAG_ACK_FRESH) ~= 0 then names[#names + 1] = "ACK_FRESH" end
     if band(flags, FLAG_UNSEQUENCED) ~= 0 then names[#names + 1] = "UNSEQUENCED" end
     if band(flags, FLAG_BUNDLE) ~= 0 then names[#names + 1] = "BUNDLE" end
+    if band(flags, FLAG_PING) ~= 0 then names[#names + 1] = "PING" end
     local ft = tree:add(f.flags, tvb(2, 2))
     ft:append_text(" (" .. (#names > 0 and table.concat(names, ", ") or "none") .. ")")
     ft:add(f.flag_ack, tvb(2, 2))
@@ -410,6 +412,7 @@ local function dissect_frame(tvb, pinfo, tree, ctx)
     ft:add(f.flag_ack_fresh, tvb(2, 2))
     ft:add(f.flag_unsequenced, tvb(2, 2))
     ft:add(f.flag_bundle, tvb(2, 2))
+    ft:add(f.flag_ping, tvb(2, 2))
     if band(flags, 0xFFFF - FLAGS_KNOWN) ~= 0 then ft:add(f.flag_unknown, tvb(2, 2)) end
     tree:add(f.job, tvb(4, 4))
     local st = tree:add(f.src, tvb(8, 6), src)
@@ -562,7 +565,7 @@ local function dissect_frame(tvb, pinfo, tree, ctx)
         end
         if ftype == 1 and sequenced then
             r = analyse_data(key, string.format("%s|%s>%s", ctx.capture_point, src, dst), seq, pinfo.number)
-        elseif ftype == 2 and payload_len >= 8 then
+        elseif ftype == 2 and payload_len >= 8 and band(flags, FLAG_ACK) ~= 0 and band(flags, FLAG_PING) == 0 then
             local bitmap = tvb:raw(HEADER_LEN + 8, math.min(payload_len - 8, 32))
             local prev = ack_flows[key]
             if prev and prev.ack == ack and prev.bitmap == bitmap then

@@ -589,6 +589,17 @@ impl Port {
             .and_then(Option::as_ref)
     }
 
+    /// Whether a buffer posted on a normal channel waits for peer `idx`
+    /// (posted for it alone, or being written by it).
+    pub(super) fn posted_for(&self, idx: PeerIdx) -> bool {
+        self.channels.iter().flatten().any(|c| match c {
+            Channel::Normal(NormalChannel {
+                posted: Some(p), ..
+            }) => p.from == Some(idx) || p.active.is_some_and(|(i, _, _)| i == idx),
+            _ => false,
+        })
+    }
+
     fn normal_mut(&mut self, ch: ChannelId) -> Option<&mut NormalChannel> {
         match self.channels.get_mut(usize::from(ch.0)) {
             Some(Some(Channel::Normal(n))) => Some(n),
@@ -1470,11 +1481,25 @@ impl Port {
                 });
             }
         }
-        // Requests from it waiting for a buffer are dropped.
-        for c in self.channels.iter_mut().flatten() {
-            if let Channel::Normal(n) = c {
+        // Requests from it waiting for a buffer are dropped, and buffers
+        // posted for it alone come back.
+        let mut orphaned = Vec::new();
+        for (ch, c) in self.channels.iter_mut().enumerate() {
+            if let Some(Channel::Normal(n)) = c {
                 n.waiting.retain(|(p, _, _)| *p != idx);
+                if n.posted.as_ref().is_some_and(|p| p.from == Some(idx)) {
+                    let buffer = n.posted.take().map(|p| p.buffer.into_vec());
+                    orphaned.push((ChannelId(ch as u16), buffer));
+                }
             }
+        }
+        for (channel, buffer) in orphaned {
+            self.push_channel_event(ChannelEvent::ReceiveFailed {
+                channel,
+                from,
+                error,
+                buffer,
+            });
         }
     }
 

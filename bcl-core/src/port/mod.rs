@@ -20,12 +20,14 @@ mod bulk;
 mod channels;
 mod congestion;
 mod congestion_log;
+mod liveness;
 mod loss;
 
 pub use bulk::{BulkKind, BulkToken, OutboundBulk};
 pub use channels::{ChannelError, Refused};
 pub use congestion::CongestionConfig;
 pub use congestion_log::{CongestionCause, CongestionChange, CONGESTION_LOG_CAPACITY};
+pub use liveness::LivenessConfig;
 pub use send::FULL_RESEND_AFTER_TIMEOUTS;
 mod peer;
 mod placement;
@@ -297,6 +299,10 @@ pub struct Port {
     ready: Vec<VecDeque<PeerIdx>>,
     unrouted: VecDeque<PeerIdx>,
     timers: BinaryHeap<Reverse<(Time, PeerIdx)>>,
+    /// Peers whose liveness is watched (see `liveness`), and when they
+    /// are checked next.
+    watched: Vec<liveness::Watch>,
+    liveness_at: Time,
     send_events: VecDeque<SendEvent>,
     /// Peers a method reported gone ([`Port::peer_gone`]), not yet taken
     /// by [`Port::poll_peer_gone`].
@@ -356,6 +362,8 @@ impl Port {
             ready: Vec::new(),
             unrouted: VecDeque::new(),
             timers: BinaryHeap::new(),
+            watched: Vec::new(),
+            liveness_at: Time::NEVER,
             send_events: VecDeque::with_capacity(max),
             gone: VecDeque::new(),
             deliveries: VecDeque::with_capacity(cfg.ring_blocks as usize),
@@ -789,6 +797,8 @@ mod bulk_tests;
 mod bundle_tests;
 #[cfg(test)]
 mod channel_tests;
+#[cfg(test)]
+mod liveness_tests;
 #[cfg(test)]
 mod loss_tests;
 #[cfg(test)]

@@ -144,6 +144,35 @@ impl RxWindow {
     }
 }
 
+/// A peer's liveness bits (see `liveness`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Liveness(u8);
+
+impl Liveness {
+    /// In the port's watch list.
+    pub const WATCHED: u8 = 1;
+    /// The application marked it critical: watched even when idle.
+    pub const CRITICAL: u8 = 2;
+    /// A ping should go out to it.
+    pub const PING_NOW: u8 = 4;
+    /// It pinged us: answer at once.
+    pub const ANSWER_PING: u8 = 8;
+
+    /// Whether any of `bits` is set.
+    pub fn has(self, bits: u8) -> bool {
+        self.0 & bits != 0
+    }
+
+    /// Sets `bits` (`on`) or clears them.
+    pub fn set(&mut self, bits: u8, on: bool) {
+        if on {
+            self.0 |= bits;
+        } else {
+            self.0 &= !bits;
+        }
+    }
+}
+
 /// Everything a port keeps about one remote process.
 pub(crate) struct Peer {
     pub addr: ProcessAddr,
@@ -189,7 +218,7 @@ pub(crate) struct Peer {
     /// transfers and ordered messages take turns).
     pub transfer_turn: bool,
     pub rtt: RttEstimator,
-    pub consecutive_timeouts: u16,
+    pub consecutive_timeouts: u8,
     /// Doublings of the ring-full back-off.
     pub busy_shift: u8,
     pub rto_deadline: Time,
@@ -240,6 +269,11 @@ pub(crate) struct Peer {
     /// Duplicate DATA frames from it since our last ACK or NAK frame (the
     /// next one reports them).
     pub dups_unreported: u8,
+
+    /// Liveness bits ([`Liveness`]); the rest of a watched peer's
+    /// liveness state is in the port's watch list, so an idle peer pays
+    /// one byte for it.
+    pub liveness: Liveness,
 
     /// Earliest instant for which a timer entry is queued.
     pub timer_armed: Time,
@@ -295,6 +329,7 @@ impl Peer {
             ack_deadline: Time::NEVER,
             last_ack_sent: Seq(0),
             dups_unreported: 0,
+            liveness: Liveness::default(),
             timer_armed: Time::NEVER,
             stats: PeerStats::default(),
         }
@@ -310,9 +345,13 @@ impl Peer {
         self.retx_from.before(self.retx_to)
     }
 
-    /// Whether an ACK or NAK frame is wanted.
+    /// Whether an ACK or NAK frame is wanted (a ping or its answer is one).
     pub fn ack_wanted(&self) -> bool {
-        self.ack_now || self.nak != NakReason::None
+        self.ack_now
+            || self.nak != NakReason::None
+            || self
+                .liveness
+                .has(Liveness::PING_NOW | Liveness::ANSWER_PING)
     }
 
     /// Whether something waits to be framed.

@@ -1,7 +1,7 @@
 //! The receiving side: validation, duplicate suppression, reassembly into
 //! the ring, in-order delivery and what to acknowledge.
 
-use super::peer::{PeerIdx, RxMsg, RxWindow};
+use super::peer::{Liveness, PeerIdx, RxMsg, RxWindow};
 use super::{MethodInfo, Port, RingReservation};
 use crate::event::Delivery;
 use crate::method::Route;
@@ -105,8 +105,16 @@ impl Port {
         match frame.kind() {
             _ if sequenced => self.on_sequenced(idx, frame, now),
             FrameType::Ack | FrameType::Nak if ack_valid => {
+                if frame.flags() & wire::flags::PING != 0 {
+                    self.peers[idx as usize]
+                        .liveness
+                        .set(Liveness::ANSWER_PING, true);
+                }
                 match (frame.ack(), AckBody::read(frame.payload())) {
                     (Some(ack), Some(body)) => self.on_ack_body(idx, Seq(ack), body, now),
+                    // Liveness only: a ping or an answer from a peer with
+                    // nothing of ours to acknowledge.
+                    (None, Some(_)) if frame.kind() == FrameType::Ack => {}
                     _ => self.stats.bad_frames.bad_ack += 1,
                 }
             }

@@ -4,7 +4,7 @@
 use super::congestion::{CongestionRound, Verdict};
 use super::congestion_log::CongestionCause;
 use super::loss::{self, RackMark};
-use super::peer::{PeerIdx, TxSlot, TxWindow, NO_MSG, RX_MSGS};
+use super::peer::{Liveness, PeerIdx, TxSlot, TxWindow, NO_MSG, RX_MSGS};
 use super::{OnDone, OutBody, OutMessage, Port, SendError};
 use crate::addr::ProcessAddr;
 use crate::event::{ChannelEvent, SendEvent, SendFailure, SendHandle, TransferError};
@@ -233,6 +233,8 @@ impl Port {
             self.schedule(idx, now);
             self.arm_timer(idx);
             if let Some(len) = written {
+                // Whatever we sent it, we may now depend on its answer.
+                self.start_watching(idx, now);
                 let p = &mut self.peers[idx as usize];
                 p.stats.frames_sent += 1;
                 p.stats.bytes_sent += len as u64;
@@ -254,7 +256,7 @@ impl Port {
         gather: &mut dyn GatherSend,
     ) -> Option<usize> {
         let p = &self.peers[idx as usize];
-        if p.nak != NakReason::None {
+        if p.nak != NakReason::None || p.liveness.has(Liveness::PING_NOW | Liveness::ANSWER_PING) {
             return self.emit_ack(idx, buf);
         }
         if now >= p.busy_until {
@@ -871,10 +873,13 @@ impl Port {
         }
     }
 
-    /// An ACK or NAK frame with the selective bitmap.
+    /// An ACK or NAK frame with the selective bitmap; a ping, or the answer
+    /// to one, when liveness asks (without an acknowledgement if we have
+    /// none to give).
     fn emit_ack(&mut self, idx: PeerIdx, buf: &mut [u8]) -> Option<usize> {
         let p = &self.peers[idx as usize];
-        if !p.rx_known {
+        let ping = p.liveness.has(Liveness::PING_NOW);
+        if !p.rx_known && !p.liveness.has(Liveness::PING_NOW | Liveness::ANSWER_PING) {
             // Nothing to acknowledge: the NAK/ACK request is stale.
             let p = &mut self.peers[idx as usize];
             p.ack_now = false;
@@ -893,13 +898,20 @@ impl Port {
         }
         body.dropped_seq = U32::new(p.nak_dropped.0);
         body.duplicates = p.dups_unreported;
-        let fields = self.fields_to(idx, kind);
+        let mut fields = self.fields_to(idx, kind);
+        if ping {
+            fields.flags |= flags::PING;
+        }
         let len = wire::encode(buf, &fields, body.as_bytes(), self.peer_crc(idx)).ok()?;
         let p = &mut self.peers[idx as usize];
         p.nak = NakReason::None;
         p.dups_unreported = 0;
+        p.liveness
+            .set(Liveness::PING_NOW | Liveness::ANSWER_PING, false);
         self.ack_carried(idx);
-        if kind == FrameType::Ack {
+        if ping {
+            self.stats.pings_sent += 1;
+        } else if kind == FrameType::Ack {
             self.stats.acks_sent += 1;
         } else {
             self.stats.naks_sent += 1;
@@ -1183,8 +1195,13 @@ impl Port {
             if let Some(w) = p.tx.as_mut() {
                 let consecutive = p.consecutive_timeouts;
                 let before = p.cc;
-                let verdict =
-                    p.cc.on_timeout(&self.cfg.congestion, &mut w.cc, consecutive, una, next);
+                let verdict = p.cc.on_timeout(
+                    &self.cfg.congestion,
+                    &mut w.cc,
+                    consecutive.into(),
+                    una,
+                    next,
+                );
                 if verdict == Verdict::Decreased {
                     self.stats.congestion_decreases += 1;
                 }

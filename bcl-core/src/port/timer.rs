@@ -1,6 +1,7 @@
 //! Timers: retransmission timeouts, reorder checks, delayed
 //! acknowledgements and ring-full back-off, one lazily maintained heap entry
-//! per peer.
+//! per peer; the transfer-stall watchdog and the liveness check are
+//! port-wide.
 //!
 //! A peer's deadlines change often (every acknowledgement restarts the
 //! retransmission timer), so the heap is not updated on every change. Each
@@ -25,16 +26,19 @@ impl Port {
         // half the transfer timeout.
         let watching = !self.rx_transfers.is_empty() || !self.get_waits.is_empty();
         let stall = (watching && self.stall_check_at != Time::NEVER).then_some(self.stall_check_at);
-        match (peer_timer, stall) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [peer_timer, stall, self.liveness_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Runs everything due at `now`: retransmission timeouts, delayed
     /// acknowledgements, the end of ring-full back-offs.
     pub fn handle_timeout(&mut self, now: Time) {
         self.check_stalled_transfers(now);
+        if self.liveness_at <= now {
+            self.check_liveness(now);
+        }
         while let Some(&Reverse((t, idx))) = self.timers.peek() {
             if t > now {
                 break;

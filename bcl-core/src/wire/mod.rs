@@ -139,8 +139,14 @@ pub mod flags {
     /// whole messages with consecutive ids (see [`super::bundle`]), not one
     /// message's fragment. Only on sequenced frames.
     pub const BUNDLE: u16 = 1 << 4;
+    /// On an ACK frame: the sender asks whether we are still there (it
+    /// heard nothing from us for a while) and wants an ACK frame back at
+    /// once. An ACK frame without [`ACK`] carries no acknowledgement, only
+    /// liveness (a ping, or the answer of a port with nothing to
+    /// acknowledge).
+    pub const PING: u16 = 1 << 5;
     /// All bits this version knows.
-    pub const KNOWN: u16 = ACK | CRC | ACK_FRESH | UNSEQUENCED | BUNDLE;
+    pub const KNOWN: u16 = ACK | CRC | ACK_FRESH | UNSEQUENCED | BUNDLE | PING;
 }
 
 /// What a frame is.

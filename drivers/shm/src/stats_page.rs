@@ -145,7 +145,7 @@ pub fn page_len(peers: u32) -> usize {
 }
 
 /// The port counters in page order, by the names `bcl-stat --json` uses.
-pub const PORT_COUNTERS: [&str; 40] = [
+pub const PORT_COUNTERS: [&str; 42] = [
     "frames_sent",
     "frames_received",
     "data_frames_sent",
@@ -186,6 +186,8 @@ pub const PORT_COUNTERS: [&str; 40] = [
     "congestion_decreases",
     "congestion_undos",
     "pacing_waits",
+    "pings_sent",
+    "peers_declared_dead",
 ];
 
 /// `s` as words in [`PORT_COUNTERS`] order.
@@ -232,6 +234,8 @@ pub fn port_words(s: &PortStats) -> [u64; PORT_COUNTERS.len()] {
         s.congestion_decreases,
         s.congestion_undos,
         s.pacing_waits,
+        s.pings_sent,
+        s.peers_declared_dead,
     ]
 }
 
@@ -265,6 +269,8 @@ pub fn port_from_words(w: &[u64; PORT_COUNTERS.len()]) -> PortStats {
         congestion_decreases: w[37],
         congestion_undos: w[38],
         pacing_waits: w[39],
+        pings_sent: w[40],
+        peers_declared_dead: w[41],
         bad_frames: BadFrames {
             truncated: w[22],
             bad_version: w[23],

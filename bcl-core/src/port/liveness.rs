@@ -1,0 +1,221 @@
+//! Liveness: noticing that a peer we depend on has stopped answering.
+//!
+//! Retransmission timeouts notice a dead peer only while frames to it are
+//! in flight, and only after `max_timeouts` of them (seconds). A peer we
+//! merely wait for — a transfer it streams to us, a remote read it serves,
+//! a buffer we posted for it, a rendezvous it has not answered — would be
+//! waited for forever. So the port watches the peers it depends on and asks
+//! a silent one whether it is still there:
+//!
+//! - **Watched peers only.** A peer is watched while it has frames in
+//!   flight or queued, transfers in either direction, remote reads, a
+//!   normal-channel buffer posted for it or a rendezvous waiting on it, or
+//!   while the application marks it critical ([`Port::watch_peer`]). An
+//!   idle peer costs nothing: no timer, no frame, so state and CPU stay flat
+//!   in the number of idle peers.
+//! - **Checks.** Once per `period` while any peer is watched, the port
+//!   checks each watched peer: did a valid frame of any kind arrive from
+//!   it since the check before? The receive path does nothing for this
+//!   (the check compares the peer's received-frame counter), and an
+//!   exchange in progress sends no extra frame at all.
+//! - **Ping.** A watched peer found silent is pinged: an ACK frame with
+//!   the [`flags::PING`] bit, which the peer's port answers at once with an
+//!   ACK frame (carrying its cumulative acknowledgement if it has one to
+//!   give). The pings are the probes before the verdict.
+//! - **Verdict.** A peer found silent by `misses` checks in a row is
+//!   declared dead: exactly what [`Port::peer_gone`] does (everything to
+//!   and from it fails, naming it; [`Port::poll_peer_gone`] reports it). So
+//!   a peer that stops is declared dead between `misses` and `misses + 1`
+//!   periods after its last frame, and a live one that pauses for less
+//!   than `misses − 1` periods (a busy CPU, a descheduled or stopped
+//!   process, a long pause in the application) never is: it answers the
+//!   ping waiting for it before the next check.
+//!
+//! A BCL process answers only while it makes progress (it is a library,
+//! not a daemon): a rank computing without calling into it for longer than
+//! the bound looks dead. The defaults (a period of 2 s, 5 misses: 10 to
+//! 12 s, as long as a stalled transfer is given) leave room for that;
+//! detection tests and fault-tolerant applications set shorter ones.
+//!
+//! Peers reached through a method that never loses (shared memory) are
+//! not pinged: their frames carry no acknowledgements, and such a method
+//! sees a dead process itself (its process id) and reports it through
+//! [`Port::peer_gone`].
+//!
+//! [`flags::PING`]: crate::wire::flags::PING
+
+use super::peer::{Liveness, PeerIdx};
+use super::Port;
+use crate::addr::ProcessAddr;
+use crate::time::Time;
+use std::time::Duration;
+
+/// How the port watches the peers it depends on: part of
+/// [`PortConfig`](crate::PortConfig).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LivenessConfig {
+    /// Watch at all (default true). Off, a dead peer is noticed only by
+    /// the retransmission timeouts of frames sent to it, and by the
+    /// transfer-stall timeout.
+    pub enabled: bool,
+    /// Interval between the checks of the watched peers; a peer found
+    /// silent since the check before is pinged (default 2 s).
+    pub period: Duration,
+    /// Checks in a row that find a watched peer silent before it is
+    /// declared dead (default 5; at least 2, so that a ping goes first).
+    pub misses: u32,
+}
+
+impl Default for LivenessConfig {
+    fn default() -> Self {
+        LivenessConfig {
+            enabled: true,
+            period: Duration::from_secs(2),
+            misses: 5,
+        }
+    }
+}
+
+impl LivenessConfig {
+    /// The first field that cannot work and why.
+    pub(crate) fn problem(&self) -> Option<(&'static str, String)> {
+        if self.period.is_zero() {
+            return Some(("liveness.period", "must be positive".into()));
+        }
+        if self.misses < 2 {
+            return Some((
+                "liveness.misses",
+                format!(
+                    "is {}, must be at least 2 (a ping before the verdict)",
+                    self.misses
+                ),
+            ));
+        }
+        None
+    }
+
+    /// Longest silence of a watched peer before it is declared dead
+    /// (`misses + 1` periods after its last frame, at worst).
+    pub fn bound(&self) -> Duration {
+        self.period.saturating_mul(self.misses.saturating_add(1))
+    }
+}
+
+/// A watched peer's liveness state (in the port's watch list, so that an
+/// idle peer carries none of it).
+pub(super) struct Watch {
+    peer: PeerIdx,
+    /// Its valid frames received as of the last check
+    /// ([`PeerStats::frames_received`](crate::stats::PeerStats)): a check
+    /// that finds more has heard from it, at no cost per frame.
+    frames_seen: u64,
+    /// Checks in a row that found no new frame from it.
+    silent_checks: u32,
+}
+
+impl Port {
+    /// Marks `addr` critical (`true`): it is watched even when nothing is
+    /// outstanding with it, and declared dead (reported by
+    /// [`Port::poll_peer_gone`]) when it stays silent for the liveness
+    /// bound. `false` leaves it watched only while something is
+    /// outstanding. Errors only if the peer table is full.
+    pub fn watch_peer(
+        &mut self,
+        now: Time,
+        addr: ProcessAddr,
+        critical: bool,
+    ) -> Result<(), super::SendError> {
+        let idx = self.peer_idx_or_create(addr)?;
+        self.peers[idx as usize]
+            .liveness
+            .set(Liveness::CRITICAL, critical);
+        if critical {
+            self.start_watching(idx, now);
+        }
+        Ok(())
+    }
+
+    /// Something about peer `idx` may now depend on it answering: watch it
+    /// (its silence counts from the next check).
+    pub(super) fn start_watching(&mut self, idx: PeerIdx, now: Time) {
+        let p = &mut self.peers[idx as usize];
+        if p.liveness.has(Liveness::WATCHED) || p.reliable || !self.cfg.liveness.enabled {
+            return;
+        }
+        p.liveness.set(Liveness::WATCHED, true);
+        self.watched.push(Watch {
+            peer: idx,
+            frames_seen: p.stats.frames_received,
+            silent_checks: 0,
+        });
+        if self.liveness_at == Time::NEVER {
+            self.liveness_at = now + self.cfg.liveness.period;
+        }
+    }
+
+    /// Whether anything outstanding depends on peer `idx` answering.
+    fn depends_on(&self, idx: PeerIdx) -> bool {
+        let p = &self.peers[idx as usize];
+        !p.reliable
+            && (p.liveness.has(Liveness::CRITICAL)
+                || !p.tx_idle()
+                || self.rx_transfers.keys().any(|&(i, _)| i == idx)
+                || self.get_waits.keys().any(|&(i, _)| i == idx)
+                || self.out_transfers.keys().any(|&(i, _)| i == idx)
+                || self.channel_sends.keys().any(|&(i, _)| i == idx)
+                || self.posted_for(idx))
+    }
+
+    /// When the liveness check is due, if a watched peer is depended on
+    /// now (a port with nothing outstanding has no liveness timer: a flush
+    /// before exit does not wait for one).
+    pub(super) fn liveness_timeout(&self) -> Option<Time> {
+        (self.liveness_at != Time::NEVER && self.watched.iter().any(|w| self.depends_on(w.peer)))
+            .then_some(self.liveness_at)
+    }
+
+    /// The liveness check, once per period while any peer is watched:
+    /// stops watching the peers nothing depends on any more, pings those
+    /// silent since the check before, declares dead those silent for
+    /// `misses` checks in a row.
+    pub(super) fn check_liveness(&mut self, now: Time) {
+        let cfg = self.cfg.liveness;
+        let mut dead = Vec::new();
+        let mut i = 0;
+        while i < self.watched.len() {
+            let idx = self.watched[i].peer;
+            let depended_on = self.depends_on(idx);
+            let p = &mut self.peers[idx as usize];
+            let w = &mut self.watched[i];
+            if p.stats.frames_received != w.frames_seen {
+                w.frames_seen = p.stats.frames_received;
+                w.silent_checks = 0;
+            } else {
+                w.silent_checks += 1;
+            }
+            if !depended_on || w.silent_checks >= cfg.misses {
+                if depended_on {
+                    dead.push(p.addr);
+                }
+                p.liveness
+                    .set(Liveness::WATCHED | Liveness::PING_NOW, false);
+                self.watched.swap_remove(i);
+                continue;
+            }
+            if w.silent_checks > 0 {
+                p.liveness.set(Liveness::PING_NOW, true);
+                self.schedule(idx, now);
+            }
+            i += 1;
+        }
+        self.liveness_at = if self.watched.is_empty() {
+            Time::NEVER
+        } else {
+            now + cfg.period
+        };
+        for addr in dead {
+            self.stats.peers_declared_dead += 1;
+            self.peer_gone(now, addr);
+        }
+    }
+}
