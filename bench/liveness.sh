@@ -41,8 +41,9 @@ if [ "$KILLS" -gt 0 ]; then
     { v[NR] = $1 } END {
       n = NR; if (n == 0) { print "kills: no measurement"; exit 1 }
       over = 0; for (i = 1; i <= n; i++) if (v[i] > 500) over++
+      p99 = int(n * 0.99); if (p99 < 1) p99 = 1
       printf "kills: %d of %d measured; detection ms: min %.1f, median %.1f, p99 %.1f, max %.1f (bound 400-500); over 500 ms: %d\n",
-        n, kills, v[1], v[int((n + 1) / 2)], v[int(n * 0.99) > 0 ? int(n * 0.99) : 1], v[n], over
+        n, kills, v[1], v[int((n + 1) / 2)], v[p99], v[n], over
     }'
 fi
 if [ "$SOAK" -gt 0 ]; then

@@ -966,14 +966,7 @@ fn child_records(file: &Path) -> Vec<String> {
 }
 
 fn run_child(pcap: &Path, tag: u32) -> u32 {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "child_entry",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-            "-q",
-        ])
+    let mut child = common::child_process()
         .env("BCL_CAPTURE_CHILD", tag.to_string())
         .env("BCL_PCAP", pcap)
         .stdout(std::process::Stdio::null())

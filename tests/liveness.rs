@@ -5,6 +5,8 @@
 //! dead; one that does not is, within the bound, and the posted receive
 //! fails naming it.
 
+mod common;
+
 use bcl::udp::{UdpConfig, UdpMethod};
 use bcl::{ChannelEvent, Descriptor, Endpoint, JobKey, ProcessAddr, ProgressMode, TransferError};
 use std::io::{BufRead, BufReader};
@@ -63,14 +65,7 @@ impl Drop for ChildPeer {
 /// for it, which the child never fills.
 fn parent_waiting_for_a_child(period: Duration) -> (Endpoint, ChildPeer) {
     let mut ep = endpoint(parent_addr(), period);
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "child_entry",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-            "-q",
-        ])
+    let mut child = common::child_process()
         .env("BCL_LIVENESS_CHILD", ep.descriptors()[0].to_string())
         .stdout(Stdio::piped())
         .spawn()
@@ -140,33 +135,26 @@ fn a_stopped_peer_that_resumes_within_the_bound_is_not_declared_dead() {
 
 #[test]
 fn a_peer_stopped_past_the_bound_is_declared_dead() {
-    let (mut ep, child) = parent_waiting_for_a_child(PERIOD);
-    let mut seen = Seen::default();
-    drive(&mut ep, PERIOD * 3, &mut seen);
-    assert!(seen.gone.is_none(), "{seen:?}");
-    child.signal("-STOP");
-    let stopped = Instant::now();
-    drive(&mut ep, Duration::from_secs(10), &mut seen);
-    child.signal("-CONT");
-    expect_declared_dead(&ep, &seen, stopped);
+    declared_dead_after("-STOP");
 }
 
 #[test]
 fn a_killed_peer_is_declared_dead() {
+    declared_dead_after("-KILL");
+}
+
+/// Signals the child with `sig` while the parent waits on it: the child is
+/// declared dead after at least `misses − 1` periods of silence (no
+/// sooner: it answered until then), and the posted receive fails naming
+/// it.
+fn declared_dead_after(sig: &str) {
     let (mut ep, child) = parent_waiting_for_a_child(PERIOD);
     let mut seen = Seen::default();
     drive(&mut ep, PERIOD * 3, &mut seen);
     assert!(seen.gone.is_none(), "{seen:?}");
-    child.signal("-KILL");
-    let killed = Instant::now();
+    child.signal(sig);
+    let since = Instant::now();
     drive(&mut ep, Duration::from_secs(10), &mut seen);
-    expect_declared_dead(&ep, &seen, killed);
-}
-
-/// The child was declared dead after at least `misses − 1` periods of
-/// silence (no sooner: it answered until `since`), and the posted receive
-/// failed naming it.
-fn expect_declared_dead(ep: &Endpoint, seen: &Seen, since: Instant) {
     let (who, when) = seen.gone.expect("the child was never declared dead");
     assert_eq!(who, child_addr());
     let took = when - since;

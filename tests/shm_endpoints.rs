@@ -3,6 +3,7 @@
 //! channels and RMA as bulk transfers, one event queue for shared-memory
 //! and network peers, blocking mode, and peers that die.
 
+mod common;
 mod shm_common;
 
 use bcl::shm::ShmMethod;
@@ -188,14 +189,7 @@ const HUGE: usize = 1 << 30;
 
 /// This test binary again, as the peer process of a multi-process test.
 fn spawn_child(role: &str, job: JobKey) -> std::process::Child {
-    std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "child_entry",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-            "-q",
-        ])
+    common::child_process()
         .env("BCL_SHM_ENDPOINT_CHILD", role)
         .env("BCL_SHM_JOB", job.0.to_string())
         .stdout(std::process::Stdio::null())

@@ -27,6 +27,21 @@ pub enum Wire {
     Udp,
 }
 
+/// This test binary again, running only its `child_entry` test: the peer
+/// process of a multi-process test (its role comes in environment
+/// variables set on the returned command).
+pub fn child_process() -> std::process::Command {
+    let mut c = std::process::Command::new(std::env::current_exe().unwrap());
+    c.args([
+        "child_entry",
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+        "-q",
+    ]);
+    c
+}
+
 /// A shipped topology file.
 pub fn config(file: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
