@@ -168,9 +168,17 @@ fn congestion_from_env() -> Option<Result<bool, ConfigError>> {
 /// with an optional number of silent checks before a peer is declared
 /// dead, `PERIOD[,MISSES]` (`500ms`, `2s,3`). `None` when unset.
 fn liveness_from_env(
-    mut current: bcl_core::LivenessConfig,
+    current: bcl_core::LivenessConfig,
 ) -> Option<Result<bcl_core::LivenessConfig, ConfigError>> {
     let v = std::env::var("BCL_LIVENESS").ok()?;
+    Some(parse_liveness(&v, current))
+}
+
+/// `current` changed as the `BCL_LIVENESS` value `v` says.
+fn parse_liveness(
+    v: &str,
+    mut current: bcl_core::LivenessConfig,
+) -> Result<bcl_core::LivenessConfig, ConfigError> {
     let bad = |why: &str| ConfigError {
         field: "BCL_LIVENESS",
         problem: format!("is {v:?} in the environment: {why}"),
@@ -188,25 +196,23 @@ fn liveness_from_env(
                 Some(n) => (n, 1),
                 None => match period.strip_suffix('s') {
                     Some(n) => (n, 1000),
-                    None => return Some(Err(bad("the period needs a unit, ms or s (\"500ms\")"))),
+                    None => return Err(bad("the period needs a unit, ms or s (\"500ms\")")),
                 },
             };
             let Ok(n) = number.trim().parse::<u64>() else {
-                return Some(Err(bad(
-                    "expected off, on or PERIOD[,MISSES] (\"500ms,3\")",
-                )));
+                return Err(bad("expected off, on or PERIOD[,MISSES] (\"500ms,3\")"));
             };
             current.enabled = true;
             current.period = Duration::from_millis(n.saturating_mul(unit));
             if let Some(m) = misses {
                 match m.parse() {
                     Ok(m) => current.misses = m,
-                    Err(_) => return Some(Err(bad("MISSES must be a whole number"))),
+                    Err(_) => return Err(bad("MISSES must be a whole number")),
                 }
             }
         }
     }
-    Some(Ok(current))
+    Ok(current)
 }
 
 impl EndpointBuilder {
@@ -943,9 +949,9 @@ impl Endpoint {
             .or_else(|| self.port.poll_send_event())
     }
 
-    /// Next peer gone: reported by a method, given up on by its
-    /// retransmission timeouts, or declared dead by liveness (see
-    /// [`Port::poll_peer_gone`]).
+    /// Next peer gone: reported by a method, or declared dead by liveness
+    /// (see [`Port::poll_peer_gone`]; retransmission timeouts that give up
+    /// fail the sends instead).
     ///
     /// [`Port::poll_peer_gone`]: bcl_core::Port::poll_peer_gone
     pub fn poll_peer_gone(&mut self) -> Option<ProcessAddr> {
@@ -1312,5 +1318,28 @@ impl bcl_core::RxSink for PortSink<'_> {
             link,
         };
         self.port.handle_placed_frame(self.now, route, header);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_liveness;
+    use bcl_core::LivenessConfig;
+    use std::time::Duration;
+
+    #[test]
+    fn bcl_liveness_values() {
+        let d = LivenessConfig::default();
+        assert!(!parse_liveness("off", d).unwrap().enabled);
+        assert_eq!(parse_liveness(" ON ", d).unwrap(), d);
+        let l = parse_liveness("500ms", d).unwrap();
+        assert_eq!((l.period, l.misses), (Duration::from_millis(500), d.misses));
+        let l = parse_liveness("2s,3", d).unwrap();
+        assert_eq!((l.period, l.misses), (Duration::from_secs(2), 3));
+        for bad in ["500", "fast", "1s,x", "ms"] {
+            let e = parse_liveness(bad, d).unwrap_err();
+            assert_eq!(e.field, "BCL_LIVENESS", "{bad}");
+            assert!(e.problem.contains(bad), "{e}");
+        }
     }
 }
