@@ -82,6 +82,29 @@ fn the_job_fails_with_the_first_failing_rank_and_output_is_prefixed() {
     assert!(stderr.contains("rank 1 failed"), "{stderr}");
 }
 
+#[test]
+fn with_keep_going_the_others_run_to_their_end() {
+    let out = bcl_run()
+        .args([
+            "-n",
+            "3",
+            "--keep-going",
+            "--",
+            "sh",
+            "-c",
+            "if [ \"$BCL_RANK\" = 1 ]; then exit 7; fi; sleep 1; echo \"done $BCL_RANK\"",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(7), "{stdout}\n{stderr}");
+    assert!(stdout.contains("[0] done 0"), "{stdout}");
+    assert!(stdout.contains("[2] done 2"), "{stdout}");
+    assert!(stderr.contains("rank 1 failed"), "{stderr}");
+    assert!(stderr.contains("the other ranks go on"), "{stderr}");
+}
+
 /// Starts a two-rank job (extra `bcl-run` arguments `place`) whose ranks
 /// trap SIGTERM (print got-term, exit 5), sends `bcl-run` SIGTERM once both
 /// are ready, and checks both ranks got it and their status came back.

@@ -80,6 +80,12 @@ struct Args {
     /// Seconds the ranks have to find each other.
     #[arg(long, default_value_t = 30)]
     timeout: u64,
+    /// When a rank fails (exits non-zero or is killed), report it and let
+    /// the others run to their end instead of stopping them. The exit
+    /// status is still the first failing rank's. The survivors see the
+    /// dead rank's operations fail (liveness: `BCL_LIVENESS`).
+    #[arg(long)]
+    keep_going: bool,
     /// Address of this host that remote ranks reach the rendezvous at
     /// (ssh mode; default: this host's address on the default route).
     #[arg(long)]
@@ -500,6 +506,7 @@ fn run(args: Args, mut forwarded: Signals) -> Result<ExitCode, String> {
             }
         });
     }
+    let keep_going = args.keep_going;
     let mut first_failure: Option<(u32, u8)> = None;
     for (rank, status) in rx {
         if let Ok(mut l) = alive.lock() {
@@ -513,7 +520,12 @@ fn run(args: Args, mut forwarded: Signals) -> Result<ExitCode, String> {
             (None, Some(s)) => 128u8.wrapping_add(s as u8),
             _ => 1,
         };
-        if code != 0 && first_failure.is_none() {
+        if code != 0 && keep_going {
+            eprintln!(
+                "bcl-run: rank {rank} failed ({status}); the other ranks go on (--keep-going)"
+            );
+            first_failure.get_or_insert((rank, code));
+        } else if code != 0 && first_failure.is_none() {
             first_failure = Some((rank, code));
             // Unless a stop is under way already (a forwarded signal: over
             // ssh, a second stop would kill the sessions, cutting the
