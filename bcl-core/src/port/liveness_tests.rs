@@ -252,8 +252,6 @@ fn a_critical_peer_is_watched_while_idle() {
         "{pings} pings"
     );
     assert_eq!(net.ports[0].stats().bad_frames.bad_ack, 0);
-    // Not critical any more: nothing watched after it came back.
-    net.ports[0].watch_peer(net.now, addr(1), false).unwrap();
 }
 
 /// A live peer busy with our stream is heard through its acknowledgements:
