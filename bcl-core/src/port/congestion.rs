@@ -55,7 +55,7 @@
 //!   cases in the simulator, Jain's index fell under 0.9 in 1.6 % of them
 //!   at 25, against 10 % at 100. What 25 costs a lone sender that keeps a
 //!   queue, in the same simulator: 0.2–1.9 % of its goodput on paths of
-//!   120–260 µs, 4.4 % on one of 400 µs.
+//!   120–260 µs, 4.7 % on one of 400 µs.
 //! - **Loss.** A frame judged lost, or a timeout, halves the window too
 //!   (once per round trip) if a sample of this round or the last showed a
 //!   queue of at least half the target (delayed acknowledgements alone add
