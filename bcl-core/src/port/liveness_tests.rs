@@ -90,6 +90,15 @@ fn run(net: &mut Net, until: Time, state: impl Fn(usize, Time) -> State) -> Seen
     }
 }
 
+/// Port 1 is gone from the start; the others run.
+fn only_port_1_dead(i: usize, _: Time) -> State {
+    if i == 1 {
+        State::Dead
+    } else {
+        State::Running
+    }
+}
+
 /// A receiver posts a buffer for one sender, which dies before sending:
 /// the sender is declared dead `misses` periods after its last frame (two
 /// pings first), and the posted receive fails naming it.
@@ -107,13 +116,7 @@ fn a_peer_we_wait_for_that_dies_is_declared_dead_after_the_bound() {
         .post(net.now, ch, Some(addr(1)), vec![0; 4096])
         .unwrap();
     let died = net.now;
-    let seen = run(&mut net, died + PERIOD * 10, |i, _| {
-        if i == 1 {
-            State::Dead
-        } else {
-            State::Running
-        }
-    });
+    let seen = run(&mut net, died + PERIOD * 10, only_port_1_dead);
     assert_eq!(seen.gone.len(), 1, "{seen:?}");
     let (who, gone, when) = seen.gone[0];
     assert_eq!((who, gone), (0, addr(1)));
@@ -144,13 +147,7 @@ fn a_send_to_a_dead_peer_fails_at_the_liveness_bound() {
         .send(net.now, addr(1), &pattern(100, 1))
         .unwrap();
     let start = net.now;
-    let seen = run(&mut net, start + PERIOD * 10, |i, _| {
-        if i == 1 {
-            State::Dead
-        } else {
-            State::Running
-        }
-    });
+    let seen = run(&mut net, start + PERIOD * 10, only_port_1_dead);
     assert_eq!(seen.gone.len(), 1, "{seen:?}");
     assert!(seen.gone[0].2.saturating_since(start) <= PERIOD * (MISSES + 1));
     let mut failed = false;
