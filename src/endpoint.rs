@@ -33,8 +33,8 @@ use crate::wait::{Waiter, Woken};
 use bcl_core::method::{Descriptor, DirectHead, LinkId, MessageClass, Method, MethodError, Route};
 use bcl_core::port::{Port, ReleaseError, SendError};
 use bcl_core::{
-    ConfigError, Delivery, JobKey, PortConfig, ProcessAddr, SendEvent, SendFailure, SendHandle,
-    Time,
+    ConfigError, Delivery, JobKey, PeerEvent, PortConfig, ProcessAddr, SendEvent, SendFailure,
+    SendHandle, Time,
 };
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -385,20 +385,39 @@ pub struct Endpoint {
     pub(crate) services: crate::service::Services,
 }
 
-/// A random epoch, so a restarted process is told apart from its earlier
-/// incarnation.
-fn random_epoch() -> u32 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u32(std::process::id());
-    (h.finish() as u32).max(1)
+/// A new endpoint's incarnation: the wall clock in milliseconds (wrapping
+/// every 49 days), and in one process always beyond the last one handed
+/// out, so an endpoint restarted at the same address has a larger number in
+/// serial order than its predecessor and peers drop frames of the old one
+/// still in flight. A wrap between two starts is tolerated: peers take the
+/// new number as a restart once the old one has been silent for
+/// [`bcl_core::port::STALE_FRAME_LIFETIME`].
+fn next_incarnation() -> u32 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static LAST: AtomicU32 = AtomicU32::new(0);
+    let since_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let clock = since_unix.as_millis() as u32;
+    let mut last = LAST.load(Ordering::Relaxed);
+    loop {
+        let next = if (clock.wrapping_sub(last) as i32) > 0 {
+            clock
+        } else {
+            last.wrapping_add(1)
+        };
+        match LAST.compare_exchange_weak(last, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return next,
+            Err(now) => last = now,
+        }
+    }
 }
 
 impl Endpoint {
     /// Starts building an endpoint for process `local` of job `job`.
     pub fn builder(local: ProcessAddr, job: JobKey) -> EndpointBuilder {
         let mut cfg = PortConfig::new(local, job);
-        cfg.epoch = random_epoch();
+        cfg.epoch = next_incarnation();
         let mut env_problem = None;
         match congestion_from_env() {
             Some(Ok(on)) => cfg.congestion.enabled = on,
@@ -949,18 +968,19 @@ impl Endpoint {
             .or_else(|| self.port.poll_send_event())
     }
 
-    /// Next peer gone: reported by a method, or declared dead by liveness
-    /// (see [`Port::poll_peer_gone`]; retransmission timeouts that give up
-    /// fail the sends instead).
+    /// Next change in a peer's life: gone (reported by a method, or
+    /// declared dead by liveness; retransmission timeouts that give up fail
+    /// the sends instead), back, or restarted (see
+    /// [`Port::poll_peer_event`]).
     ///
-    /// [`Port::poll_peer_gone`]: bcl_core::Port::poll_peer_gone
-    pub fn poll_peer_gone(&mut self) -> Option<ProcessAddr> {
-        self.port.poll_peer_gone()
+    /// [`Port::poll_peer_event`]: bcl_core::Port::poll_peer_event
+    pub fn poll_peer_event(&mut self) -> Option<PeerEvent> {
+        self.port.poll_peer_event()
     }
 
     /// Marks `addr` critical (`true`): watched for liveness even while
     /// nothing is outstanding with it, and reported by
-    /// [`Endpoint::poll_peer_gone`] once silent for the liveness bound (see
+    /// [`Endpoint::poll_peer_event`] once silent for the liveness bound (see
     /// [`Port::watch_peer`]). `false` watches it only while something is
     /// outstanding.
     ///

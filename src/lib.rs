@@ -67,8 +67,8 @@ pub use bcl_afxdp as afxdp;
 pub use bcl_core as core;
 pub use bcl_core::{
     ChannelError, ChannelEvent, ChannelId, Delivery, Descriptor, JobKey, LinkId, Method,
-    MethodCaps, NodeId, PortConfig, PortId, PortStats, ProcessAddr, Refused, RegionId, SendEvent,
-    SendFailure, SendHandle, Time, TransferError,
+    MethodCaps, NodeId, PeerEvent, PortConfig, PortId, PortStats, ProcessAddr, Refused, RegionId,
+    SendEvent, SendFailure, SendHandle, Time, TransferError,
 };
 pub use bcl_ether as ether;
 pub use bcl_packet as packet;

@@ -98,7 +98,7 @@ fn drive(ep: &mut Endpoint, d: Duration, seen: &mut Seen) {
     while Instant::now() < end {
         let until = ep.now() + Duration::from_millis(5);
         ep.progress_or_wait(Some(until)).unwrap();
-        if let Some(a) = ep.poll_peer_gone() {
+        if let Some(bcl::PeerEvent::Down(a)) = ep.poll_peer_event() {
             seen.gone.get_or_insert((a, Instant::now()));
         }
         while let Some(e) = ep.poll_channel_event() {

@@ -36,6 +36,61 @@ pub enum SendFailure {
     /// none of a method this port has).
     #[error("no route to peer {0}: no known descriptor of a method this port has")]
     NoRoute(ProcessAddr),
+    /// A new incarnation of the peer (its process restarted) appeared
+    /// before the message was acknowledged; the old process may or may not
+    /// have received it.
+    #[error("peer {0} restarted before acknowledging the message")]
+    PeerRestarted(ProcessAddr),
+}
+
+impl SendFailure {
+    /// The peer the failure is about.
+    pub fn peer(&self) -> ProcessAddr {
+        match *self {
+            SendFailure::PeerUnreachable(a)
+            | SendFailure::NoRoute(a)
+            | SendFailure::PeerRestarted(a) => a,
+        }
+    }
+}
+
+impl From<SendFailure> for TransferError {
+    /// The error a transfer (or remote read) reports when its messages
+    /// failed this way.
+    fn from(f: SendFailure) -> Self {
+        match f {
+            SendFailure::PeerUnreachable(a) | SendFailure::NoRoute(a) => {
+                TransferError::PeerUnreachable(a)
+            }
+            SendFailure::PeerRestarted(a) => TransferError::PeerRestarted(a),
+        }
+    }
+}
+
+/// A change in what the port knows about a peer's life, in the order it
+/// learnt them ([`crate::Port::poll_peer_event`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerEvent {
+    /// The peer is gone: its method reported its process closed, or it
+    /// stayed silent through the liveness bound. Everything in flight to
+    /// or from it has failed.
+    Down(ProcessAddr),
+    /// A peer reported [`PeerEvent::Down`] was heard from again in the
+    /// same incarnation (a partition healed, a stopped process resumed).
+    Up(ProcessAddr),
+    /// A new incarnation of the peer spoke: its process restarted at the
+    /// same address. What was in flight with the old one has failed; both
+    /// directions start fresh sequence spaces.
+    Restarted(ProcessAddr),
+}
+
+impl PeerEvent {
+    /// The peer the event is about.
+    pub fn peer(&self) -> ProcessAddr {
+        match *self {
+            PeerEvent::Down(a) | PeerEvent::Up(a) | PeerEvent::Restarted(a) => a,
+        }
+    }
 }
 
 /// An entry of the receive-completion queue: a message is in the ring.
@@ -86,6 +141,9 @@ pub enum TransferError {
     /// The peer stopped answering.
     #[error("peer {0} unreachable")]
     PeerUnreachable(ProcessAddr),
+    /// The peer's process restarted in the middle of the transfer.
+    #[error("peer {0} restarted in the middle of the transfer")]
+    PeerRestarted(ProcessAddr),
     /// The peer sent nothing for the transfer in too long.
     #[error("peer {0} stopped sending in the middle of a transfer")]
     Stalled(ProcessAddr),

@@ -33,7 +33,8 @@ pub mod wire;
 pub use addr::{JobKey, NodeId, PortId, ProcessAddr};
 pub use config::{ConfigError, PortConfig};
 pub use event::{
-    ChannelEvent, ChannelId, Delivery, RegionId, SendEvent, SendFailure, SendHandle, TransferError,
+    ChannelEvent, ChannelId, Delivery, PeerEvent, RegionId, SendEvent, SendFailure, SendHandle,
+    TransferError,
 };
 pub use method::{
     Attachment, Availability, Descriptor, DirectMethod, GatherSend, GatherSource, LinkId, Method,

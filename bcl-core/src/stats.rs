@@ -32,6 +32,9 @@ pub struct BadFrames {
     /// A bundle with inconsistent header fields or records, or a record
     /// longer than the eager limit.
     pub bad_bundle: u64,
+    /// From an older incarnation of the sender (a process that has since
+    /// restarted), or an older stream generation of the current one.
+    pub stale: u64,
 }
 
 impl BadFrames {
@@ -50,6 +53,7 @@ impl BadFrames {
             + self.bad_ack
             + self.too_many_peers
             + self.bad_bundle
+            + self.stale
     }
 
     /// Counts one frame rejected by the parser.
@@ -108,6 +112,8 @@ pub struct PortStats {
     pub pings_sent: u64,
     /// Peers declared dead after the liveness bound of silence.
     pub peers_declared_dead: u64,
+    /// Peers heard from in a new incarnation (their process restarted).
+    pub peers_restarted: u64,
     /// DATA frames dropped because the ring was full.
     pub ring_full_drops: u64,
     /// NAK(ring full) received: times this port had to back off.

@@ -28,7 +28,7 @@ use super::error::CollError;
 use super::wire::Msg;
 use crate::endpoint::{Endpoint, Error};
 use bcl_core::lent::{LentBytes, LentBytesMut};
-use bcl_core::{ChannelEvent, ChannelId, ProcessAddr, SendEvent, SendHandle};
+use bcl_core::{ChannelEvent, ChannelId, PeerEvent, ProcessAddr, SendEvent, SendHandle};
 use bcl_shm::cma::Region;
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::VecDeque;
@@ -1307,14 +1307,21 @@ impl Messenger {
         }
         while let Some(ev) = self.ep.poll_send_event() {
             if let SendEvent::Failed(_, why) = ev {
-                let (bcl_core::SendFailure::PeerUnreachable(p) | bcl_core::SendFailure::NoRoute(p)) =
-                    why;
-                self.peer_down(p, why.to_string());
+                self.peer_down(why.peer(), why.to_string());
             }
         }
-        while let Some(p) = self.ep.poll_peer_gone() {
-            if !self.failed.contains_key(&p) {
-                self.peer_down(p, "its process is gone (reported by its method)".into());
+        while let Some(ev) = self.ep.poll_peer_event() {
+            match ev {
+                PeerEvent::Down(p) => {
+                    if !self.failed.contains_key(&p) {
+                        self.peer_down(p, "its process is gone or silent".into());
+                    }
+                }
+                // What was pending with it has failed already (above, or
+                // when it went down); new operations may use it again.
+                PeerEvent::Up(p) | PeerEvent::Restarted(p) => {
+                    self.failed.remove(&p);
+                }
             }
         }
         while let Some(ev) = self.ep.poll_channel_event() {

@@ -10,7 +10,7 @@ use super::{
 };
 use crate::endpoint::{Endpoint, Error};
 use bcl_core::port::SendError;
-use bcl_core::{ChannelEvent, ChannelId, ProcessAddr, SendFailure, Time};
+use bcl_core::{ChannelEvent, ChannelId, ProcessAddr, Time};
 use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Duration;
@@ -316,8 +316,7 @@ impl Endpoint {
         }
         work += self.services.collect_pool_answers();
         while let Some(f) = self.port_mut().poll_service_failure() {
-            let (SendFailure::PeerUnreachable(peer) | SendFailure::NoRoute(peer)) = f;
-            self.services.fail_peer(peer, &format!("{f}"));
+            self.services.fail_peer(f.peer(), &format!("{f}"));
             work += 1;
         }
         if !self.services.to_clear.is_empty() {

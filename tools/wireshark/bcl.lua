@@ -27,10 +27,11 @@
 --
 -- Sequence analysis runs per flow: one capture point (the pcap-ng
 -- interface: one endpoint's method in a BCL_PCAP capture, one NIC in a
--- tcpdump capture), one sender, one receiver, one sender epoch; the
--- dissector keeps a table per flow, filled on the first pass and kept per
--- frame (the Lua API of Wireshark 4.0 has no conversation objects, so the
--- flows are keyed here as a conversation would be). For sequenced DATA
+-- tcpdump capture), one sender, one receiver, one sender incarnation and
+-- stream generation; the dissector keeps a table per flow, filled on the
+-- first pass and kept per frame (the Lua API of Wireshark 4.0 has no
+-- conversation objects, so the flows are keyed here as a conversation
+-- would be). For sequenced DATA
 -- frames (not UNSEQUENCED ones, which shared memory sends and nobody
 -- numbers):
 --   bcl.analysis.retransmission  the sequence number was seen before in
@@ -149,14 +150,15 @@ f.cc_pacing_rate = ProtoField.uint64("bcl.cc.pacing_rate", "Pacing rate (bytes/s
 -- header
 f.version = ProtoField.uint8("bcl.version", "Version")
 f.type = ProtoField.uint8("bcl.type", "Type", base.DEC, frame_types)
-f.flags = ProtoField.uint16("bcl.flags", "Flags", base.HEX)
-f.flag_ack = ProtoField.bool("bcl.flags.ack", "ACK (cumulative ack valid)", 16, nil, FLAG_ACK)
-f.flag_crc = ProtoField.bool("bcl.flags.crc", "CRC (CRC32C present)", 16, nil, FLAG_CRC)
-f.flag_ack_fresh = ProtoField.bool("bcl.flags.ack_fresh", "ACK_FRESH (ack sent for the first time)", 16, nil, FLAG_ACK_FRESH)
-f.flag_unsequenced = ProtoField.bool("bcl.flags.unsequenced", "UNSEQUENCED (reliable method, no sequence number)", 16, nil, FLAG_UNSEQUENCED)
-f.flag_bundle = ProtoField.bool("bcl.flags.bundle", "BUNDLE (payload is several messages)", 16, nil, FLAG_BUNDLE)
-f.flag_ping = ProtoField.bool("bcl.flags.ping", "PING (liveness: answer with an ACK at once)", 16, nil, FLAG_PING)
-f.flag_unknown = ProtoField.uint16("bcl.flags.unknown", "Unknown flag bits", base.HEX, nil, 0xFFC0)
+f.generation = ProtoField.uint8("bcl.generation", "Stream generation", base.DEC)
+f.flags = ProtoField.uint8("bcl.flags", "Flags", base.HEX)
+f.flag_ack = ProtoField.bool("bcl.flags.ack", "ACK (cumulative ack valid)", 8, nil, FLAG_ACK)
+f.flag_crc = ProtoField.bool("bcl.flags.crc", "CRC (CRC32C present)", 8, nil, FLAG_CRC)
+f.flag_ack_fresh = ProtoField.bool("bcl.flags.ack_fresh", "ACK_FRESH (ack sent for the first time)", 8, nil, FLAG_ACK_FRESH)
+f.flag_unsequenced = ProtoField.bool("bcl.flags.unsequenced", "UNSEQUENCED (reliable method, no sequence number)", 8, nil, FLAG_UNSEQUENCED)
+f.flag_bundle = ProtoField.bool("bcl.flags.bundle", "BUNDLE (payload is several messages)", 8, nil, FLAG_BUNDLE)
+f.flag_ping = ProtoField.bool("bcl.flags.ping", "PING (liveness: answer with an ACK at once)", 8, nil, FLAG_PING)
+f.flag_unknown = ProtoField.uint8("bcl.flags.unknown", "Unknown flag bits", base.HEX, nil, 0xC0)
 f.job = ProtoField.uint32("bcl.job", "Job key", base.HEX)
 f.src = ProtoField.string("bcl.src", "Source")
 f.src_node = ProtoField.uint32("bcl.src.node", "Source node")
@@ -164,7 +166,7 @@ f.src_port = ProtoField.uint16("bcl.src.port", "Source port")
 f.dst = ProtoField.string("bcl.dst", "Destination")
 f.dst_port = ProtoField.uint16("bcl.dst.port", "Destination port")
 f.dst_node = ProtoField.uint32("bcl.dst.node", "Destination node")
-f.epoch = ProtoField.uint32("bcl.epoch", "Source epoch", base.HEX)
+f.epoch = ProtoField.uint32("bcl.epoch", "Source incarnation", base.HEX)
 f.seq = ProtoField.uint32("bcl.seq", "Sequence number")
 f.ack = ProtoField.uint32("bcl.ack", "Cumulative ack (next wanted)")
 f.window = ProtoField.uint32("bcl.window", "Window base (oldest unacknowledged)")
@@ -386,7 +388,8 @@ local function dissect_frame(tvb, pinfo, tree, ctx)
     end
     local version = tvb(0, 1):uint()
     local ftype = tvb(1, 1):uint()
-    local flags = tvb(2, 2):uint()
+    local generation = tvb(2, 1):uint()
+    local flags = tvb(3, 1):uint()
     local src_node, src_port = tvb(8, 4):uint(), tvb(12, 2):uint()
     local dst_port, dst_node = tvb(14, 2):uint(), tvb(16, 4):uint()
     local epoch, seq, ack = tvb(20, 4):uint(), tvb(24, 4):uint(), tvb(28, 4):uint()
@@ -405,15 +408,16 @@ local function dissect_frame(tvb, pinfo, tree, ctx)
     if band(flags, FLAG_UNSEQUENCED) ~= 0 then names[#names + 1] = "UNSEQUENCED" end
     if band(flags, FLAG_BUNDLE) ~= 0 then names[#names + 1] = "BUNDLE" end
     if band(flags, FLAG_PING) ~= 0 then names[#names + 1] = "PING" end
-    local ft = tree:add(f.flags, tvb(2, 2))
+    tree:add(f.generation, tvb(2, 1))
+    local ft = tree:add(f.flags, tvb(3, 1))
     ft:append_text(" (" .. (#names > 0 and table.concat(names, ", ") or "none") .. ")")
-    ft:add(f.flag_ack, tvb(2, 2))
-    ft:add(f.flag_crc, tvb(2, 2))
-    ft:add(f.flag_ack_fresh, tvb(2, 2))
-    ft:add(f.flag_unsequenced, tvb(2, 2))
-    ft:add(f.flag_bundle, tvb(2, 2))
-    ft:add(f.flag_ping, tvb(2, 2))
-    if band(flags, 0xFFFF - FLAGS_KNOWN) ~= 0 then ft:add(f.flag_unknown, tvb(2, 2)) end
+    ft:add(f.flag_ack, tvb(3, 1))
+    ft:add(f.flag_crc, tvb(3, 1))
+    ft:add(f.flag_ack_fresh, tvb(3, 1))
+    ft:add(f.flag_unsequenced, tvb(3, 1))
+    ft:add(f.flag_bundle, tvb(3, 1))
+    ft:add(f.flag_ping, tvb(3, 1))
+    if band(flags, 0xFF - FLAGS_KNOWN) ~= 0 then ft:add(f.flag_unknown, tvb(3, 1)) end
     tree:add(f.job, tvb(4, 4))
     local st = tree:add(f.src, tvb(8, 6), src)
     st:add(f.src_node, tvb(8, 4))
@@ -554,7 +558,7 @@ local function dissect_frame(tvb, pinfo, tree, ctx)
 
     -- Sequence analysis.
     if not pinfo.visited and results[pinfo.number] == nil then
-        local key = string.format("%s|%s>%s|%d", ctx.capture_point, src, dst, epoch)
+        local key = string.format("%s|%s>%s|%d.%d", ctx.capture_point, src, dst, epoch, generation)
         local r = {}
         if band(flags, FLAG_ACK) ~= 0 then
             -- What the receiver (this frame's sender) has acknowledged of
@@ -778,7 +782,7 @@ local function heuristic(tvb, pinfo, root)
     if tvb(0, 1):uint() ~= 1 then return false end
     local t = tvb(1, 1):uint()
     if t < 1 or t > 9 then return false end
-    if band(tvb(2, 2):uint(), 0xFFFF - FLAGS_KNOWN) ~= 0 then return false end
+    if band(tvb(3, 1):uint(), 0xFF - FLAGS_KNOWN) ~= 0 then return false end
     if HEADER_LEN + tvb(38, 2):uint() ~= len then return false end
     dissect_wire(tvb, pinfo, root)
     return true

@@ -24,9 +24,7 @@
 use super::channels::RxTransfer;
 use super::{OnDone, Port};
 use crate::addr::ProcessAddr;
-use crate::event::{
-    ChannelEvent, ChannelId, Delivery, SendEvent, SendFailure, SendHandle, TransferError,
-};
+use crate::event::{ChannelEvent, ChannelId, Delivery, SendEvent, SendHandle, TransferError};
 use crate::method::Route;
 use crate::time::Time;
 
@@ -321,29 +319,5 @@ impl Port {
     pub fn count_direct_delivery(&mut self) {
         self.stats.frames_received += 1;
         self.stats.messages_delivered += 1;
-    }
-
-    // ---------------------------------------------------------- departures
-
-    /// `addr` is gone (its process died or closed, as a method that can
-    /// tell reports): everything queued or in flight to it fails, remote
-    /// reads from it fail, transfers arriving from it fail, and a new
-    /// incarnation at the same address starts afresh.
-    pub fn peer_gone(&mut self, now: Time, addr: ProcessAddr) {
-        if self.gone.len() < self.cfg.max_peers.max(64) {
-            self.gone.push_back(addr);
-        }
-        self.note_service_failure(SendFailure::PeerUnreachable(addr));
-        let Some(idx) = self.peer_idx(addr) else {
-            return;
-        };
-        // Everything to it fails, bulk transfers handed to the engine too
-        // (they are among the peer's transfers).
-        self.fail_peer(idx, SendFailure::PeerUnreachable(addr));
-        self.fail_inbound_from(idx, TransferError::PeerUnreachable(addr));
-        let p = &mut self.peers[idx as usize];
-        p.rx_known = false;
-        p.deliver_id = None;
-        let _ = now;
     }
 }

@@ -145,7 +145,7 @@ fn frames_over_a_reliable_method_carry_no_sequence_number_and_no_crc() {
         "no acknowledgements either, and no bundles (only sequenced frames carry them)"
     );
     for (_, f) in &sent {
-        let fl = u16::from_be_bytes([f[2], f[3]]);
+        let fl = f[3];
         assert_ne!(fl & flags::UNSEQUENCED, 0);
         assert_eq!(fl & (flags::CRC | flags::ACK | flags::BUNDLE), 0);
     }
@@ -340,11 +340,17 @@ fn a_peer_that_goes_away_fails_everything_with_it() {
     assert!(ev.iter().any(|e| matches!(e, ChannelEvent::RmaFailed { handle, error, .. } if *handle == g && *error == gone)));
     assert_eq!(pair.ports[0].outstanding_sends(), 0);
     // The departure itself is reported once, for receivers waiting on it.
-    assert_eq!(pair.ports[0].poll_peer_gone(), Some(addr(1)));
-    assert_eq!(pair.ports[0].poll_peer_gone(), None);
+    assert_eq!(
+        pair.ports[0].poll_peer_event(),
+        Some(PeerEvent::Down(addr(1)))
+    );
+    assert_eq!(pair.ports[0].poll_peer_event(), None);
     // Also for a peer nothing was ever sent to.
     pair.ports[0].peer_gone(pair.now, addr(7));
-    assert_eq!(pair.ports[0].poll_peer_gone(), Some(addr(7)));
+    assert_eq!(
+        pair.ports[0].poll_peer_event(),
+        Some(PeerEvent::Down(addr(7)))
+    );
 }
 
 #[test]

@@ -9,8 +9,8 @@ use proptest::prelude::*;
 use std::time::Duration;
 
 impl Wired {
-    fn flags(&self) -> u16 {
-        u16::from_be_bytes([self.bytes[2], self.bytes[3]])
+    fn flags(&self) -> u8 {
+        self.bytes[3]
     }
     fn is_bundle(&self) -> bool {
         self.flags() & flags::BUNDLE != 0

@@ -1457,8 +1457,36 @@ impl Port {
         );
     }
 
-    /// Fails every transfer arriving from peer `idx`.
+    /// Fails every transfer arriving from peer `idx`, and the buffers
+    /// posted for it alone.
     pub(super) fn fail_inbound_from(&mut self, idx: PeerIdx, error: TransferError) {
+        self.fail_transfers_from(idx, error);
+        // Buffers posted for it alone come back.
+        let from = self.peers[idx as usize].addr;
+        let mut orphaned = Vec::new();
+        for (ch, c) in self.channels.iter_mut().enumerate() {
+            if let Some(Channel::Normal(n)) = c {
+                if n.posted.as_ref().is_some_and(|p| p.from == Some(idx)) {
+                    let buffer = n.posted.take().map(|p| p.buffer.into_vec());
+                    orphaned.push((ChannelId(ch as u16), buffer));
+                }
+            }
+        }
+        for (channel, buffer) in orphaned {
+            self.push_channel_event(ChannelEvent::ReceiveFailed {
+                channel,
+                from,
+                error,
+                buffer,
+            });
+        }
+    }
+
+    /// Fails every transfer arriving from peer `idx` (its data will never
+    /// come: the sending process or its stream is gone) and forgets its
+    /// requests waiting for a buffer. Buffers posted for it stay: a later
+    /// incarnation or stream may fill them.
+    pub(super) fn fail_transfers_from(&mut self, idx: PeerIdx, error: TransferError) {
         let keys: Vec<_> = self
             .rx_transfers
             .keys()
@@ -1481,25 +1509,11 @@ impl Port {
                 });
             }
         }
-        // Requests from it waiting for a buffer are dropped, and buffers
-        // posted for it alone come back.
-        let mut orphaned = Vec::new();
-        for (ch, c) in self.channels.iter_mut().enumerate() {
+        // Requests from it waiting for a buffer are dropped.
+        for c in self.channels.iter_mut() {
             if let Some(Channel::Normal(n)) = c {
                 n.waiting.retain(|(p, _, _)| *p != idx);
-                if n.posted.as_ref().is_some_and(|p| p.from == Some(idx)) {
-                    let buffer = n.posted.take().map(|p| p.buffer.into_vec());
-                    orphaned.push((ChannelId(ch as u16), buffer));
-                }
             }
-        }
-        for (channel, buffer) in orphaned {
-            self.push_channel_event(ChannelEvent::ReceiveFailed {
-                channel,
-                from,
-                error,
-                buffer,
-            });
         }
     }
 
@@ -1507,9 +1521,7 @@ impl Port {
 
     /// Fails the remote reads waiting for peer `idx`.
     pub(super) fn fail_get_waits(&mut self, idx: PeerIdx, failure: SendFailure) {
-        let addr = match failure {
-            SendFailure::PeerUnreachable(a) | SendFailure::NoRoute(a) => a,
-        };
+        let error = TransferError::from(failure);
         let keys: Vec<_> = self
             .get_waits
             .keys()
@@ -1521,7 +1533,7 @@ impl Port {
                 self.push_channel_event(ChannelEvent::RmaFailed {
                     handle: w.handle,
                     buffer: w.buffer,
-                    error: TransferError::PeerUnreachable(addr),
+                    error,
                 });
             }
         }

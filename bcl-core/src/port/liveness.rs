@@ -24,7 +24,7 @@
 //!   give). The pings are the probes before the verdict.
 //! - **Verdict.** A peer found silent by `misses` checks in a row is
 //!   declared dead: exactly what [`Port::peer_gone`] does (everything to
-//!   and from it fails, naming it; [`Port::poll_peer_gone`] reports it). So
+//!   and from it fails, naming it; [`Port::poll_peer_event`] reports it). So
 //!   a peer that stops is declared dead between `misses` and `misses + 1`
 //!   periods after its last frame, and a live one that pauses for less
 //!   than `misses − 1` periods (a busy CPU, a descheduled or stopped
@@ -116,7 +116,7 @@ pub(super) struct Watch {
 impl Port {
     /// Marks `addr` critical (`true`): it is watched even when nothing is
     /// outstanding with it, and declared dead (reported by
-    /// [`Port::poll_peer_gone`]) when it stays silent for the liveness
+    /// [`Port::poll_peer_event`]) when it stays silent for the liveness
     /// bound. `false` leaves it watched only while something is
     /// outstanding. Errors only if the peer table is full.
     pub fn watch_peer(

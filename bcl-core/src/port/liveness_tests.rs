@@ -55,8 +55,10 @@ fn run(net: &mut Net, until: Time, state: impl Fn(usize, Time) -> State) -> Seen
             held.drain(..).chain(frames).partition(|f| running(f.to));
         held = wait;
         for i in 0..n {
-            while let Some(a) = net.ports[i].poll_peer_gone() {
-                seen.gone.push((i, a, now));
+            while let Some(e) = net.ports[i].poll_peer_event() {
+                if let PeerEvent::Down(a) = e {
+                    seen.gone.push((i, a, now));
+                }
             }
             while let Some(e) = net.ports[i].poll_channel_event() {
                 seen.channel_events.push((i, e));

@@ -20,6 +20,7 @@ mod bulk;
 mod channels;
 mod congestion;
 mod congestion_log;
+mod lifecycle;
 mod liveness;
 mod loss;
 
@@ -27,6 +28,7 @@ pub use bulk::{BulkKind, BulkToken, OutboundBulk};
 pub use channels::{ChannelError, Refused};
 pub use congestion::CongestionConfig;
 pub use congestion_log::{CongestionCause, CongestionChange, CONGESTION_LOG_CAPACITY};
+pub use lifecycle::STALE_FRAME_LIFETIME;
 pub use liveness::LivenessConfig;
 pub use send::FULL_RESEND_AFTER_TIMEOUTS;
 mod peer;
@@ -37,7 +39,9 @@ mod timer;
 
 use crate::addr::ProcessAddr;
 use crate::config::{ConfigError, PortConfig};
-use crate::event::{ChannelEvent, Delivery, RegionId, SendEvent, SendFailure, SendHandle};
+use crate::event::{
+    ChannelEvent, Delivery, PeerEvent, RegionId, SendEvent, SendFailure, SendHandle,
+};
 use crate::method::{MethodCaps, Route};
 use crate::ring::{RingSlot, SystemRing};
 use crate::seq::Seq;
@@ -304,9 +308,9 @@ pub struct Port {
     watched: Vec<liveness::Watch>,
     liveness_at: Time,
     send_events: VecDeque<SendEvent>,
-    /// Peers a method reported gone ([`Port::peer_gone`]), not yet taken
-    /// by [`Port::poll_peer_gone`].
-    gone: VecDeque<ProcessAddr>,
+    /// What the port learnt about its peers' lives (gone, back,
+    /// restarted), not yet taken by [`Port::poll_peer_event`].
+    peer_events: VecDeque<PeerEvent>,
     deliveries: VecDeque<Delivery>,
     /// Delivered service messages ([`FrameType::Service`]), for the
     /// engine's remote-service layer.
@@ -365,7 +369,7 @@ impl Port {
             watched: Vec::new(),
             liveness_at: Time::NEVER,
             send_events: VecDeque::with_capacity(max),
-            gone: VecDeque::new(),
+            peer_events: VecDeque::new(),
             deliveries: VecDeque::with_capacity(cfg.ring_blocks as usize),
             service_deliveries: VecDeque::new(),
             service_failures: VecDeque::new(),
@@ -490,7 +494,7 @@ impl Port {
             p.tx.is_some(),
             p.rx_known,
             p.expected,
-            p.deliver_id,
+            p.deliver_id(),
             p.unacked,
             p.ack_now,
             p.nak,
@@ -523,11 +527,12 @@ impl Port {
         self.send_events.pop_front()
     }
 
-    /// Next peer a method reported gone (its process died or closed),
-    /// whether or not anything was in flight to it: a receiver waiting for
-    /// it learns here that nothing will come.
-    pub fn poll_peer_gone(&mut self) -> Option<ProcessAddr> {
-        self.gone.pop_front()
+    /// Next change in a peer's life: gone (its method reported its
+    /// process closed, or liveness declared it dead), back, or restarted,
+    /// whether or not anything was in flight with it. A receiver waiting
+    /// for a peer learns here that nothing will come.
+    pub fn poll_peer_event(&mut self) -> Option<PeerEvent> {
+        self.peer_events.pop_front()
     }
 
     /// Next entry of the receive-completion queue.
@@ -797,6 +802,8 @@ mod bulk_tests;
 mod bundle_tests;
 #[cfg(test)]
 mod channel_tests;
+#[cfg(test)]
+mod lifecycle_tests;
 #[cfg(test)]
 mod liveness_tests;
 #[cfg(test)]

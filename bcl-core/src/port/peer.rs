@@ -157,6 +157,11 @@ impl Liveness {
     pub const PING_NOW: u8 = 4;
     /// It pinged us: answer at once.
     pub const ANSWER_PING: u8 = 8;
+    /// Declared gone (by its method or by liveness) and not heard from
+    /// since: a frame from it is reported as the peer coming back.
+    pub const DOWN: u8 = 16;
+    /// Its incarnation is known (`Peer::incarnation`).
+    pub const INCARNATION_KNOWN: u8 = 32;
 
     /// Whether any of `bits` is set.
     pub fn has(self, bits: u8) -> bool {
@@ -248,13 +253,25 @@ pub(crate) struct Peer {
     /// Its frames come unsequenced (by a method that never loses): what we
     /// hold of them can never be dropped, nobody would resend it.
     pub rx_unsequenced: bool,
-    pub rx_epoch: u32,
+    /// The stream generation its frames to us carry (with `rx_known`).
+    pub rx_generation: u8,
+    /// Its incarnation, from the first frame heard from it (valid with
+    /// [`Liveness::INCARNATION_KNOWN`]): frames of an older one are stale,
+    /// a newer one means it restarted.
+    pub incarnation: u32,
+    /// When the last frame of its current incarnation arrived, in ticks of
+    /// 2^24 ns, about 1/60 s (wrapping every 18 minutes; only compared over
+    /// spans of seconds).
+    pub last_heard_tick: u16,
     /// Next sequence number wanted (everything before it has arrived).
     pub expected: Seq,
     /// Id of the next message to deliver (messages are delivered in id
-    /// order); unknown until the frame at the start of the sender's window
-    /// arrives.
-    pub deliver_id: Option<u32>,
+    /// order), valid with `deliver_id_known`: unknown until the frame at the
+    /// start of the sender's window arrives. A value and a flag, not an
+    /// `Option` (eight bytes), so an idle peer stays small; read it with
+    /// [`Peer::deliver_id`].
+    next_deliver_id: u32,
+    deliver_id_known: bool,
     /// In-order frames not acknowledged yet.
     pub unacked: u32,
     /// An acknowledgement should go out at the next opportunity.
@@ -319,9 +336,12 @@ impl Peer {
             rx: None,
             rx_known: false,
             rx_unsequenced: false,
-            rx_epoch: 0,
+            rx_generation: 0,
+            incarnation: 0,
+            last_heard_tick: 0,
             expected: Seq(0),
-            deliver_id: None,
+            next_deliver_id: 0,
+            deliver_id_known: false,
             unacked: 0,
             ack_now: false,
             nak: NakReason::None,
@@ -333,6 +353,17 @@ impl Peer {
             timer_armed: Time::NEVER,
             stats: PeerStats::default(),
         }
+    }
+
+    /// Id of the next message to deliver, once known.
+    pub fn deliver_id(&self) -> Option<u32> {
+        self.deliver_id_known.then_some(self.next_deliver_id)
+    }
+
+    /// Sets (or forgets) the id of the next message to deliver.
+    pub fn set_deliver_id(&mut self, id: Option<u32>) {
+        self.deliver_id_known = id.is_some();
+        self.next_deliver_id = id.unwrap_or(0);
     }
 
     /// Frames sent and not cumulatively acknowledged.

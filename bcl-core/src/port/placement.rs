@@ -117,7 +117,7 @@ impl Port {
             return None;
         }
         let (h, rest) = Header::ref_from_prefix(header).ok()?;
-        let flag_bits = h.flags.get();
+        let flag_bits = h.flags;
         if !rest.is_empty()
             || h.version != wire::VERSION
             || h.frame_type != FrameType::Data as u8
@@ -140,10 +140,12 @@ impl Port {
         })?;
         let p = &self.peers[idx as usize];
         // The frame continues the sequence space it is checked against (a
-        // new epoch or a moved window base would reset it first).
+        // new incarnation, stream generation or window base would reset it
+        // first).
         if !p.rx_known
             || p.rx_unsequenced
-            || p.rx_epoch != h.epoch.get()
+            || p.incarnation != h.epoch.get()
+            || p.rx_generation != h.generation
             || p.expected.before(Seq(h.base.get()))
         {
             return None;

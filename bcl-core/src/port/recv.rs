@@ -1,9 +1,10 @@
 //! The receiving side: validation, duplicate suppression, reassembly into
 //! the ring, in-order delivery and what to acknowledge.
 
+use super::lifecycle::Incarnation;
 use super::peer::{Liveness, PeerIdx, RxMsg, RxWindow};
 use super::{MethodInfo, Port, RingReservation};
-use crate::event::Delivery;
+use crate::event::{Delivery, TransferError};
 use crate::method::Route;
 use crate::ring::RingSlot;
 use crate::sack::RX_WINDOW;
@@ -71,8 +72,15 @@ impl Port {
             // First contact from this peer: answer the way it came.
             self.apply_route(idx, route);
         }
+        let incarnation = self.note_incarnation(idx, frame, now);
+        if incarnation == Incarnation::Stale {
+            return true;
+        }
         if unsequenced {
             let taken = self.on_unsequenced(idx, frame, now);
+            if incarnation == Incarnation::Restarted {
+                self.finish_restart(idx);
+            }
             if taken {
                 self.stats.frames_received += 1;
                 let p = &mut self.peers[idx as usize].stats;
@@ -89,8 +97,8 @@ impl Port {
         p.bytes_received += wire_len as u64;
 
         let sequenced = is_sequenced(frame.kind());
-        if sequenced {
-            self.note_sender_epoch(idx, frame);
+        if sequenced && !self.note_sender_stream(idx, frame) {
+            return true;
         }
         // An acknowledgement of frames we never sent (for instance one meant
         // for an earlier incarnation of this port) is ignored, but a DATA
@@ -120,6 +128,9 @@ impl Port {
             }
             _ => {}
         }
+        if incarnation == Incarnation::Restarted {
+            self.finish_restart(idx);
+        }
         self.start_channel_sends(now);
         self.schedule(idx, now);
         self.arm_timer(idx);
@@ -130,7 +141,7 @@ impl Port {
     /// Forgets peer `idx`'s half-assembled messages (their ring space goes
     /// back) and returns its receive window to the pool: the sender started
     /// a new sequence space.
-    fn discard_rx_window(&mut self, idx: PeerIdx) {
+    pub(super) fn discard_rx_window(&mut self, idx: PeerIdx) {
         if let Some(mut w) = self.peers[idx as usize].rx.take() {
             for e in w.msgs.iter_mut() {
                 if let Some(m) = e.take() {
@@ -150,14 +161,20 @@ impl Port {
     /// that is not free now.
     fn on_unsequenced(&mut self, idx: PeerIdx, frame: &Frame<'_>, now: Time) -> bool {
         let p = &self.peers[idx as usize];
-        if !p.rx_known || p.rx_epoch != frame.epoch() {
-            // A new sender epoch: forget what was half-assembled.
+        if !p.rx_known || p.rx_generation != frame.generation() {
+            // A new sender stream (such a method neither reorders nor
+            // delays, so no older one is in flight): forget what was
+            // half-assembled.
+            if p.rx_known {
+                let from = p.addr;
+                self.fail_transfers_from(idx, TransferError::Stalled(from));
+            }
             self.discard_rx_window(idx);
             let p = &mut self.peers[idx as usize];
             p.rx_known = true;
             p.rx_unsequenced = true;
-            p.rx_epoch = frame.epoch();
-            p.deliver_id = Some(0);
+            p.rx_generation = frame.generation();
+            p.set_deliver_id(Some(0));
         }
         let h = frame.header();
         let kind = frame.kind();
@@ -177,7 +194,7 @@ impl Port {
         }
         let msg_id = h.msg_id.get();
         let p = &mut self.peers[idx as usize];
-        if p.deliver_id.is_some_and(|d| Seq(msg_id).before(Seq(d))) {
+        if p.deliver_id().is_some_and(|d| Seq(msg_id).before(Seq(d))) {
             self.stats.duplicates += 1;
             return true;
         }
@@ -203,32 +220,43 @@ impl Port {
     }
 
     /// Learns where the sender's sequence space starts: on first contact, or
-    /// when the sender starts a new one (new epoch: it restarted, or gave up
-    /// on us and began afresh). A window base beyond what we expect in the
-    /// same epoch is a protocol violation; we follow the sender anyway so
-    /// the exchange cannot stall.
-    fn note_sender_epoch(&mut self, idx: PeerIdx, frame: &Frame<'_>) {
+    /// when the sender starts a new stream (a newer generation: it gave up
+    /// on us and began afresh, so transfers of its old stream will never
+    /// finish). A frame of an older generation is stale: false, drop it. A
+    /// window base beyond what we expect in the same stream is a protocol
+    /// violation; we follow the sender anyway so the exchange cannot stall.
+    fn note_sender_stream(&mut self, idx: PeerIdx, frame: &Frame<'_>) -> bool {
         let h = frame.header();
         let base = Seq(h.base.get());
         let p = &self.peers[idx as usize];
-        let new_space = !p.rx_known || p.rx_epoch != frame.epoch();
-        if !new_space && !p.expected.before(base) {
-            return;
-        }
-        if !new_space {
-            self.stats.bad_frames.out_of_window += 1;
+        let ahead = frame.generation().wrapping_sub(p.rx_generation) as i8;
+        if p.rx_known {
+            if ahead < 0 {
+                self.stats.bad_frames.stale += 1;
+                return false;
+            }
+            if ahead == 0 && !p.expected.before(base) {
+                return true;
+            }
+            if ahead == 0 {
+                self.stats.bad_frames.out_of_window += 1;
+            } else {
+                let from = p.addr;
+                self.fail_transfers_from(idx, TransferError::Stalled(from));
+            }
         }
         // Drop any half-assembled messages of the old sequence space.
         self.discard_rx_window(idx);
         let p = &mut self.peers[idx as usize];
         p.rx_known = true;
         p.rx_unsequenced = false;
-        p.rx_epoch = frame.epoch();
+        p.rx_generation = frame.generation();
         p.expected = base;
         // Which message comes next is learnt from the frame at `base`.
-        p.deliver_id = None;
+        p.set_deliver_id(None);
         p.unacked = 0;
         p.last_ack_sent = base;
+        true
     }
 
     /// A frame that carries a sequence number: system-channel data and
@@ -276,16 +304,16 @@ impl Port {
         }
         if !ordered {
             let p = &mut self.peers[idx as usize];
-            if offset == 0 && p.deliver_id.is_none() {
+            if offset == 0 && p.deliver_id().is_none() {
                 // The first frame of the sender's window is transfer data: it
                 // says which ordered message comes next.
-                p.deliver_id = Some(first_seq.0);
+                p.set_deliver_id(Some(first_seq.0));
                 self.drop_entries_before(idx, first_seq.0);
             }
             self.on_transfer_data(idx, frame, now);
         } else {
             let p = &mut self.peers[idx as usize];
-            if offset == 0 && p.deliver_id.is_none() {
+            if offset == 0 && p.deliver_id().is_none() {
                 // The first frame of the sender's window: delivery starts with
                 // its message, or with the next one if its message began
                 // before the window (those earlier frames were acknowledged to
@@ -295,11 +323,11 @@ impl Port {
                 } else {
                     msg_id.wrapping_add(1)
                 };
-                p.deliver_id = Some(next);
+                p.set_deliver_id(Some(next));
                 self.drop_entries_before(idx, next);
             }
             let p = &mut self.peers[idx as usize];
-            let delivered_already = p.deliver_id.is_some_and(|d| Seq(msg_id).before(Seq(d)));
+            let delivered_already = p.deliver_id().is_some_and(|d| Seq(msg_id).before(Seq(d)));
             if frame.is_bundle() {
                 match self.place_bundle(idx, frame, now) {
                     BundleOutcome::Placed => {}
@@ -507,7 +535,7 @@ impl Port {
     /// in the ring.
     fn bundle_record_state(&self, idx: PeerIdx, id: u32) -> RecordState {
         let p = &self.peers[idx as usize];
-        if p.deliver_id.is_some_and(|d| Seq(id).before(Seq(d))) {
+        if p.deliver_id().is_some_and(|d| Seq(id).before(Seq(d))) {
             return RecordState::Done;
         }
         match p.rx.as_ref().and_then(|w| *w.entry(id)) {
@@ -531,7 +559,7 @@ impl Port {
                 return Admission::No;
             }
         }
-        let head_of_line = self.peers[idx as usize].deliver_id == Some(first_needed);
+        let head_of_line = self.peers[idx as usize].deliver_id() == Some(first_needed);
         if !head_of_line {
             let headroom = self.ring.blocks_for(self.cfg.eager_limit);
             return if self.ring.free_blocks() >= need + headroom {
@@ -582,7 +610,7 @@ impl Port {
                 return true;
             }
             None => {
-                let head_of_line = self.peers[idx as usize].deliver_id == Some(msg_id);
+                let head_of_line = self.peers[idx as usize].deliver_id() == Some(msg_id);
                 let Some(slot) = self.alloc_rx_slot(idx, msg_id, msg_len, head_of_line, now) else {
                     return false;
                 };
@@ -694,7 +722,7 @@ impl Port {
             if p.rx_unsequenced {
                 continue;
             }
-            let (expected, deliver_id) = (p.expected, p.deliver_id);
+            let (expected, deliver_id) = (p.expected, p.deliver_id());
             let Some(w) = p.rx.as_mut() else { continue };
             if w.active_msgs == 0 {
                 continue;
@@ -749,15 +777,15 @@ impl Port {
     fn deliver(&mut self, idx: PeerIdx, now: Time) {
         loop {
             let p = &mut self.peers[idx as usize];
+            let Some(id) = p.deliver_id() else { return };
             let Some(w) = p.rx.as_mut() else { return };
-            let Some(id) = p.deliver_id else { return };
             let slot = w.entry_mut(id);
             let Some(m) = slot.filter(|m| m.msg_id == id && m.received == m.len) else {
                 return;
             };
             *slot = None;
             w.active_msgs -= 1;
-            p.deliver_id = Some(id.wrapping_add(1));
+            p.set_deliver_id(Some(id.wrapping_add(1)));
             let from = p.addr;
             let delivery = Delivery {
                 from,

@@ -299,7 +299,8 @@ impl Port {
             job: self.cfg.job,
             src: self.cfg.local,
             dst: p.addr,
-            epoch: self.cfg.epoch ^ (u32::from(p.tx_generation) << 24),
+            epoch: self.cfg.epoch,
+            generation: p.tx_generation,
             ack: p.expected.0,
             base: p.una.0,
             ..HeaderFields::default()
@@ -1337,11 +1338,7 @@ impl Port {
         if msg.on_done == OnDone::ChannelSend {
             self.channel_send_ended(msg.peer, msg.channel, m);
         }
-        let error = failure.map(|f| match f {
-            SendFailure::PeerUnreachable(a) | SendFailure::NoRoute(a) => {
-                TransferError::PeerUnreachable(a)
-            }
-        });
+        let error = failure.map(TransferError::from);
         match (msg.on_done, msg.body) {
             (OnDone::System, OutBody::Pooled(data)) => {
                 match failure {

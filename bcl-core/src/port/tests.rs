@@ -485,7 +485,7 @@ fn a_repeated_acknowledgement_gives_no_round_trip_sample() {
     let pong: Vec<Wired> = again.into_iter().filter(|w| w.from == 1).collect();
     assert_eq!(pong.len(), 1);
     assert_eq!(
-        pong[0].bytes[3] & wire::flags::ACK_FRESH as u8,
+        pong[0].bytes[3] & wire::flags::ACK_FRESH,
         0,
         "the repeat is not fresh"
     );
@@ -699,7 +699,7 @@ fn a_restarted_receiver_gets_the_messages_after_its_restart() {
     net.run_perfect();
     // Port 1 restarts: a new incarnation with a new epoch and no memory.
     let mut c1 = config(1);
-    c1.epoch = 555;
+    c1.epoch = 5555;
     let mut fresh = Port::new(c1).unwrap();
     fresh.add_method(caps(MTU)).unwrap();
     net.ports[1] = fresh;

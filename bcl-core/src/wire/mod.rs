@@ -9,11 +9,11 @@
 //! ```text
 //!  0       1       2               4                               8
 //!  +-------+-------+---------------+-------------------------------+
-//!  |version| type  |     flags     |            job key            |
+//!  |version| type  |  gen  | flags |            job key            |
 //!  +-------+-------+---------------+---------------+---------------+
 //!  |          source node          |  source port  |   dest port   |
 //!  +-------------------------------+---------------+---------------+
-//!  |           dest node           |         source epoch          |
+//!  |           dest node           |     source incarnation        |
 //!  +-------------------------------+-------------------------------+
 //!  |        sequence number        |  cumulative ack (next wanted) |
 //!  +-------------------------------+---------------+---------------+
@@ -27,6 +27,13 @@
 //!  |        message length         |     CRC32C (header+payload)   |
 //!  +-------------------------------+-------------------------------+
 //! ```
+//!
+//! The source incarnation tells process starts at one address apart: it
+//! grows with each start (the endpoint takes it from the wall clock), so a
+//! receiver drops frames of an older incarnation still in flight. `gen` is
+//! the sender's stream generation towards this receiver: it counts up each
+//! time the sender gives up on the receiver and starts a fresh sequence
+//! space. Both are compared in serial-number order (wrapping).
 //!
 //! The frames of one ordered message have consecutive sequence numbers
 //! starting at `msg_seq`, so a receiver knows exactly which frames belong to
@@ -75,8 +82,11 @@ pub struct Header {
     pub version: u8,
     /// [`FrameType`] code.
     pub frame_type: u8,
+    /// The sender's stream generation towards this receiver: a new value
+    /// starts a new sequence space within the same incarnation.
+    pub generation: u8,
     /// [`flags`] bits.
-    pub flags: U16,
+    pub flags: u8,
     /// The job the frame belongs to.
     pub job: U32,
     /// Sender's node.
@@ -87,8 +97,9 @@ pub struct Header {
     pub dst_port: U16,
     /// Receiver's node.
     pub dst_node: U32,
-    /// Incarnation of the sending port; a new value means the sender
-    /// restarted and its sequence space starts over.
+    /// Incarnation of the sending port: larger (in serial order) for each
+    /// start of a process at the same address. A new value means the
+    /// sender restarted; frames of an older one are stale.
     pub epoch: U32,
     /// Sequence number of a DATA frame (unused otherwise).
     pub seq: U32,
@@ -123,30 +134,30 @@ pub struct Header {
 /// Header flag bits.
 pub mod flags {
     /// The `ack` field carries a cumulative acknowledgement.
-    pub const ACK: u16 = 1 << 0;
+    pub const ACK: u8 = 1 << 0;
     /// The `crc` field carries a CRC32C.
-    pub const CRC: u16 = 1 << 1;
+    pub const CRC: u8 = 1 << 1;
     /// The `ack` value is sent for the first time: it advances past every
     /// acknowledgement sent to this peer before. Only such an
     /// acknowledgement is a valid round-trip sample (a repeated one may
     /// answer a frame whose first acknowledgement was lost long ago).
-    pub const ACK_FRESH: u16 = 1 << 2;
+    pub const ACK_FRESH: u8 = 1 << 2;
     /// The frame travels over a method that neither loses nor reorders
     /// (shared memory): it has no sequence number and is never acknowledged
     /// or resent. Accepted only from such a method.
-    pub const UNSEQUENCED: u16 = 1 << 3;
+    pub const UNSEQUENCED: u8 = 1 << 3;
     /// A DATA frame of the system channel whose payload is a bundle of
     /// whole messages with consecutive ids (see [`super::bundle`]), not one
     /// message's fragment. Only on sequenced frames.
-    pub const BUNDLE: u16 = 1 << 4;
+    pub const BUNDLE: u8 = 1 << 4;
     /// On an ACK frame: the sender asks whether we are still there (it
     /// heard nothing from us for a while) and wants an ACK frame back at
     /// once. An ACK frame without [`ACK`] carries no acknowledgement, only
     /// liveness (a ping, or the answer of a port with nothing to
     /// acknowledge).
-    pub const PING: u16 = 1 << 5;
+    pub const PING: u8 = 1 << 5;
     /// All bits this version knows.
-    pub const KNOWN: u16 = ACK | CRC | ACK_FRESH | UNSEQUENCED | BUNDLE | PING;
+    pub const KNOWN: u8 = ACK | CRC | ACK_FRESH | UNSEQUENCED | BUNDLE | PING;
 }
 
 /// What a frame is.
@@ -211,7 +222,7 @@ pub enum FrameError {
     BadType(u8),
     /// Flag bits this version does not know.
     #[error("unknown flag bits {0:#06x}")]
-    BadFlags(u16),
+    BadFlags(u8),
     /// `payload_len` runs past the end of the frame, or the message fields
     /// are inconsistent (fragment past the message end).
     #[error("inconsistent lengths")]
@@ -275,15 +286,19 @@ impl<'a> Frame<'a> {
         }
     }
     /// The header flags.
-    pub fn flags(&self) -> u16 {
-        self.header.flags.get()
+    pub fn flags(&self) -> u8 {
+        self.header.flags
+    }
+    /// The sender's stream generation towards us.
+    pub fn generation(&self) -> u8 {
+        self.header.generation
     }
     /// Whether the payload is a bundle of whole messages ([`flags::BUNDLE`];
     /// already validated by [`parse`]).
     pub fn is_bundle(&self) -> bool {
         self.flags() & flags::BUNDLE != 0
     }
-    /// The sender's epoch.
+    /// The sender's incarnation.
     pub fn epoch(&self) -> u32 {
         self.header.epoch.get()
     }
@@ -361,7 +376,7 @@ fn check_head(header: &Header) -> Result<FrameType, FrameError> {
     }
     let kind =
         FrameType::from_code(header.frame_type).ok_or(FrameError::BadType(header.frame_type))?;
-    let flag_bits = header.flags.get();
+    let flag_bits = header.flags;
     if flag_bits & !flags::KNOWN != 0 {
         return Err(FrameError::BadFlags(flag_bits & !flags::KNOWN));
     }
@@ -378,7 +393,7 @@ fn check_body(
     payload: &[u8],
     expect: &Expect,
 ) -> Result<(), FrameError> {
-    let flag_bits = header.flags.get();
+    let flag_bits = header.flags;
     let frag_end = header.frag_offset.get().checked_add(payload.len() as u64);
     if kind == FrameType::Data && frag_end.is_none_or(|end| end > u64::from(header.msg_len.get())) {
         return Err(FrameError::BadLength);
@@ -408,7 +423,7 @@ fn check_body(
 fn check_bundle(
     header: &Header,
     kind: FrameType,
-    flag_bits: u16,
+    flag_bits: u8,
     payload: &[u8],
 ) -> Result<(), FrameError> {
     let consistent = kind == FrameType::Data
@@ -430,14 +445,16 @@ pub struct HeaderFields {
     /// Frame type code (see [`FrameType`]).
     pub kind: Option<FrameType>,
     /// Flags other than [`flags::CRC`], which [`encode`] sets itself.
-    pub flags: u16,
+    pub flags: u8,
+    /// Sender's stream generation towards the receiver.
+    pub generation: u8,
     /// Job key.
     pub job: JobKey,
     /// Sender.
     pub src: ProcessAddr,
     /// Receiver.
     pub dst: ProcessAddr,
-    /// Sender's epoch.
+    /// Sender's incarnation.
     pub epoch: u32,
     /// Sequence number.
     pub seq: u32,
@@ -556,7 +573,8 @@ fn write_header(
     let header = Header {
         version: VERSION,
         frame_type: kind as u8,
-        flags: U16::new(flag_bits),
+        generation: fields.generation,
+        flags: flag_bits,
         job: U32::new(fields.job.0),
         src_node: U32::new(fields.src.node.0),
         src_port: U16::new(fields.src.port.0),

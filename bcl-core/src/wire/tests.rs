@@ -13,6 +13,7 @@ fn data_fields() -> HeaderFields {
     HeaderFields {
         kind: Some(FrameType::Data),
         flags: flags::ACK,
+        generation: 0xa5,
         job: JobKey(0xabc),
         src: ProcessAddr::new(1, 7),
         dst: ProcessAddr::new(2, 1),
@@ -54,6 +55,7 @@ fn encode_then_parse_round_trips_every_field() {
     assert_eq!(f.kind(), FrameType::Data);
     assert_eq!(f.src(), ProcessAddr::new(1, 7));
     assert_eq!(f.epoch(), 99);
+    assert_eq!(f.generation(), 0xa5);
     assert_eq!(f.ack(), Some(17));
     assert_eq!(h.seq.get(), 0xffff_fff0);
     assert_eq!(h.base.get(), 0xffff_ffe0);
@@ -103,8 +105,8 @@ fn each_validation_has_its_own_error() {
     assert_eq!(parse(&v, &e).unwrap_err(), FrameError::BadType(200));
 
     let mut v = good.clone();
-    v[2] = 0x80;
-    assert_eq!(parse(&v, &e).unwrap_err(), FrameError::BadFlags(0x8000));
+    v[3] = 0x80;
+    assert_eq!(parse(&v, &e).unwrap_err(), FrameError::BadFlags(0x80));
 
     // Payload length beyond the frame.
     assert_eq!(

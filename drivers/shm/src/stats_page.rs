@@ -145,7 +145,7 @@ pub fn page_len(peers: u32) -> usize {
 }
 
 /// The port counters in page order, by the names `bcl-stat --json` uses.
-pub const PORT_COUNTERS: [&str; 42] = [
+pub const PORT_COUNTERS: [&str; 44] = [
     "frames_sent",
     "frames_received",
     "data_frames_sent",
@@ -188,6 +188,8 @@ pub const PORT_COUNTERS: [&str; 42] = [
     "pacing_waits",
     "pings_sent",
     "peers_declared_dead",
+    "stale_frames",
+    "peers_restarted",
 ];
 
 /// `s` as words in [`PORT_COUNTERS`] order.
@@ -236,6 +238,8 @@ pub fn port_words(s: &PortStats) -> [u64; PORT_COUNTERS.len()] {
         s.pacing_waits,
         s.pings_sent,
         s.peers_declared_dead,
+        b.stale,
+        s.peers_restarted,
     ]
 }
 
@@ -271,6 +275,7 @@ pub fn port_from_words(w: &[u64; PORT_COUNTERS.len()]) -> PortStats {
         pacing_waits: w[39],
         pings_sent: w[40],
         peers_declared_dead: w[41],
+        peers_restarted: w[43],
         bad_frames: BadFrames {
             truncated: w[22],
             bad_version: w[23],
@@ -285,6 +290,7 @@ pub fn port_from_words(w: &[u64; PORT_COUNTERS.len()]) -> PortStats {
             bad_ack: w[32],
             too_many_peers: w[33],
             bad_bundle: w[34],
+            stale: w[42],
         },
     }
 }
