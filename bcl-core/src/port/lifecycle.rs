@@ -8,8 +8,9 @@
 //! - a frame of the same incarnation is current;
 //! - a frame of a *newer* one (in serial-number order) means the peer
 //!   restarted: what was in flight with the old process fails with
-//!   `PeerRestarted`, both directions start fresh sequence spaces, and
-//!   [`PeerEvent::Restarted`] is reported;
+//!   `PeerRestarted`, both directions start fresh sequence spaces, the
+//!   peer is answered the way the frame came (the new process may have a
+//!   new UDP port), and [`PeerEvent::Restarted`] is reported;
 //! - a frame of an *older* one is stale (a frame of a dead process still in
 //!   flight) and is dropped and counted (`bad_frames.stale`) — unless the
 //!   current incarnation has been silent for [`STALE_FRAME_LIFETIME`] or was

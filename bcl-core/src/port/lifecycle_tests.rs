@@ -205,3 +205,26 @@ fn frames_of_an_abandoned_stream_are_stale_after_the_new_one_starts() {
     assert_eq!(net.ports[1].stats().bad_frames.stale, 1);
     assert!(net.drain_deliveries().is_empty());
 }
+
+#[test]
+fn a_restarted_peer_is_answered_the_way_it_came() {
+    let mut net = Net::new(vec![config(0), config(1)]);
+    net.ports[1].send(net.now, addr(0), b"old").unwrap();
+    net.run_perfect();
+    // The new process has another address on the method (link 7 here).
+    restart(&mut net, 1, 8000);
+    net.ports[1].send(net.now, addr(0), b"new").unwrap();
+    let frames = net.transmit();
+    let moved = Route {
+        method: 0,
+        link: LinkId(7),
+    };
+    for f in &frames {
+        net.ports[0].handle_frame(net.now, moved, &f.bytes);
+    }
+    assert_eq!(net.drain_deliveries(), vec![(0, addr(1), b"new".to_vec())]);
+    net.ports[0].send(net.now, addr(1), b"reply").unwrap();
+    let mut buf = vec![0u8; MTU];
+    let tx = net.ports[0].poll_transmit(0, net.now, &mut buf).unwrap();
+    assert_eq!(tx.link, LinkId(7));
+}

@@ -73,8 +73,12 @@ impl Port {
             self.apply_route(idx, route);
         }
         let incarnation = self.note_incarnation(idx, frame, now);
-        if incarnation == Incarnation::Stale {
-            return true;
+        match incarnation {
+            Incarnation::Stale => return true,
+            // A restarted process may be reached another way than its
+            // predecessor (a new UDP port): answer the way it came.
+            Incarnation::Restarted => self.apply_route(idx, route),
+            Incarnation::Current => {}
         }
         if unsequenced {
             let taken = self.on_unsequenced(idx, frame, now);
