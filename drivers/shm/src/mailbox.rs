@@ -824,6 +824,16 @@ impl Mailbox {
             reply: self.link_by_addr.get(&addr).copied(),
         });
         self.by_addr.insert(addr, i);
+        // A new process at an address we have a link to (it restarted):
+        // the link still writes into the old process's segment. Connect to
+        // the new one in place (same peer id), so answers reach it.
+        let pid = entry_state::pid(s);
+        if let Some(&id) = self.link_by_addr.get(&addr) {
+            if !self.links[id.0 as usize].watch.is(pid, start) {
+                self.links[id.0 as usize].dead = true;
+                let _ = self.connect(addr);
+            }
+        }
         Some(addr)
     }
 

@@ -957,7 +957,21 @@ impl ShmMethod {
 
     /// Next event about a peer (died, closed, broke the protocol).
     pub fn poll_event(&mut self) -> Option<ShmEvent> {
-        let ev = self.mailbox.poll_event()?;
+        let mut ev = self.mailbox.poll_event()?;
+        // The death of a process that another has since replaced at its
+        // address (a restart we are linked to already) concerns nothing
+        // the engine still has: only its shared heap goes.
+        while let ShmEvent::PeerDied { addr, pid } = ev {
+            let current = self
+                .mailbox
+                .peer_id(addr)
+                .and_then(|p| self.mailbox.peer_pid(p));
+            if current.is_none_or(|p| p == pid) {
+                break;
+            }
+            self.mappings.forget(pid);
+            ev = self.mailbox.poll_event()?;
+        }
         if let ShmEvent::PeerDied { addr, .. } | ShmEvent::PeerClosed { addr } = &ev {
             if let Some(&l) = self.by_addr.get(addr) {
                 self.mark_dead(l);
@@ -1040,6 +1054,7 @@ impl DirectMethod for ShmMethod {
     fn poll_rx(&mut self, budget: usize, h: &mut dyn RxHandler) -> usize {
         self.return_lent();
         let mut n = self.pull_bulk(h);
+        let mut reconnected = None;
         while n < budget {
             let Some(m) = self.mailbox.recv() else { break };
             let from = m.from();
@@ -1051,6 +1066,17 @@ impl DirectMethod for ShmMethod {
                 _ => None,
             };
             match (tag, known) {
+                // A frame on a link we gave up as dead: its process
+                // restarted at the same address. Connect to the new one
+                // (the link keeps its id) and read the item again; if that
+                // fails, the frame still goes up on the old link.
+                (Some(TAG_FRAME), Some(link))
+                    if self.links[link.0 as usize].dead && reconnected != Some(from) =>
+                {
+                    reconnected = Some(from);
+                    let _ = self.link_for(from);
+                    continue;
+                }
                 (Some(TAG_FRAME), Some(link)) => {
                     if !h.frame(link, &m.bytes()[1..]) {
                         break;
