@@ -285,6 +285,7 @@ pub struct RendezvousServer {
     job: String,
     size: u32,
     timeout: Duration,
+    rejoin: bool,
 }
 
 enum Listener {
@@ -324,7 +325,19 @@ impl RendezvousServer {
             job: job.to_string(),
             size,
             timeout,
+            rejoin: false,
         })
+    }
+
+    /// Lets a rank join again after it joined once (a restarted process):
+    /// its new entry replaces the old one and it gets every member's at
+    /// once. The service then runs until the process ends instead of
+    /// returning once every rank has joined. Barriers count a re-joined
+    /// rank's requests like any other's, so a program that is restarted
+    /// should not use them.
+    pub fn allow_rejoin(mut self) -> Self {
+        self.rejoin = true;
+        self
     }
 
     /// After a failure, answers every later connection with `why` (in a
@@ -377,13 +390,19 @@ impl RendezvousServer {
             Listener::Unix(l, _) => l.set_nonblocking(true),
         }
         .map_err(|e| BootstrapError::Rendezvous(e.to_string()))?;
-        let shared = Arc::new((self.secret.clone(), self.job.clone(), self.size, deadline));
+        let shared = Arc::new(Shared {
+            secret: self.secret.clone(),
+            job: self.job.clone(),
+            size: self.size,
+            deadline,
+            rejoin: self.rejoin.then_some(self.timeout),
+        });
         loop {
             {
                 let (lock, cv) = &*state;
                 let mut s = lock.lock().unwrap_or_else(|e| e.into_inner());
                 let all_in = s.members.iter().all(Option::is_some);
-                if all_in && s.finished >= s.connected {
+                if all_in && s.finished >= s.connected && !self.rejoin {
                     return Ok(s.members.iter().flatten().cloned().collect());
                 }
                 if let Some(f) = s.failed.clone().filter(|_| s.finished >= s.connected) {
@@ -482,15 +501,32 @@ fn refuse(w: &mut dyn Stream, why: String) {
     );
 }
 
-type Shared = (String, String, u32, Instant);
+/// What every connection of one rendezvous service checks against.
+struct Shared {
+    secret: String,
+    job: String,
+    size: u32,
+    /// When the first round must be complete.
+    deadline: Instant,
+    /// With re-joins allowed: how long a re-joining rank may take to say
+    /// hello.
+    rejoin: Option<Duration>,
+}
 
 fn serve_one(stream: Box<dyn Stream>, state: &Arc<(Mutex<State>, Condvar)>, shared: &Shared) {
-    let (secret, job, size, deadline) = shared;
+    let Shared {
+        secret,
+        job,
+        size,
+        deadline,
+        rejoin,
+    } = shared;
     let Ok(mut w) = stream.try_clone_box() else {
         return;
     };
     let left = deadline
         .saturating_duration_since(Instant::now())
+        .max(rejoin.unwrap_or_default())
         .max(Duration::from_millis(1));
     let _ = stream.set_timeout(Some(left));
     let mut r = BufReader::new(stream);
@@ -551,10 +587,11 @@ fn serve_one(stream: Box<dyn Stream>, state: &Arc<(Mutex<State>, Condvar)>, shar
                     format!("rank {rank} is not below the job size {size}"),
                 );
             }
-            Some(Some(_)) => {
+            Some(Some(_)) if rejoin.is_none() => {
                 drop(s);
                 return refuse(w.as_mut(), format!("rank {rank} joined twice"));
             }
+            Some(Some(_)) => {}
             Some(None) => {}
         }
         s.members[rank as usize] = Some(Member {
@@ -985,6 +1022,52 @@ mod tests {
             }
         }
         assert_eq!(srv.join().unwrap().unwrap().len(), 3);
+    }
+
+    #[test]
+    fn a_restarted_rank_joins_again_only_where_allowed() {
+        for allowed in [false, true] {
+            let s = RendezvousServer::bind(
+                &RendezvousAddr::Tcp("127.0.0.1:0".into()),
+                "s3cret",
+                "j1",
+                2,
+                Duration::from_secs(10),
+            )
+            .unwrap();
+            let s = if allowed { s.allow_rejoin() } else { s };
+            let at = s.addr().clone();
+            std::thread::spawn(move || s.serve());
+            let join = |rank: u32, t: DescriptorTable| {
+                let at = at.clone();
+                std::thread::spawn(move || {
+                    exchange(
+                        &at,
+                        "s3cret",
+                        &info(rank, 2),
+                        ProcessAddr::new(rank + 1, 0),
+                        &t,
+                        Duration::from_secs(10),
+                    )
+                })
+            };
+            // Their sessions stay open (the service would end otherwise).
+            let first: Vec<_> = [join(0, table(0)), join(1, table(1))]
+                .into_iter()
+                .map(|h| h.join().unwrap().unwrap())
+                .collect();
+            assert_eq!(first[0].0, first[1].0);
+            // Rank 1 restarts with a new table.
+            let again = join(1, table(9)).join().unwrap();
+            if allowed {
+                let (m, _) = again.unwrap();
+                assert_eq!(m[0].table, table(0));
+                assert_eq!(m[1].table, table(9));
+            } else {
+                let e = again.err().unwrap().to_string();
+                assert!(e.contains("rank 1 joined twice"), "{e}");
+            }
+        }
     }
 
     #[test]
