@@ -534,3 +534,173 @@ fn what_a_killed_rank_leaves_in_dev_shm_is_removed_at_the_end() {
         );
     }
 }
+
+#[test]
+fn with_restart_a_killed_rank_rejoins_and_the_others_stream_on() {
+    // Over shared memory (local ranks' default), then over udp.
+    for methods in [None, Some("udp")] {
+        restarted_three_times(methods);
+    }
+}
+
+fn restarted_three_times(methods: Option<&str>) {
+    let mut c = bcl_run();
+    if let Some(m) = methods {
+        c.env("BCL_METHODS", m);
+    }
+    let out = c
+        .args(["-n", "3", "--restart", "3", "--timeout", "60", "--"])
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "restartable_rank",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
+        .env("BCL_RESTART_TEST", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{methods:?}: {stdout}\n{stderr}");
+    for k in 1..=3 {
+        assert!(
+            stderr.contains(&format!(
+                "rank 1 failed (signal: 9 (SIGKILL)); restarting it ({k} of 3)"
+            )),
+            "{stderr}"
+        );
+    }
+    assert!(
+        stdout.contains("[1] incarnation 3: back with every rank"),
+        "{stdout}"
+    );
+    for r in [0, 2] {
+        assert!(
+            stdout.contains(&format!("[{r}] rank 1 restarted 3 times; the stream with the other survivor arrived exactly once and in order")),
+            "{stdout}\n{stderr}"
+        );
+    }
+}
+
+/// A rank of the restart test above (does nothing in a normal test run).
+///
+/// Rank 1 says hello to ranks 0 and 2 and waits for both answers; in its
+/// first three incarnations it then kills itself (SIGKILL), in the fourth
+/// it says goodbye and ends. Ranks 0 and 2 stream numbered messages to
+/// each other all along (checked: exactly once, in order), answer every
+/// hello, count rank 1's restarts (`PeerEvent::Restarted`), and after the
+/// goodbye finish their stream and end.
+#[test]
+fn restartable_rank() {
+    use bcl::cluster::join::{join, JoinOptions};
+    use bcl::PeerEvent;
+    use std::time::{Duration, Instant};
+    const DATA: u8 = 0;
+    const HELLO: u8 = 1;
+    const ANSWER: u8 = 2;
+    const BYE: u8 = 3;
+    const END: u8 = 4;
+    if std::env::var_os("BCL_RESTART_TEST").is_none() || std::env::var_os("BCL_RANK").is_none() {
+        return;
+    }
+    let restart: u8 = std::env::var("BCL_RESTART").map_or(0, |v| v.parse().unwrap());
+    let mut joined = join(JoinOptions::default()).unwrap();
+    let me = joined.info.rank;
+    let addrs = joined.addrs.clone();
+    let ep = &mut joined.endpoint;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let msg = |kind: u8, seq: u32| {
+        let mut m = vec![kind, me as u8, restart];
+        m.extend_from_slice(&seq.to_le_bytes());
+        m
+    };
+    let send = |ep: &mut bcl::Endpoint, to: u32, m: &[u8]| {
+        while ep.send(addrs[to as usize], m).is_err() {
+            assert!(Instant::now() < deadline, "rank {me}: cannot send");
+            ep.progress().unwrap();
+        }
+    };
+    let flush = |ep: &mut bcl::Endpoint| {
+        while ep.port().outstanding_sends() > 0 {
+            assert!(
+                Instant::now() < deadline,
+                "rank {me}: sends never completed"
+            );
+            let until = ep.now() + Duration::from_millis(1);
+            ep.progress_or_wait(Some(until)).unwrap();
+        }
+    };
+    let step = |ep: &mut bcl::Endpoint| {
+        let until = ep.now() + Duration::from_millis(1);
+        ep.progress_or_wait(Some(until)).unwrap();
+        assert!(Instant::now() < deadline, "rank {me}: out of time");
+        while ep.poll_send_event().is_some() {}
+    };
+    if me == 1 {
+        for to in [0, 2] {
+            send(ep, to, &msg(HELLO, 0));
+        }
+        let mut answered = [false; 3];
+        while !(answered[0] && answered[2]) {
+            step(ep);
+            while let Some(d) = ep.poll_delivery() {
+                let m = ep.message(&d).unwrap().to_vec();
+                ep.release(d).unwrap();
+                if m[0] == ANSWER && m[2] == restart {
+                    answered[m[1] as usize] = true;
+                }
+            }
+        }
+        if restart < 3 {
+            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+        }
+        for to in [0, 2] {
+            send(ep, to, &msg(BYE, 0));
+        }
+        flush(ep);
+        println!("incarnation {restart}: back with every rank");
+        return;
+    }
+    let other = 2 - me;
+    let (mut next_out, mut next_in) = (0u32, 0u32);
+    let (mut bye, mut their_end, mut restarts) = (false, None, 0);
+    loop {
+        step(ep);
+        if !bye && ep.port().outstanding_sends() < 32 {
+            send(ep, other, &msg(DATA, next_out));
+            next_out += 1;
+        }
+        while let Some(ev) = ep.poll_peer_event() {
+            if ev == PeerEvent::Restarted(addrs[1]) {
+                restarts += 1;
+            }
+        }
+        while let Some(d) = ep.poll_delivery() {
+            let m = ep.message(&d).unwrap().to_vec();
+            ep.release(d).unwrap();
+            let seq = u32::from_le_bytes(m[3..7].try_into().unwrap());
+            match m[0] {
+                DATA => {
+                    assert_eq!(seq, next_in, "rank {me}: from rank {other}");
+                    next_in += 1;
+                }
+                HELLO => send(ep, 1, &[ANSWER, me as u8, m[2], 0, 0, 0, 0]),
+                BYE => {
+                    bye = true;
+                    send(ep, other, &msg(END, next_out));
+                }
+                END => their_end = Some(seq),
+                k => panic!("rank {me}: unknown message kind {k}"),
+            }
+        }
+        if bye && their_end == Some(next_in) {
+            break;
+        }
+    }
+    flush(ep);
+    println!(
+        "rank 1 restarted {restarts} times; the stream with the other survivor arrived exactly once and in order ({next_in} messages)"
+    );
+}

@@ -15,7 +15,9 @@
 //! `--cluster`, and `BCL_METHODS` when set here. Output lines are prefixed
 //! with `[RANK] `. The exit status is the first failing rank's (128 + signal
 //! for a rank killed by a signal); when a rank fails, the others are sent
-//! SIGTERM. SIGINT and SIGTERM are forwarded to every rank (each rank runs
+//! SIGTERM (or go on, with `--keep-going`; with `--restart N` the failed
+//! rank is started again, up to N times, with `BCL_RESTART=K`, and joins the
+//! running job through the rendezvous). SIGINT and SIGTERM are forwarded to every rank (each rank runs
 //! in its own process group, which gets the signal). When every rank has
 //! ended, the job's files left in /dev/shm (a killed rank's segment and
 //! doorbell, a board not every member mapped) and the statistics pages of
@@ -86,6 +88,17 @@ struct Args {
     /// dead rank's operations fail (liveness: `BCL_LIVENESS`).
     #[arg(long)]
     keep_going: bool,
+    /// Restart a rank that fails (exits non-zero or is killed) up to N
+    /// times, as the same rank at the same BCL address, with
+    /// `BCL_RESTART=K` (1 for the first restart) in its environment; the
+    /// other ranks go on. The new process joins again through the
+    /// rendezvous, and its peers take it as a new incarnation: what was in
+    /// flight with the old one fails, new traffic flows. A rank that fails
+    /// once more is handled as without --restart (see --keep-going).
+    /// Rendezvous barriers do not tell a restarted rank's calls apart, so a
+    /// program meant to be restarted should not use them.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    restart: u32,
     /// Address of this host that remote ranks reach the rendezvous at
     /// (ssh mode; default: this host's address on the default route).
     #[arg(long)]
@@ -294,6 +307,11 @@ fn run(args: Args, mut forwarded: Signals) -> Result<ExitCode, String> {
     };
     let server = RendezvousServer::bind(&listen, &secret, &job_id, np, timeout)
         .map_err(|e| e.to_string())?;
+    let server = if args.restart > 0 {
+        server.allow_rejoin()
+    } else {
+        server
+    };
     let published = match (server.addr(), &place) {
         (RendezvousAddr::Tcp(a), Place::Ssh(_)) => {
             let port = a.rsplit(':').next().unwrap_or("0");
@@ -308,7 +326,7 @@ fn run(args: Args, mut forwarded: Signals) -> Result<ExitCode, String> {
         (a, _) => a.clone(),
     };
 
-    let env_for = |r: &Rank| -> Vec<(String, String)> {
+    let env_for = |r: &Rank, restart: u32| -> Vec<(String, String)> {
         let mut v = vec![
             ("BCL_RANK".to_string(), r.rank.to_string()),
             ("BCL_SIZE".into(), np.to_string()),
@@ -323,6 +341,9 @@ fn run(args: Args, mut forwarded: Signals) -> Result<ExitCode, String> {
         ];
         if let Some(p) = &cluster_path {
             v.push(("BCL_CLUSTER".into(), p.display().to_string()));
+        }
+        if restart > 0 {
+            v.push(("BCL_RESTART".into(), restart.to_string()));
         }
         if let Ok(m) = std::env::var("BCL_METHODS") {
             v.push(("BCL_METHODS".into(), m));
@@ -343,8 +364,8 @@ fn run(args: Args, mut forwarded: Signals) -> Result<ExitCode, String> {
         return Err("--ssh-command is empty".into());
     }
     let over_ssh = matches!(place, Place::Ssh(_));
-    let command_for = |r: &Rank| -> Result<Command, String> {
-        let env = env_for(r);
+    let command_for = |r: &Rank, restart: u32| -> Result<Command, String> {
+        let env = env_for(r, restart);
         let mut c = match &place {
             Place::Local => {
                 let mut c = Command::new(program);
@@ -389,11 +410,11 @@ fn run(args: Args, mut forwarded: Signals) -> Result<ExitCode, String> {
 
     if args.dry_run {
         for r in &ranks {
-            let c = command_for(r)?;
+            let c = command_for(r, 0)?;
             let mut line: Vec<String> = Vec::new();
             if !matches!(place, Place::Ssh(_)) {
                 line.extend(
-                    env_for(r)
+                    env_for(r, 0)
                         .iter()
                         .map(|(k, v)| shell_quote(&format!("{k}={v}"))),
                 );
@@ -422,10 +443,11 @@ fn run(args: Args, mut forwarded: Signals) -> Result<ExitCode, String> {
     let session_inputs: std::sync::Arc<std::sync::Mutex<Vec<std::process::ChildStdin>>> =
         Default::default();
     let (tx, rx) = mpsc::channel::<(u32, std::process::ExitStatus)>();
-    let mut pids: Vec<(u32, i32)> = Vec::new();
     let mut outputs = Vec::new();
-    for r in &ranks {
-        let mut c = command_for(r)?;
+    // Starts rank `r` (its `restart`-th restart; 0: its first start) and
+    // returns its process id; its exit status arrives on `rx`.
+    let mut spawn = |r: &Rank, restart: u32| -> Result<i32, String> {
+        let mut c = command_for(r, restart)?;
         // Each rank leads its own process group: signals go to the rank
         // and everything it started.
         std::os::unix::process::CommandExt::process_group(&mut c, 0);
@@ -436,17 +458,9 @@ fn run(args: Args, mut forwarded: Signals) -> Result<ExitCode, String> {
         })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-        let mut child = match c.spawn() {
-            Ok(c) => c,
-            Err(e) => {
-                for (_, pid) in &pids {
-                    let _ =
-                        nix::sys::signal::kill(nix::unistd::Pid::from_raw(-*pid), Signal::SIGTERM);
-                }
-                return Err(format!("starting rank {}: {e}", r.rank));
-            }
-        };
-        pids.push((r.rank, child.id() as i32));
+        let mut child = c
+            .spawn()
+            .map_err(|e| format!("starting rank {}: {e}", r.rank))?;
         if let Some(mut input) = child.stdin.take() {
             // The remote wrapper reads the secret, then holds the input
             // open until we close it (see REMOTE_WRAPPER).
@@ -462,14 +476,28 @@ fn run(args: Args, mut forwarded: Signals) -> Result<ExitCode, String> {
         if let Some(err) = child.stderr.take() {
             outputs.push(std::thread::spawn(move || prefix(rank, err, true)));
         }
+        let pid = child.id() as i32;
         let tx = tx.clone();
         std::thread::spawn(move || {
             if let Ok(status) = child.wait() {
                 let _ = tx.send((rank, status));
             }
         });
+        Ok(pid)
+    };
+    let mut pids: Vec<(u32, i32)> = Vec::new();
+    for r in &ranks {
+        match spawn(r, 0) {
+            Ok(pid) => pids.push((r.rank, pid)),
+            Err(e) => {
+                for (_, pid) in &pids {
+                    let _ =
+                        nix::sys::signal::kill(nix::unistd::Pid::from_raw(-*pid), Signal::SIGTERM);
+                }
+                return Err(e);
+            }
+        }
     }
-    drop(tx);
     let alive = std::sync::Arc::new(std::sync::Mutex::new(pids.clone()));
     // Stops the ranks still running: with `sig` locally; over ssh by
     // closing their sessions' input, then, the second time, by killing
@@ -508,7 +536,10 @@ fn run(args: Args, mut forwarded: Signals) -> Result<ExitCode, String> {
     }
     let keep_going = args.keep_going;
     let mut first_failure: Option<(u32, u8)> = None;
-    for (rank, status) in rx {
+    let mut running = ranks.len();
+    let mut restarts = vec![0u32; ranks.len()];
+    while running > 0 {
+        let Ok((rank, status)) = rx.recv() else { break };
         if let Ok(mut l) = alive.lock() {
             l.retain(|(r, _)| *r != rank);
         }
@@ -520,6 +551,21 @@ fn run(args: Args, mut forwarded: Signals) -> Result<ExitCode, String> {
             (None, Some(s)) => 128u8.wrapping_add(s as u8),
             _ => 1,
         };
+        let stopping = stops.load(std::sync::atomic::Ordering::Relaxed) > 0;
+        let done = &mut restarts[rank as usize];
+        if code != 0 && *done < args.restart && !stopping {
+            *done += 1;
+            eprintln!(
+                "bcl-run: rank {rank} failed ({status}); restarting it ({} of {})",
+                *done, args.restart
+            );
+            let pid = spawn(&ranks[rank as usize], *done)?;
+            if let Ok(mut l) = alive.lock() {
+                l.push((rank, pid));
+            }
+            continue;
+        }
+        running -= 1;
         if code != 0 && keep_going {
             eprintln!(
                 "bcl-run: rank {rank} failed ({status}); the other ranks go on (--keep-going)"
