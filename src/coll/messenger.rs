@@ -499,6 +499,12 @@ pub struct Messenger {
     /// Peers this process has sent to (so its link to them exists, and
     /// their methods report if they die).
     contacted: rustc_hash::FxHashSet<ProcessAddr>,
+    /// Peers a posted receive waits for, marked critical in the port so
+    /// liveness notices them dying (a receive alone sends nothing to them);
+    /// unmarked once no receive waits for them.
+    awaited: rustc_hash::FxHashSet<ProcessAddr>,
+    /// Drains since `awaited` was last trimmed.
+    drains_since_trim: u32,
     /// The peer contacted last (in `contacted`): a point-to-point stream
     /// meets the same peer call after call, and a comparison is cheaper
     /// than the set's lookup on every send and every waiting round.
@@ -542,6 +548,8 @@ impl Messenger {
             backlog: VecDeque::new(),
             failed: HashMap::default(),
             contacted: Default::default(),
+            awaited: Default::default(),
+            drains_since_trim: 0,
             last_contacted: None,
             next_token: 1,
             scratch: Vec::new(),
@@ -893,6 +901,10 @@ impl Messenger {
     fn irecv_with(&mut self, pattern: Pattern, buffer: Option<Box<dyn RecvBuffer>>) -> RecvId {
         if let Some(from) = pattern.from {
             self.watch(from);
+            if !self.awaited.contains(&from) && from != self.local() {
+                self.awaited.insert(from);
+                let _ = self.ep.watch_peer(from, true);
+            }
         }
         let seq = self.sequence();
         let id = self.recvs.insert(RecvState::Waiting(buffer));
@@ -1297,6 +1309,9 @@ impl Messenger {
 
     /// Handles every delivered message and every event of the endpoint.
     fn drain(&mut self) -> Result<usize, CollError> {
+        if !self.awaited.is_empty() {
+            self.trim_awaited();
+        }
         let mut moved = 0;
         while let Some(d) = self.ep.poll_delivery() {
             moved += 1;
@@ -1345,6 +1360,28 @@ impl Messenger {
     /// first time), so that a receive waiting for it learns if it dies:
     /// a method reports the death of a peer it has a link with, and a
     /// network link fails when the peer stops acknowledging.
+    /// Unmarks the peers no posted receive waits for any more: at once
+    /// when none waits at all, else every 1024 drains (a scan of the
+    /// posted receives).
+    fn trim_awaited(&mut self) {
+        self.drains_since_trim += 1;
+        let none_posted = self.posted.is_empty() && self.wild.is_empty();
+        if !none_posted && self.drains_since_trim < 1024 {
+            return;
+        }
+        self.drains_since_trim = 0;
+        let (posted, wild) = (&self.posted, &self.wild);
+        let ep = &mut self.ep;
+        self.awaited.retain(|&peer| {
+            let waited_for =
+                posted.keys().any(|k| k.1 == peer) || wild.iter().any(|w| w.1.from == Some(peer));
+            if !waited_for {
+                let _ = ep.watch_peer(peer, false);
+            }
+            waited_for
+        });
+    }
+
     fn watch(&mut self, peer: ProcessAddr) {
         if self.last_contacted == Some(peer)
             || peer == self.local()
