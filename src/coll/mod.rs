@@ -16,7 +16,9 @@
 //! - [`select`]: which algorithm runs;
 //! - [`sim`]: the in-memory interpreter of schedules, for tests;
 //! - [`comm`], `request` and `runtime`: communicators and operations in
-//!   progress.
+//!   progress;
+//! - `shrink`: the survivors of a communicator agree on who failed and
+//!   form a communicator of themselves ([`Coll::shrink`]).
 
 pub mod alg;
 pub mod board;
@@ -31,6 +33,7 @@ mod request;
 mod runtime;
 pub mod schedule;
 pub mod select;
+mod shrink;
 pub mod sim;
 pub mod wire;
 

@@ -137,6 +137,8 @@ pub struct Coll {
     next_id: u32,
     /// Collective sequence number per communicator id.
     seqs: HashMap<u32, u32>,
+    /// Shrinks done per communicator id (see [`Coll::shrink`]).
+    shrinks: HashMap<u32, u32>,
     running: HashMap<usize, InFlight>,
     /// The board of each communicator that used one (see [`board`]).
     boards: HashMap<u32, CommBoard>,
@@ -182,6 +184,7 @@ impl Coll {
             world,
             next_id: 1,
             seqs: HashMap::default(),
+            shrinks: HashMap::default(),
             running: HashMap::default(),
             boards: HashMap::default(),
             board_enabled: board::enabled_from_env(),
@@ -1275,6 +1278,24 @@ impl Coll {
         self.next_id += 1;
         let me = self.world.addr(self.world.rank()).expect("own rank");
         Comm::new(id, 0, Arc::from(vec![me]))
+    }
+
+    /// The communicator id this process would propose next.
+    pub(super) fn next_id(&self) -> u32 {
+        self.next_id
+    }
+
+    /// Sets the communicator id to propose next (after an agreement).
+    pub(super) fn set_next_id(&mut self, id: u32) {
+        self.next_id = id;
+    }
+
+    /// The number of the next shrink of communicator `id` (every member
+    /// counts its shrinks of a communicator alike).
+    pub(super) fn next_shrink(&mut self, id: u32) -> u32 {
+        let n = self.shrinks.entry(id).or_insert(0);
+        *n = n.wrapping_add(1);
+        *n
     }
 
     /// A new communicator with the same members and ranks and its own
