@@ -1,7 +1,8 @@
 //! Agree-and-shrink (`Coll::shrink`): the survivors of a communicator agree
 //! on who failed and go on in a communicator of themselves. Each rank runs
 //! in its own thread on the simulated fabric with a real clock (a little
-//! loss, recovered by real retransmission timers), liveness every 50 ms.
+//! loss, recovered by real retransmission timers), liveness every 100 ms
+//! (a silent peer declared dead after 5 silent checks).
 
 use bcl::coll::{BuiltinOp, Coll, Comm};
 use bcl::sim::{FabricConfig, FaultProfile, RealClock, SimClock, SimFabric};
@@ -26,8 +27,8 @@ fn endpoints(p: usize, seed: u64) -> Vec<Endpoint> {
                 .clock(fabric.clock())
                 .configure(|c| {
                     c.liveness.enabled = true;
-                    c.liveness.period = Duration::from_millis(50);
-                    c.liveness.misses = 4;
+                    c.liveness.period = Duration::from_millis(100);
+                    c.liveness.misses = 5;
                 })
                 .build()
                 .unwrap()
