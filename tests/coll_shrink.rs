@@ -4,45 +4,25 @@
 //! loss, recovered by real retransmission timers), liveness every 100 ms
 //! (a silent peer declared dead after 5 silent checks).
 
+#[allow(dead_code)]
+mod coll_common;
+
 use bcl::coll::{BuiltinOp, Coll, Comm};
-use bcl::sim::{FabricConfig, FaultProfile, RealClock, SimClock, SimFabric};
+use bcl::sim::FaultProfile;
 use bcl::{Endpoint, SimCluster};
 use std::time::Duration;
 
 /// `p` endpoints on one simulated fabric, each knowing every other.
 fn endpoints(p: usize, seed: u64) -> Vec<Endpoint> {
-    let fabric = SimFabric::new(FabricConfig {
-        faults: FaultProfile {
-            loss: 0.01,
-            ..FaultProfile::default()
-        },
-        seed,
-        clock: SimClock::Real(RealClock::new()),
-        ..Default::default()
-    });
-    let mut eps: Vec<Endpoint> = (0..p)
-        .map(|i| {
-            Endpoint::builder(SimCluster::addr(i), bcl::simnet::SIM_JOB)
-                .method(Box::new(fabric.endpoint()))
-                .clock(fabric.clock())
-                .configure(|c| {
-                    c.liveness.enabled = true;
-                    c.liveness.period = Duration::from_millis(100);
-                    c.liveness.misses = 5;
-                })
-                .build()
-                .unwrap()
-        })
-        .collect();
-    let ds: Vec<_> = eps.iter().map(|e| e.descriptors()[0].clone()).collect();
-    for (i, e) in eps.iter_mut().enumerate() {
-        for (j, d) in ds.iter().enumerate() {
-            if i != j {
-                e.add_peer(SimCluster::addr(j), d.clone());
-            }
-        }
-    }
-    eps
+    let faults = FaultProfile {
+        loss: 0.01,
+        ..FaultProfile::default()
+    };
+    coll_common::real_clock_endpoints(p, faults, seed, |c| {
+        c.liveness.enabled = true;
+        c.liveness.period = Duration::from_millis(100);
+        c.liveness.misses = 5;
+    })
 }
 
 /// What a survivor got: its shrunk communicator's id, members and its rank

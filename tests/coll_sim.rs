@@ -377,29 +377,7 @@ fn dup_and_split_keep_traffic_apart() {
     // thread, on a fabric with a real clock (loss recovered by real
     // retransmission timers).
     let p = 7;
-    let fabric = bcl::sim::SimFabric::new(bcl::sim::FabricConfig {
-        faults: lossy(),
-        seed: 11,
-        clock: bcl::sim::SimClock::Real(bcl::sim::RealClock::new()),
-        ..Default::default()
-    });
-    let mut eps: Vec<bcl::Endpoint> = (0..p)
-        .map(|i| {
-            bcl::Endpoint::builder(SimCluster::addr(i), bcl::simnet::SIM_JOB)
-                .method(Box::new(fabric.endpoint()))
-                .clock(fabric.clock())
-                .build()
-                .unwrap()
-        })
-        .collect();
-    let ds: Vec<_> = eps.iter().map(|e| e.descriptors()[0].clone()).collect();
-    for (i, e) in eps.iter_mut().enumerate() {
-        for (j, d) in ds.iter().enumerate() {
-            if i != j {
-                e.add_peer(SimCluster::addr(j), d.clone());
-            }
-        }
-    }
+    let eps = coll_common::real_clock_endpoints(p, lossy(), 11, |_| {});
     let members: Vec<_> = (0..p).map(SimCluster::addr).collect();
     let handles: Vec<_> = eps
         .into_iter()

@@ -68,3 +68,42 @@ pub fn drive(
     }
     end - start
 }
+
+/// `p` endpoints on one simulated fabric with `faults` and a real clock
+/// (for ranks in threads running blocking calls: loss is recovered by real
+/// retransmission timers), each knowing every other; `configure` adjusts
+/// every port's configuration. (Not every test binary that includes this
+/// module uses it.)
+#[allow(dead_code)]
+pub fn real_clock_endpoints(
+    p: usize,
+    faults: FaultProfile,
+    seed: u64,
+    configure: impl Fn(&mut PortConfig),
+) -> Vec<bcl::Endpoint> {
+    let fabric = bcl::sim::SimFabric::new(bcl::sim::FabricConfig {
+        faults,
+        seed,
+        clock: bcl::sim::SimClock::Real(bcl::sim::RealClock::new()),
+        ..Default::default()
+    });
+    let mut eps: Vec<bcl::Endpoint> = (0..p)
+        .map(|i| {
+            bcl::Endpoint::builder(SimCluster::addr(i), bcl::simnet::SIM_JOB)
+                .method(Box::new(fabric.endpoint()))
+                .clock(fabric.clock())
+                .configure(&configure)
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let ds: Vec<_> = eps.iter().map(|e| e.descriptors()[0].clone()).collect();
+    for (i, e) in eps.iter_mut().enumerate() {
+        for (j, d) in ds.iter().enumerate() {
+            if i != j {
+                e.add_peer(SimCluster::addr(j), d.clone());
+            }
+        }
+    }
+    eps
+}
