@@ -282,3 +282,74 @@ fn liveness_configuration_is_checked() {
     c.liveness.period = Duration::ZERO;
     assert_eq!(Port::new(c).err().unwrap().field, "liveness.period");
 }
+
+/// Port 0 and `n` peers that know only port 0 (small rings, so a thousand
+/// fit), each of which has sent port 0 one message: port 0 knows them all.
+fn star(n: usize) -> Net {
+    let small = |i: usize| {
+        let mut c = watched_config(i);
+        c.ring_blocks = 64;
+        c
+    };
+    let mut net = Net::new(vec![small(0)]);
+    for i in 1..=n {
+        let mut p = Port::new(small(i)).unwrap();
+        p.add_method(super::tests::caps(super::tests::MTU)).unwrap();
+        let to_0 = Route {
+            method: 0,
+            link: crate::method::LinkId(0),
+        };
+        p.set_route(net.now, addr(0), to_0).unwrap();
+        let to_i = Route {
+            method: 0,
+            link: crate::method::LinkId(i as u32),
+        };
+        net.ports[0].set_route(net.now, addr(i), to_i).unwrap();
+        p.send(net.now, addr(0), &[i as u8]).unwrap();
+        net.ports.push(p);
+    }
+    assert_eq!(net.run_perfect().len(), n);
+    net
+}
+
+/// Liveness work follows the peers something depends on, not the peers
+/// known: a thousand idle peers cost no timer and no frame; marked
+/// critical, each is pinged at most once a period (every other period
+/// while it answers); one critical among a thousand idle costs one peer's
+/// pings.
+#[test]
+fn liveness_work_follows_watched_peers_not_known_ones() {
+    const N: usize = 1000;
+    let periods = 20u32;
+    let mut net = star(N);
+    assert_eq!(net.ports[0].poll_timeout(), None);
+    let from = net.now;
+    let seen = run(&mut net, from + PERIOD * periods, |_, _| State::Running);
+    assert!(seen.frames.is_empty(), "{} frames", seen.frames.len());
+
+    net.ports[0].watch_peer(net.now, addr(7), true).unwrap();
+    let from = net.now;
+    let seen = run(&mut net, from + PERIOD * periods, |_, _| State::Running);
+    let one = net.ports[0].stats().pings_sent;
+    assert!(
+        (1..=u64::from(periods)).contains(&one),
+        "{one} pings to one critical peer"
+    );
+    assert!(seen.gone.is_empty());
+
+    for i in 1..=N {
+        net.ports[0].watch_peer(net.now, addr(i), true).unwrap();
+    }
+    let from = net.now;
+    let seen = run(&mut net, from + PERIOD * periods, |_, _| State::Running);
+    let all = net.ports[0].stats().pings_sent - one;
+    let sent_by_0 = seen.frames.iter().filter(|f| f.from == 0).count() as u64;
+    println!(
+        "{N} critical live peers, {periods} periods: {all} pings ({:.2} per peer per period), {sent_by_0} frames from the watcher",
+        all as f64 / (N as f64 * f64::from(periods))
+    );
+    assert!(all <= (N as u64) * u64::from(periods), "{all} pings");
+    assert!(all >= (N as u64) * u64::from(periods) / 3, "{all} pings");
+    assert_eq!(sent_by_0, all, "one frame per ping, nothing else");
+    assert!(seen.gone.is_empty());
+}
