@@ -1360,6 +1360,12 @@ impl Messenger {
     /// first time), so that a receive waiting for it learns if it dies:
     /// a method reports the death of a peer it has a link with, and a
     /// network link fails when the peer stops acknowledging.
+    /// Whether a posted receive waits for `peer` (it is marked critical in
+    /// the port for that).
+    pub(crate) fn awaits(&self, peer: ProcessAddr) -> bool {
+        self.awaited.contains(&peer)
+    }
+
     /// Unmarks the peers no posted receive waits for any more: at once
     /// when none waits at all, else every 1024 drains (a scan of the
     /// posted receives).

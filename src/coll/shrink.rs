@@ -107,8 +107,9 @@ impl Coll {
             sends.retain(|&s| c.messenger().take_send(s).is_none());
             sends.is_empty()
         });
+        // Unmarked again, unless a posted receive still waits for it.
         for (r, &a) in members.iter().enumerate() {
-            if r != me {
+            if r != me && !self.messenger().awaits(a) {
                 let _ = self.messenger().endpoint_mut().watch_peer(a, false);
             }
         }
