@@ -17,8 +17,9 @@
 //! for a rank killed by a signal); when a rank fails, the others are sent
 //! SIGTERM (or go on, with `--keep-going`; with `--restart N` the failed
 //! rank is started again, up to N times, with `BCL_RESTART=K`, and joins the
-//! running job through the rendezvous). SIGINT and SIGTERM are forwarded to every rank (each rank runs
-//! in its own process group, which gets the signal). When every rank has
+//! running job through the rendezvous). SIGINT and SIGTERM are forwarded to
+//! every rank (each rank runs in its own process group, which gets the
+//! signal). When every rank has
 //! ended, the job's files left in /dev/shm (a killed rank's segment and
 //! doorbell, a board not every member mapped) and the statistics pages of
 //! dead processes are removed, and listed on stderr (local and lab jobs).
@@ -559,11 +560,17 @@ fn run(args: Args, mut forwarded: Signals) -> Result<ExitCode, String> {
                 "bcl-run: rank {rank} failed ({status}); restarting it ({} of {})",
                 *done, args.restart
             );
-            let pid = spawn(&ranks[rank as usize], *done)?;
-            if let Ok(mut l) = alive.lock() {
-                l.push((rank, pid));
+            match spawn(&ranks[rank as usize], *done) {
+                Ok(pid) => {
+                    if let Ok(mut l) = alive.lock() {
+                        l.push((rank, pid));
+                    }
+                    continue;
+                }
+                // Handled as the failure it is: the others stop (or go on
+                // with --keep-going).
+                Err(e) => eprintln!("bcl-run: {e}"),
             }
-            continue;
         }
         running -= 1;
         if code != 0 && keep_going {
