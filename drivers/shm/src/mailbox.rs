@@ -825,11 +825,14 @@ impl Mailbox {
         });
         self.by_addr.insert(addr, i);
         // A new process at an address we have a link to (it restarted):
-        // the link still writes into the old process's segment. Connect to
-        // the new one in place (same peer id), so answers reach it.
+        // the link still writes into the old, dead process's segment.
+        // Connect to the new one in place (same peer id), so answers reach
+        // it. (A late first message of the dead process itself changes
+        // nothing: the link's process is then alive.)
         let pid = entry_state::pid(s);
         if let Some(&id) = self.link_by_addr.get(&addr) {
-            if !self.links[id.0 as usize].watch.is(pid, start) {
+            let link = &mut self.links[id.0 as usize];
+            if !link.watch.is(pid, start) && link.watch.is_dead() {
                 self.links[id.0 as usize].dead = true;
                 let _ = self.connect(addr);
             }
