@@ -622,6 +622,9 @@ fn restartable_rank() {
             ep.progress().unwrap();
         }
     };
+    // Until our sends are acknowledged, then a moment for our own last
+    // acknowledgements to go out (liveness keeps a timer, so "until no
+    // timer is left" would never come).
     let flush = |ep: &mut bcl::Endpoint| {
         while ep.port().outstanding_sends() > 0 {
             assert!(
@@ -631,6 +634,8 @@ fn restartable_rank() {
             let until = ep.now() + Duration::from_millis(1);
             ep.progress_or_wait(Some(until)).unwrap();
         }
+        ep.flush_until(ep.now() + Duration::from_millis(200))
+            .unwrap();
     };
     let step = |ep: &mut bcl::Endpoint| {
         let until = ep.now() + Duration::from_millis(1);
