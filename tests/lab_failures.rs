@@ -321,6 +321,19 @@ fn reboot_b(lab: &LabGuard) {
     let ia = lab.interfaces("a").unwrap().remove(0);
     let ib = lab.interfaces("b").unwrap().remove(0);
     ip(&["netns", "del", &ns_b]);
+    // The kernel tears the namespace down a moment later: node a's end of
+    // the link goes with it.
+    let gone_by = Instant::now() + Duration::from_secs(10);
+    while Command::new("ip")
+        .args(["-n", &ns_a, "link", "show", &ia.ifname])
+        .output()
+        .unwrap()
+        .status
+        .success()
+    {
+        assert!(Instant::now() < gone_by, "{} still exists", ia.ifname);
+        std::thread::sleep(Duration::from_millis(10));
+    }
     ip(&["netns", "add", &ns_b]);
     ip(&["-n", &ns_b, "link", "set", "lo", "up"]);
     ip(&[

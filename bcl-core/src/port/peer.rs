@@ -162,6 +162,21 @@ impl Liveness {
     pub const DOWN: u8 = 16;
     /// Its incarnation is known (`Peer::incarnation`).
     pub const INCARNATION_KNOWN: u8 = 32;
+    /// Two bits: pings still to send after the one due now (a suspect
+    /// peer gets several, so a lossy path does not pass for a dead peer).
+    const EXTRA_PINGS: u8 = 64 | 128;
+    const EXTRA_PINGS_SHIFT: u32 = 6;
+
+    /// Pings still to send after the one due now.
+    pub fn extra_pings(self) -> u8 {
+        (self.0 & Self::EXTRA_PINGS) >> Self::EXTRA_PINGS_SHIFT
+    }
+
+    /// Sets the pings to send after the one due now (at most 3).
+    pub fn set_extra_pings(&mut self, n: u8) {
+        self.0 = (self.0 & !Self::EXTRA_PINGS)
+            | ((n.min(3) << Self::EXTRA_PINGS_SHIFT) & Self::EXTRA_PINGS);
+    }
 
     /// Whether any of `bits` is set.
     pub fn has(self, bits: u8) -> bool {

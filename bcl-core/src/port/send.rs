@@ -907,8 +907,14 @@ impl Port {
         let p = &mut self.peers[idx as usize];
         p.nak = NakReason::None;
         p.dups_unreported = 0;
-        p.liveness
-            .set(Liveness::PING_NOW | Liveness::ANSWER_PING, false);
+        p.liveness.set(Liveness::ANSWER_PING, false);
+        // More pings due: the peer stays ready for the next one.
+        let extra = p.liveness.extra_pings();
+        if ping && extra > 0 {
+            p.liveness.set_extra_pings(extra - 1);
+        } else {
+            p.liveness.set(Liveness::PING_NOW, false);
+        }
         self.ack_carried(idx);
         if ping {
             self.stats.pings_sent += 1;
