@@ -500,8 +500,15 @@ fn sigterm_reaches_ranks_started_over_ssh() {
 /// /dev/shm (nothing of it runs to remove them); bcl-run removes what the
 /// job left once every rank has ended, and says what. Each rank runs under
 /// `sh`, which exits 0 whatever happens to it, so the job ends by itself.
+/// Held by the tests whose processes start and die around the same time:
+/// every shared-memory endpoint that starts removes the segments of dead
+/// processes it finds in /dev/shm, which would take away what the
+/// leftovers test expects `bcl-run` to find.
+static SHM_LEFTOVERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn what_a_killed_rank_leaves_in_dev_shm_is_removed_at_the_end() {
+    let _alone = SHM_LEFTOVERS.lock().unwrap_or_else(|e| e.into_inner());
     let script = r#""$0" --ops barrier --iters 1000000000 --warmup 0 & p=$!; if [ "$BCL_RANK" = 1 ]; then sleep 2; kill -9 $p; fi; wait; exit 0"#;
     let out = bcl_run()
         .args(["-n", "2", "--timeout", "60", "--", "sh", "-c", script])
@@ -537,6 +544,7 @@ fn what_a_killed_rank_leaves_in_dev_shm_is_removed_at_the_end() {
 
 #[test]
 fn with_restart_a_killed_rank_rejoins_and_the_others_stream_on() {
+    let _alone = SHM_LEFTOVERS.lock().unwrap_or_else(|e| e.into_inner());
     // Over shared memory (local ranks' default), then over udp.
     for methods in [None, Some("udp")] {
         restarted_three_times(methods);
