@@ -33,8 +33,8 @@ use crate::wait::{Waiter, Woken};
 use bcl_core::method::{Descriptor, DirectHead, LinkId, MessageClass, Method, MethodError, Route};
 use bcl_core::port::{Port, ReleaseError, SendError};
 use bcl_core::{
-    ConfigError, Delivery, JobKey, PeerEvent, PortConfig, ProcessAddr, SendEvent, SendFailure,
-    SendHandle, Time,
+    ConfigError, Delivery, JobKey, NodeId, PeerEvent, PortConfig, ProcessAddr, SendEvent,
+    SendFailure, SendHandle, Time,
 };
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -327,6 +327,7 @@ impl EndpointBuilder {
             cc_capture,
             extras_due: Time::NEVER,
             services: Default::default(),
+            admin: None,
         };
         ep.open_stats_page(self.stats);
         ep.reschedule_extras();
@@ -383,6 +384,8 @@ pub struct Endpoint {
     /// Remote service requests: handlers, requests pending, answers to
     /// send (see [`crate::service`]).
     pub(crate) services: crate::service::Services,
+    /// Operator commands (detach, rejoin) from the job's control feed.
+    admin: Option<crate::admin::AdminInbox>,
 }
 
 /// A new endpoint's incarnation: the wall clock in milliseconds (wrapping
@@ -562,6 +565,9 @@ impl Endpoint {
             self.end_poll_wait();
         }
         let now = self.schedule.round_time(&*self.clock, &self.port);
+        if self.admin.as_ref().is_some_and(|a| a.pending()) {
+            self.apply_admin_commands(now);
+        }
         if now >= self.extras_due {
             self.round_extras(now);
         }
@@ -976,6 +982,50 @@ impl Endpoint {
     /// [`Port::poll_peer_event`]: bcl_core::Port::poll_peer_event
     pub fn poll_peer_event(&mut self) -> Option<PeerEvent> {
         self.port.poll_peer_event()
+    }
+
+    /// Cuts node `node` off this endpoint, as an operator's partition (see
+    /// [`Port::detach_node`]): its processes are reported
+    /// [`PeerEvent::Down`] at once, everything with them fails, and nothing
+    /// is exchanged with them until [`Endpoint::rejoin_node`]. The
+    /// endpoint's own node isolates it from every other node.
+    ///
+    /// [`Port::detach_node`]: bcl_core::Port::detach_node
+    pub fn detach_node(&mut self, node: NodeId) {
+        let now = self.clock.now();
+        self.port.detach_node(now, node);
+    }
+
+    /// Brings node `node` back: its known processes are pinged and each
+    /// that answers is reported [`PeerEvent::Up`].
+    pub fn rejoin_node(&mut self, node: NodeId) {
+        let now = self.clock.now();
+        self.port.rejoin_node(now, node);
+    }
+
+    /// The nodes detached from this endpoint (its own if it is isolated).
+    pub fn detached_nodes(&self) -> Vec<NodeId> {
+        self.port.detached_nodes()
+    }
+
+    /// Takes operator commands from `inbox` from now on (applied at the
+    /// start of each progress round; a blocked endpoint wakes for them).
+    pub fn set_admin_inbox(&mut self, inbox: crate::admin::AdminInbox) -> Result<(), Error> {
+        self.add_wake_source(inbox.wake_fd())?;
+        self.admin = Some(inbox);
+        Ok(())
+    }
+
+    fn apply_admin_commands(&mut self, now: Time) {
+        let Some(inbox) = self.admin.as_ref() else {
+            return;
+        };
+        for command in inbox.take() {
+            match command {
+                crate::admin::AdminCommand::Detach(node) => self.port.detach_node(now, node),
+                crate::admin::AdminCommand::Rejoin(node) => self.port.rejoin_node(now, node),
+            }
+        }
     }
 
     /// Marks `addr` critical (`true`): watched for liveness even while

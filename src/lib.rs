@@ -44,6 +44,7 @@
 //! # let _ = (handle, timeout);
 //! ```
 
+pub mod admin;
 pub mod capture;
 pub mod channels;
 pub mod clock;

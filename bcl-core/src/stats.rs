@@ -114,6 +114,9 @@ pub struct PortStats {
     pub peers_declared_dead: u64,
     /// Peers heard from in a new incarnation (their process restarted).
     pub peers_restarted: u64,
+    /// Frames and direct deliveries dropped because their sender's node
+    /// is detached (an operator's partition, `Port::detach_node`).
+    pub frames_from_detached: u64,
     /// DATA frames dropped because the ring was full.
     pub ring_full_drops: u64,
     /// NAK(ring full) received: times this port had to back off.

@@ -197,14 +197,20 @@ impl std::str::FromStr for RendezvousAddr {
     }
 }
 
-trait Stream: Read + Write + Send {
+pub(super) trait Stream: Read + Write + Send {
+    /// Limits how long a read waits.
     fn set_timeout(&self, t: Option<Duration>) -> std::io::Result<()>;
+    /// Limits how long a write waits.
+    fn set_write_limit(&self, t: Option<Duration>) -> std::io::Result<()>;
     fn try_clone_box(&self) -> std::io::Result<Box<dyn Stream>>;
 }
 
 impl Stream for TcpStream {
     fn set_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
         self.set_read_timeout(t)
+    }
+    fn set_write_limit(&self, t: Option<Duration>) -> std::io::Result<()> {
+        self.set_write_timeout(t)
     }
     fn try_clone_box(&self) -> std::io::Result<Box<dyn Stream>> {
         Ok(Box::new(self.try_clone()?))
@@ -214,6 +220,9 @@ impl Stream for TcpStream {
 impl Stream for UnixStream {
     fn set_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
         self.set_read_timeout(t)
+    }
+    fn set_write_limit(&self, t: Option<Duration>) -> std::io::Result<()> {
+        self.set_write_timeout(t)
     }
     fn try_clone_box(&self) -> std::io::Result<Box<dyn Stream>> {
         Ok(Box::new(self.try_clone()?))
@@ -269,12 +278,14 @@ struct Reply {
 }
 
 #[derive(Default)]
-struct State {
-    members: Vec<Option<Member>>,
+pub(super) struct State {
+    pub(super) members: Vec<Option<Member>>,
     failed: Option<String>,
     barriers: std::collections::HashMap<u64, u32>,
     connected: u32,
     finished: u32,
+    /// Control feeds and detached nodes (see [`super::control`]).
+    pub(super) controls: super::control::Controls,
 }
 
 /// The rendezvous service of one job (see the module documentation).
@@ -443,7 +454,9 @@ impl RendezvousServer {
                         let mut s = state.0.lock().unwrap_or_else(|e| e.into_inner());
                         // One thread per connection: bounded, so a flood of
                         // connections cannot exhaust the launcher.
-                        if s.connected - s.finished >= 2 * self.size + 16 {
+                        // A rank holds two: its session and its
+                        // control feed.
+                        if s.connected - s.finished >= 3 * self.size + 16 {
                             drop(s);
                             refuse(stream.as_mut(), "too many open connections".into());
                             continue;
@@ -463,14 +476,14 @@ impl RendezvousServer {
     }
 }
 
-fn send_line(w: &mut dyn Stream, v: &impl Serialize) -> std::io::Result<()> {
+pub(super) fn send_line(w: &mut dyn Stream, v: &impl Serialize) -> std::io::Result<()> {
     let mut line = serde_json::to_string(v).map_err(std::io::Error::other)?;
     line.push('\n');
     w.write_all(line.as_bytes())?;
     w.flush()
 }
 
-fn read_line(r: &mut BufReader<Box<dyn Stream>>) -> std::io::Result<Option<String>> {
+pub(super) fn read_line(r: &mut BufReader<Box<dyn Stream>>) -> std::io::Result<Option<String>> {
     let mut buf = Vec::new();
     let n = r
         .by_ref()
@@ -490,7 +503,7 @@ fn read_line(r: &mut BufReader<Box<dyn Stream>>) -> std::io::Result<Option<Strin
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8"))
 }
 
-fn refuse(w: &mut dyn Stream, why: String) {
+pub(super) fn refuse(w: &mut dyn Stream, why: String) {
     let _ = send_line(
         w,
         &Reply {
@@ -548,6 +561,10 @@ fn serve_one(stream: Box<dyn Stream>, state: &Arc<(Mutex<State>, Condvar)>, shar
             )
         }
         None => return refuse(w.as_mut(), "not a BCL rendezvous hello".into()),
+    }
+    if super::control::is_control(&value) {
+        let _ = r.get_ref().set_timeout(Some(Duration::from_secs(5)));
+        return super::control::serve(value, w, r, state, job, secret);
     }
     let hello: Hello = match serde_json::from_value(value) {
         Ok(h) => h,

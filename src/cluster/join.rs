@@ -665,6 +665,19 @@ pub fn join(opts: JoinOptions) -> Result<Joined, JoinError> {
                 opts.timeout.min(Duration::from_secs(t + 1))
             });
         let (m, s) = bootstrap::exchange(&at, &secret, &info, local, &table, timeout)?;
+        // The operator's commands (bcl-admin detach/rejoin) reach the
+        // endpoint through the control feed; a job runs without one.
+        let feed = crate::admin::admin_channel()
+            .map_err(|e| BootstrapError::Rendezvous(format!("control feed: {e}")))
+            .and_then(|(to, inbox)| {
+                super::control::subscribe(&at, &secret, &info, to, timeout)?;
+                endpoint
+                    .set_admin_inbox(inbox)
+                    .map_err(|e| BootstrapError::Rendezvous(format!("control feed: {e}")))
+            });
+        if let Err(e) = feed {
+            notes.push(format!("no operator control (bcl-admin): {e}"));
+        }
         (m, Some(s))
     };
     let mut addrs = Vec::new();

@@ -22,6 +22,7 @@
 //! the peer's descriptors.
 
 pub mod bootstrap;
+pub mod control;
 pub mod descriptor;
 pub mod join;
 pub mod nics;

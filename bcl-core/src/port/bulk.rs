@@ -170,6 +170,10 @@ impl Port {
         transfer: u32,
         len: u64,
     ) -> Option<BulkToken> {
+        if self.cut_off(from) {
+            self.note_from_detached();
+            return None;
+        }
         let idx = self.peer_idx(from)?;
         let known = match kind {
             BulkKind::GetReply => self
@@ -291,6 +295,10 @@ impl Port {
     }
 
     fn deliver_direct_to(&mut self, from: ProcessAddr, bytes: &[u8], service: bool) -> bool {
+        if self.cut_off(from) {
+            self.note_from_detached();
+            return true;
+        }
         if bytes.len() > self.cfg.eager_limit {
             self.stats.bad_frames.bad_length += 1;
             return true;

@@ -20,6 +20,7 @@ mod bulk;
 mod channels;
 mod congestion;
 mod congestion_log;
+mod detach;
 mod lifecycle;
 mod liveness;
 mod loss;
@@ -79,6 +80,11 @@ pub enum SendError {
     /// Sending to oneself through the network is not supported.
     #[error("cannot send to the port's own address {0}")]
     SelfSend(ProcessAddr),
+    /// The peer's node is detached from this port by an administrator
+    /// (see [`Port::detach_node`]); nothing is exchanged with it until it
+    /// is rejoined.
+    #[error("{0} is on node {node}, which is detached from this job (an administrator's `bcl-admin detach`; `bcl-admin rejoin` brings it back)", node = .0.node.0)]
+    NodeDetached(ProcessAddr),
 }
 
 /// Why [`Port::set_route`] refused a route.
@@ -307,6 +313,8 @@ pub struct Port {
     /// are checked next.
     watched: Vec<liveness::Watch>,
     liveness_at: Time,
+    /// Nodes an administrator cut off (see `detach`).
+    detached: detach::Detached,
     send_events: VecDeque<SendEvent>,
     /// What the port learnt about its peers' lives (gone, back,
     /// restarted), not yet taken by [`Port::poll_peer_event`].
@@ -368,6 +376,7 @@ impl Port {
             timers: BinaryHeap::new(),
             watched: Vec::new(),
             liveness_at: Time::NEVER,
+            detached: detach::Detached::default(),
             send_events: VecDeque::with_capacity(max),
             peer_events: VecDeque::new(),
             deliveries: VecDeque::with_capacity(cfg.ring_blocks as usize),
@@ -687,6 +696,7 @@ impl Port {
     }
 
     fn peer_idx_or_create(&mut self, addr: ProcessAddr) -> Result<PeerIdx, SendError> {
+        self.check_not_cut_off(addr)?;
         if let Some(idx) = self.peer_idx(addr) {
             return Ok(idx);
         }
@@ -706,6 +716,9 @@ impl Port {
     /// Puts the peer where the engine will find it: in its method's ready
     /// queue if it can transmit, in the unrouted list if it has no route.
     fn schedule(&mut self, idx: PeerIdx, now: Time) {
+        if self.cut_off(self.peers[idx as usize].addr) {
+            return;
+        }
         let gate = self.new_data_gate(idx, now);
         let new_data = gate == Gate::Open;
         if let Some(w) = self.peers[idx as usize].tx.as_mut() {
@@ -802,6 +815,8 @@ mod bulk_tests;
 mod bundle_tests;
 #[cfg(test)]
 mod channel_tests;
+#[cfg(test)]
+mod detach_tests;
 #[cfg(test)]
 mod lifecycle_tests;
 #[cfg(test)]

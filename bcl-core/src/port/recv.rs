@@ -3,7 +3,7 @@
 
 use super::lifecycle::Incarnation;
 use super::peer::{Liveness, PeerIdx, RxMsg, RxWindow};
-use super::{MethodInfo, Port, RingReservation};
+use super::{MethodInfo, Port, RingReservation, SendError};
 use crate::event::{Delivery, TransferError};
 use crate::method::Route;
 use crate::ring::RingSlot;
@@ -63,6 +63,10 @@ impl Port {
         }
         let idx = match self.peer_idx_or_create(frame.src()) {
             Ok(idx) => idx,
+            Err(SendError::NodeDetached(_)) => {
+                self.note_from_detached();
+                return true;
+            }
             Err(_) => {
                 self.stats.bad_frames.too_many_peers += 1;
                 return true;

@@ -256,6 +256,9 @@ impl Port {
         gather: &mut dyn GatherSend,
     ) -> Option<usize> {
         let p = &self.peers[idx as usize];
+        if self.cut_off(p.addr) {
+            return None;
+        }
         if p.nak != NakReason::None || p.liveness.has(Liveness::PING_NOW | Liveness::ANSWER_PING) {
             return self.emit_ack(idx, buf);
         }

@@ -145,7 +145,7 @@ pub fn page_len(peers: u32) -> usize {
 }
 
 /// The port counters in page order, by the names `bcl-stat --json` uses.
-pub const PORT_COUNTERS: [&str; 44] = [
+pub const PORT_COUNTERS: [&str; 45] = [
     "frames_sent",
     "frames_received",
     "data_frames_sent",
@@ -190,6 +190,7 @@ pub const PORT_COUNTERS: [&str; 44] = [
     "peers_declared_dead",
     "stale_frames",
     "peers_restarted",
+    "frames_from_detached",
 ];
 
 /// `s` as words in [`PORT_COUNTERS`] order.
@@ -240,6 +241,7 @@ pub fn port_words(s: &PortStats) -> [u64; PORT_COUNTERS.len()] {
         s.peers_declared_dead,
         b.stale,
         s.peers_restarted,
+        s.frames_from_detached,
     ]
 }
 
@@ -276,6 +278,7 @@ pub fn port_from_words(w: &[u64; PORT_COUNTERS.len()]) -> PortStats {
         pings_sent: w[40],
         peers_declared_dead: w[41],
         peers_restarted: w[43],
+        frames_from_detached: w[44],
         bad_frames: BadFrames {
             truncated: w[22],
             bad_version: w[23],

@@ -126,6 +126,15 @@ impl Drop for TempDir {
     }
 }
 
+/// A file removed when dropped (the job file `bcl-admin` reads).
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 /// Where the ranks run.
 enum Place {
     Local,
@@ -432,6 +441,27 @@ fn run(args: Args, mut forwarded: Signals) -> Result<ExitCode, String> {
             Some(LabGuard::new(lab.clone()).map_err(|e| format!("bringing the lab up: {e}"))?)
         }
         _ => None,
+    };
+    // What `bcl-admin` needs to reach this job (removed when it ends).
+    let job_file = bcl::cluster::control::JobFile {
+        job: job_id.clone(),
+        rendezvous: match server.addr() {
+            RendezvousAddr::Tcp(a) if a.starts_with("0.0.0.0:") => {
+                format!("tcp:127.0.0.1:{}", a.rsplit(':').next().unwrap_or("0"))
+            }
+            a => a.to_string(),
+        },
+        secret: secret.clone(),
+        launcher_pid: std::process::id(),
+        ranks: np,
+        command: args.command.join(" "),
+    };
+    let _job_file = match job_file.write() {
+        Ok(path) => Some(RemoveOnDrop(path)),
+        Err(e) => {
+            eprintln!("bcl-run: bcl-admin will not find this job: {e}");
+            None
+        }
     };
     std::thread::spawn(move || {
         if let Err(e) = server.serve() {
