@@ -1,4 +1,5 @@
-//! Agree-and-shrink (`Coll::shrink`): the survivors of a communicator agree
+//! Failures in collectives: a member's death fails the collective at every
+//! survivor, and agree-and-shrink (`Coll::shrink`) lets the survivors agree
 //! on who failed and go on in a communicator of themselves. Each rank runs
 //! in its own thread on the simulated fabric with a real clock (a little
 //! loss, recovered by real retransmission timers), liveness every 100 ms
@@ -7,10 +8,11 @@
 #[allow(dead_code)]
 mod coll_common;
 
-use bcl::coll::{BuiltinOp, Coll, Comm};
+use bcl::coll::alg::{Algorithm, Collective};
+use bcl::coll::{BuiltinOp, Call, Coll, CollError, Comm, Datatype, Op};
 use bcl::sim::FaultProfile;
 use bcl::{Endpoint, SimCluster};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// `p` endpoints on one simulated fabric, each knowing every other.
 fn endpoints(p: usize, seed: u64) -> Vec<Endpoint> {
@@ -168,4 +170,71 @@ fn a_rank_that_dies_halfway_through_its_proposals_still_leaves_one_agreement() {
         "the survivors, with or without the rank that died: {m:?}"
     );
     println!("agreed on {} members", m.len());
+}
+
+/// Rank 3 dies after a barrier; the other three start an allreduce by
+/// recursive doubling, in which rank 0 exchanges with ranks 1 and 2 only.
+/// Rank 2 fails in the first round (its partner is rank 3) and leaves, so
+/// rank 0 would wait on the live rank 2 for ever if it did not watch every
+/// member: instead each survivor's call fails naming rank 3, and the next
+/// collective on the world fails at once. No timeout is set.
+#[test]
+fn a_members_death_fails_the_collective_at_every_survivor() {
+    let p = 4;
+    let members: Vec<_> = (0..p).map(SimCluster::addr).collect();
+    let dead = SimCluster::addr(3);
+    let (tx, rx) = std::sync::mpsc::channel();
+    // Survivors stay alive and answer until all three have their result.
+    let finished = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    for ep in endpoints(p, 11) {
+        let mut c = Coll::new(ep, members.clone()).unwrap();
+        let tx = tx.clone();
+        let finished = finished.clone();
+        std::thread::spawn(move || {
+            let world = c.world().clone();
+            let r = world.rank();
+            c.barrier(&world).unwrap();
+            if r == 3 {
+                // Its last acknowledgements out, then its endpoint is
+                // dropped: it answers nothing more.
+                let _ = c.flush(Duration::from_millis(200));
+                return;
+            }
+            let mut call = Call::new(Collective::Allreduce, 1u64.to_le_bytes().to_vec())
+                .reducing(Op::Builtin(BuiltinOp::Sum), Datatype::U64);
+            call.algorithm = Some(Algorithm::RecursiveDoubling);
+            let started = Instant::now();
+            let failed = c.run(&world, call);
+            let took = started.elapsed();
+            let next = c.barrier(&world);
+            tx.send((r, failed.map(|_| ()), next, took)).unwrap();
+            finished.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            while finished.load(std::sync::atomic::Ordering::SeqCst) < 3 {
+                c.progress().unwrap();
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        });
+    }
+    drop(tx);
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        // A guard against a hang, not a measurement.
+        got.push(
+            rx.recv_timeout(Duration::from_secs(120))
+                .expect("a survivor is still waiting"),
+        );
+    }
+    got.sort_by_key(|g| g.0);
+    for (r, failed, next, took) in got {
+        for e in [failed.unwrap_err(), next.unwrap_err()] {
+            match e {
+                CollError::PeerFailed { peer, rank, .. } => {
+                    assert_eq!(peer, dead, "rank {r}");
+                    assert_eq!(rank, Some(3), "rank {r}");
+                }
+                other => panic!("rank {r}: {other}"),
+            }
+        }
+        eprintln!("rank {r}: the allreduce failed {took:?} after it started");
+    }
 }

@@ -503,6 +503,14 @@ pub struct Messenger {
     /// liveness notices them dying (a receive alone sends nothing to them);
     /// unmarked once no receive waits for them.
     awaited: rustc_hash::FxHashSet<ProcessAddr>,
+    /// Members of communicators with a collective in progress, by the
+    /// number of such communicators each belongs to: marked critical in
+    /// the port too, so that every member notices another's death itself
+    /// (see [`Messenger::watch_members`]).
+    members_watched: rustc_hash::FxHashMap<ProcessAddr, u32>,
+    /// Peers declared failed so far (grows by one per failure): a waiting
+    /// loop that remembers it looks for failed members only after a change.
+    failures: u64,
     /// Drains since `awaited` was last trimmed.
     drains_since_trim: u32,
     /// The peer contacted last (in `contacted`): a point-to-point stream
@@ -549,6 +557,8 @@ impl Messenger {
             failed: HashMap::default(),
             contacted: Default::default(),
             awaited: Default::default(),
+            members_watched: Default::default(),
+            failures: 0,
             drains_since_trim: 0,
             last_contacted: None,
             next_token: 1,
@@ -1178,6 +1188,58 @@ impl Messenger {
         self.failed.get(&peer).map(|why| peer_failed(peer, why))
     }
 
+    /// How many peers have been declared failed so far (it only grows).
+    pub(crate) fn failure_count(&self) -> u64 {
+        self.failures
+    }
+
+    /// The failure of the first of `peers` that failed (and is not back),
+    /// if any; one comparison while no peer is failed.
+    pub(crate) fn first_failure(&self, peers: &[ProcessAddr]) -> Option<CollError> {
+        if self.failed.is_empty() {
+            return None;
+        }
+        peers.iter().find_map(|&p| self.peer_failure(p))
+    }
+
+    /// Watches `members` (a communicator whose collective is in progress):
+    /// each is marked critical in the port, so liveness notices its death
+    /// even when this process waits on another member (a collective's
+    /// step can wait on a live member that itself waits on the dead one).
+    /// Counted per member: [`Messenger::unwatch_members`] undoes one call.
+    pub(crate) fn watch_members(&mut self, members: &[ProcessAddr]) {
+        let local = self.local();
+        for &m in members {
+            if m == local {
+                continue;
+            }
+            let n = self.members_watched.entry(m).or_insert(0);
+            *n += 1;
+            if *n == 1 && !self.awaited.contains(&m) {
+                self.watch(m);
+                let _ = self.ep.watch_peer(m, true);
+            }
+        }
+    }
+
+    /// Undoes one [`Messenger::watch_members`] of `members`: a member no
+    /// other watched communicator has, and no posted receive waits for, is
+    /// watched only while something is outstanding with it again.
+    pub(crate) fn unwatch_members(&mut self, members: &[ProcessAddr]) {
+        for m in members {
+            let Some(n) = self.members_watched.get_mut(m) else {
+                continue;
+            };
+            *n -= 1;
+            if *n == 0 {
+                self.members_watched.remove(m);
+                if !self.awaited.contains(m) {
+                    let _ = self.ep.watch_peer(*m, false);
+                }
+            }
+        }
+    }
+
     /// Whether a send is complete (and forgets it), `None` while not.
     pub fn take_send(&mut self, id: SendId) -> Option<Result<(), CollError>> {
         if id == SendId::COMPLETE {
@@ -1378,10 +1440,11 @@ impl Messenger {
         self.drains_since_trim = 0;
         let (posted, wild) = (&self.posted, &self.wild);
         let ep = &mut self.ep;
+        let members = &self.members_watched;
         self.awaited.retain(|&peer| {
             let waited_for =
                 posted.keys().any(|k| k.1 == peer) || wild.iter().any(|w| w.1.from == Some(peer));
-            if !waited_for {
+            if !waited_for && !members.contains_key(&peer) {
                 let _ = ep.watch_peer(peer, false);
             }
             waited_for
@@ -1738,6 +1801,7 @@ impl Messenger {
             }
         }
         self.failed.insert(peer, why);
+        self.failures += 1;
     }
 }
 

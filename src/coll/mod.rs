@@ -17,6 +17,9 @@
 //! - [`sim`]: the in-memory interpreter of schedules, for tests;
 //! - [`comm`], `request` and `runtime`: communicators and operations in
 //!   progress;
+//! - `watch`: while a communicator has a collective in progress its
+//!   members are watched, and a member's death fails the collective at
+//!   every other member;
 //! - `shrink`: the survivors of a communicator agree on who failed and
 //!   form a communicator of themselves ([`Coll::shrink`]).
 
@@ -35,6 +38,7 @@ pub mod schedule;
 pub mod select;
 mod shrink;
 pub mod sim;
+mod watch;
 pub mod wire;
 
 pub use comm::Comm;

@@ -157,6 +157,17 @@ pub struct Coll {
     yield_when_idle: bool,
     selector: super::select::Selector,
     schedules: super::schedule::Cache,
+    /// Members of busy communicators, watched (see [`super::watch`]).
+    watch: super::watch::MemberWatch,
+    /// The communicator a hierarchical call runs for: a failure of any of
+    /// its members fails the call's steps on the smaller communicators.
+    scope: Option<Comm>,
+}
+
+/// The failure of a member of `comm` (or of `scope`), if any.
+fn failure_in(msg: &Messenger, scope: Option<&Comm>, comm: &Comm) -> Option<CollError> {
+    msg.first_failure(comm.members())
+        .or_else(|| scope.and_then(|s| msg.first_failure(s.members())))
 }
 
 impl Coll {
@@ -196,6 +207,8 @@ impl Coll {
             yield_when_idle: false,
             selector: super::select::Selector::from_env()?,
             schedules: super::schedule::Cache::default(),
+            watch: Default::default(),
+            scope: None,
         })
     }
 
@@ -271,10 +284,15 @@ impl Coll {
     /// Advances every operation in progress; returns whether a board call
     /// moved (message algorithms move with the messenger's progress).
     fn advance_all(&mut self) -> bool {
+        let blocking = self.sleeps();
+        self.watch.trim(&mut self.msg, blocking);
         if self.running.is_empty() {
             return false;
         }
         let mut done = std::mem::take(&mut self.done);
+        if self.watch.failures_changed(&self.msg) {
+            self.fail_with_dead_members(&mut done);
+        }
         let mut fallbacks = Vec::new();
         let mut moved = false;
         for (&id, run) in self.running.iter_mut() {
@@ -330,11 +348,46 @@ impl Coll {
             }
         }
         for (id, r) in done.drain(..) {
-            self.running.remove(&id);
+            if let Some(run) = self.running.remove(&id) {
+                let comm = match &run {
+                    InFlight::Messages(run) => run.comm(),
+                    InFlight::Board(run) => run.comm(),
+                };
+                self.watch.leave(comm.id(), &self.msg);
+            }
             self.finished.insert(id, r);
         }
         self.done = done;
         moved
+    }
+
+    /// Ends, with the failure, every operation in progress on a
+    /// communicator with a failed member (see [`super::watch`]).
+    fn fail_with_dead_members(&mut self, done: &mut Vec<(usize, Result<Vec<u8>, CollError>)>) {
+        for (&id, run) in &self.running {
+            let comm = match run {
+                InFlight::Messages(run) => run.comm(),
+                InFlight::Board(run) => run.comm(),
+            };
+            if let Some(e) = failure_in(&self.msg, self.scope.as_ref(), comm) {
+                if matches!(run, InFlight::Board(_)) {
+                    if let Some(cb) = self.boards.get_mut(&comm.id()) {
+                        cb.remove(id);
+                    }
+                }
+                done.push((id, Err(e.in_comm(comm))));
+            }
+        }
+        // Those are not advanced any more.
+        for (id, _) in done.iter() {
+            if let Some(run) = self.running.remove(id) {
+                let comm = match &run {
+                    InFlight::Messages(run) => run.comm(),
+                    InFlight::Board(run) => run.comm(),
+                };
+                self.watch.leave(comm.id(), &self.msg);
+            }
+        }
     }
 
     /// Whether the endpoint sleeps in epoll when idle (blocking mode).
@@ -431,11 +484,7 @@ impl Coll {
             // and any other operation going.
             moved |= self.msg.progress()? > 0;
             moved |= self.advance_all();
-            if let Some(e) = comm
-                .members()
-                .iter()
-                .find_map(|&a| self.msg.peer_failure(a))
-            {
+            if let Some(e) = failure_in(&self.msg, self.scope.as_ref(), comm) {
                 return Err(e);
             }
             rounds = rounds.wrapping_add(1);
@@ -613,6 +662,13 @@ impl Coll {
         *seq = seq.wrapping_add(1);
         let id = self.next_request;
         self.next_request += 1;
+        // A communicator with a failed member cannot complete a collective
+        // (every member numbers the call alike all the same).
+        if let Some(e) = failure_in(&self.msg, self.scope.as_ref(), comm) {
+            self.finished.insert(id, Err(e.in_comm(comm)));
+            return Ok(Request(id));
+        }
+        self.watch.enter(comm, &mut self.msg);
         if matches!(run, InFlight::Board(_)) {
             self.boards.entry(comm.id()).or_default().push(id);
         }
@@ -716,8 +772,17 @@ impl Coll {
                 }
                 let red = call.reduction.take();
                 let in_place = InPlace::new(call.collective, call.root, red.as_ref());
-                self.run_hierarchical(comm, &h, in_place, &mut data)
-                    .map_err(|e| e.in_comm(comm))?;
+                if let Some(e) = failure_in(&self.msg, None, comm) {
+                    return Err(e.in_comm(comm));
+                }
+                // Its steps run on smaller communicators: a failure of any
+                // member of this one fails them.
+                self.watch.enter(comm, &mut self.msg);
+                let outer = self.scope.replace(comm.clone());
+                let r = self.run_hierarchical(comm, &h, in_place, &mut data);
+                self.scope = outer;
+                self.watch.leave(comm.id(), &self.msg);
+                r.map_err(|e| e.in_comm(comm))?;
                 return Ok(data);
             }
         }
