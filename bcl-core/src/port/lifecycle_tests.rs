@@ -52,8 +52,10 @@ fn frames_of_a_dead_incarnation_are_dropped_and_counted() {
     );
     // The old frame turns up late: dropped, counted, nothing delivered.
     let stale_before = net.ports[1].stats().bad_frames.stale;
+    let received = net.ports[1].stats().frames_received;
     net.deliver(&in_flight);
     assert_eq!(net.ports[1].stats().bad_frames.stale, stale_before + 1);
+    assert_eq!(net.ports[1].stats().frames_received, received);
     assert!(net.drain_deliveries().is_empty());
     // And the new process's stream goes on undisturbed.
     net.ports[0].send(net.now, addr(1), b"still here").unwrap();
@@ -201,8 +203,11 @@ fn frames_of_an_abandoned_stream_are_stale_after_the_new_one_starts() {
     net.ports[0].send(net.now, addr(1), b"fresh").unwrap();
     assert_eq!(net.run_perfect(), vec![(1, addr(0), b"fresh".to_vec())]);
     assert!(peer_events(&mut net.ports[1]).is_empty());
+    let received = net.ports[1].stats().frames_received;
     net.deliver(&held);
     assert_eq!(net.ports[1].stats().bad_frames.stale, 1);
+    // Counted as stale only, as a frame of a dead incarnation is.
+    assert_eq!(net.ports[1].stats().frames_received, received);
     assert!(net.drain_deliveries().is_empty());
 }
 

@@ -99,15 +99,16 @@ impl Port {
             }
             return taken;
         }
-        self.stats.frames_received += 1;
-        let p = &mut self.peers[idx as usize].stats;
-        p.frames_received += 1;
-        p.bytes_received += wire_len as u64;
-
+        // A frame of an abandoned stream is stale, counted there only (as
+        // a frame of a dead incarnation is).
         let sequenced = is_sequenced(frame.kind());
         if sequenced && !self.note_sender_stream(idx, frame) {
             return true;
         }
+        self.stats.frames_received += 1;
+        let p = &mut self.peers[idx as usize].stats;
+        p.frames_received += 1;
+        p.bytes_received += wire_len as u64;
         // An acknowledgement of frames we never sent (for instance one meant
         // for an earlier incarnation of this port) is ignored, but a DATA
         // frame carrying it is still good data.
