@@ -175,9 +175,9 @@ fn a_rank_that_dies_halfway_through_its_proposals_still_leaves_one_agreement() {
 /// Rank 3 dies after a barrier; the other three start an allreduce by
 /// recursive doubling, in which rank 0 exchanges with ranks 1 and 2 only.
 /// Rank 2 fails in the first round (its partner is rank 3) and leaves, so
-/// rank 0 would wait on the live rank 2 for ever if it did not watch every
-/// member: instead each survivor's call fails naming rank 3, and the next
-/// collective on the world fails at once. No timeout is set.
+/// rank 0 would wait on the live rank 2 for ever if rank 2 did not tell the
+/// members what it saw: instead each survivor's call fails naming rank 3,
+/// and the next collective on the world fails at once. No timeout is set.
 #[test]
 fn a_members_death_fails_the_collective_at_every_survivor() {
     let p = 4;

@@ -55,11 +55,6 @@ impl Comm {
         &self.members
     }
 
-    /// The members, shared.
-    pub(crate) fn members_arc(&self) -> Arc<[ProcessAddr]> {
-        self.members.clone()
-    }
-
     /// The address of `rank`.
     pub fn addr(&self, rank: usize) -> Result<ProcessAddr, CollError> {
         self.members.get(rank).copied().ok_or_else(|| {

@@ -503,14 +503,12 @@ pub struct Messenger {
     /// liveness notices them dying (a receive alone sends nothing to them);
     /// unmarked once no receive waits for them.
     awaited: rustc_hash::FxHashSet<ProcessAddr>,
-    /// Members of communicators with a collective in progress, by the
-    /// number of such communicators each belongs to: marked critical in
-    /// the port too, so that every member notices another's death itself
-    /// (see [`Messenger::watch_members`]).
-    members_watched: rustc_hash::FxHashMap<ProcessAddr, u32>,
     /// Peers declared failed so far (grows by one per failure): a waiting
     /// loop that remembers it looks for failed members only after a change.
     failures: u64,
+    /// Failure notices received (collective context, sender, body), not
+    /// yet taken (see [`NOTICE_TAG`]).
+    notices: Vec<(u32, ProcessAddr, Vec<u8>)>,
     /// Drains since `awaited` was last trimmed.
     drains_since_trim: u32,
     /// The peer contacted last (in `contacted`): a point-to-point stream
@@ -557,8 +555,8 @@ impl Messenger {
             failed: HashMap::default(),
             contacted: Default::default(),
             awaited: Default::default(),
-            members_watched: Default::default(),
             failures: 0,
+            notices: Vec::new(),
             drains_since_trim: 0,
             last_contacted: None,
             next_token: 1,
@@ -1202,42 +1200,14 @@ impl Messenger {
         peers.iter().find_map(|&p| self.peer_failure(p))
     }
 
-    /// Watches `members` (a communicator whose collective is in progress):
-    /// each is marked critical in the port, so liveness notices its death
-    /// even when this process waits on another member (a collective's
-    /// step can wait on a live member that itself waits on the dead one).
-    /// Counted per member: [`Messenger::unwatch_members`] undoes one call.
-    pub(crate) fn watch_members(&mut self, members: &[ProcessAddr]) {
-        let local = self.local();
-        for &m in members {
-            if m == local {
-                continue;
-            }
-            let n = self.members_watched.entry(m).or_insert(0);
-            *n += 1;
-            if *n == 1 && !self.awaited.contains(&m) {
-                self.watch(m);
-                let _ = self.ep.watch_peer(m, true);
-            }
-        }
+    /// Takes the failure notices received so far (see [`NOTICE_TAG`]).
+    pub(crate) fn take_notices(&mut self) -> Vec<(u32, ProcessAddr, Vec<u8>)> {
+        std::mem::take(&mut self.notices)
     }
 
-    /// Undoes one [`Messenger::watch_members`] of `members`: a member no
-    /// other watched communicator has, and no posted receive waits for, is
-    /// watched only while something is outstanding with it again.
-    pub(crate) fn unwatch_members(&mut self, members: &[ProcessAddr]) {
-        for m in members {
-            let Some(n) = self.members_watched.get_mut(m) else {
-                continue;
-            };
-            *n -= 1;
-            if *n == 0 {
-                self.members_watched.remove(m);
-                if !self.awaited.contains(m) {
-                    let _ = self.ep.watch_peer(*m, false);
-                }
-            }
-        }
+    /// Whether failure notices wait to be taken.
+    pub(crate) fn has_notices(&self) -> bool {
+        !self.notices.is_empty()
     }
 
     /// Whether a send is complete (and forgets it), `None` while not.
@@ -1440,11 +1410,10 @@ impl Messenger {
         self.drains_since_trim = 0;
         let (posted, wild) = (&self.posted, &self.wild);
         let ep = &mut self.ep;
-        let members = &self.members_watched;
         self.awaited.retain(|&peer| {
             let waited_for =
                 posted.keys().any(|k| k.1 == peer) || wild.iter().any(|w| w.1.from == Some(peer));
-            if !waited_for && !members.contains_key(&peer) {
+            if !waited_for {
                 let _ = ep.watch_peer(peer, false);
             }
             waited_for
@@ -1503,6 +1472,13 @@ impl Messenger {
             Some(id) => {
                 if let Err(e) = self.matched(id, key, a) {
                     *self.recvs.get_mut(id.0) = RecvState::Failed(e);
+                }
+            }
+            // A failure notice is never received by a posted receive: it
+            // is set aside for the collectives' runtime.
+            None if key.2 & NOTICE_TAG != 0 && key.0 & 1 == 1 => {
+                if let Arrival::Eager(data) = a {
+                    self.notices.push((key.0, key.1, data));
                 }
             }
             None => {
@@ -1832,6 +1808,12 @@ fn pop_first<T>(
     }
     first
 }
+
+/// The tag bit of a failure notice on a collective context: a member
+/// telling the others that a member failed during a collective, so that
+/// members waiting on live ones learn it too (see `coll::notice`). Below
+/// the shrink's bit (63); collectives' tags are their sequence numbers.
+pub(crate) const NOTICE_TAG: u64 = 1 << 62;
 
 /// Empty queues kept for reuse, per map.
 const SPARE_QUEUES: usize = 64;

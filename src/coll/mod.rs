@@ -17,9 +17,8 @@
 //! - [`sim`]: the in-memory interpreter of schedules, for tests;
 //! - [`comm`], `request` and `runtime`: communicators and operations in
 //!   progress;
-//! - `watch`: while a communicator has a collective in progress its
-//!   members are watched, and a member's death fails the collective at
-//!   every other member;
+//! - `notice`: a member's death fails the collective at every other
+//!   member, also those waiting on live members (failure notices);
 //! - `shrink`: the survivors of a communicator agree on who failed and
 //!   form a communicator of themselves ([`Coll::shrink`]).
 
@@ -30,6 +29,7 @@ pub mod cost;
 pub mod error;
 mod hierarchy;
 pub mod messenger;
+mod notice;
 pub mod op;
 mod pool;
 mod request;
@@ -38,7 +38,6 @@ pub mod schedule;
 pub mod select;
 mod shrink;
 pub mod sim;
-mod watch;
 pub mod wire;
 
 pub use comm::Comm;

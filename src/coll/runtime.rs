@@ -157,17 +157,24 @@ pub struct Coll {
     yield_when_idle: bool,
     selector: super::select::Selector,
     schedules: super::schedule::Cache,
-    /// Members of busy communicators, watched (see [`super::watch`]).
-    watch: super::watch::MemberWatch,
+    /// Failed members, seen here or reported (see [`super::notice`]).
+    failures: super::notice::Failures,
     /// The communicator a hierarchical call runs for: a failure of any of
     /// its members fails the call's steps on the smaller communicators.
     scope: Option<Comm>,
 }
 
-/// The failure of a member of `comm` (or of `scope`), if any.
-fn failure_in(msg: &Messenger, scope: Option<&Comm>, comm: &Comm) -> Option<CollError> {
-    msg.first_failure(comm.members())
-        .or_else(|| scope.and_then(|s| msg.first_failure(s.members())))
+/// Why `comm` (or `scope`, the communicator of the hierarchical call in
+/// progress) cannot complete a collective, if it cannot.
+fn failure_in(
+    msg: &Messenger,
+    failures: &super::notice::Failures,
+    scope: Option<&Comm>,
+    comm: &Comm,
+) -> Option<CollError> {
+    failures
+        .of(msg, comm)
+        .or_else(|| scope.and_then(|s| failures.of(msg, s)))
 }
 
 impl Coll {
@@ -207,7 +214,7 @@ impl Coll {
             yield_when_idle: false,
             selector: super::select::Selector::from_env()?,
             schedules: super::schedule::Cache::default(),
-            watch: Default::default(),
+            failures: Default::default(),
             scope: None,
         })
     }
@@ -284,14 +291,13 @@ impl Coll {
     /// Advances every operation in progress; returns whether a board call
     /// moved (message algorithms move with the messenger's progress).
     fn advance_all(&mut self) -> bool {
-        let blocking = self.sleeps();
-        self.watch.trim(&mut self.msg, blocking);
+        let failed = self.failures.changed(&mut self.msg);
         if self.running.is_empty() {
             return false;
         }
         let mut done = std::mem::take(&mut self.done);
-        if self.watch.failures_changed(&self.msg) {
-            self.fail_with_dead_members(&mut done);
+        if failed {
+            self.fail_with_dead_members();
         }
         let mut fallbacks = Vec::new();
         let mut moved = false;
@@ -348,45 +354,49 @@ impl Coll {
             }
         }
         for (id, r) in done.drain(..) {
-            if let Some(run) = self.running.remove(&id) {
-                let comm = match &run {
-                    InFlight::Messages(run) => run.comm(),
-                    InFlight::Board(run) => run.comm(),
-                };
-                self.watch.leave(comm.id(), &self.msg);
-            }
-            self.finished.insert(id, r);
+            self.finish(id, r);
         }
         self.done = done;
         moved
     }
 
+    /// Ends operation `id` with `r`; a failure this process saw itself is
+    /// told to the communicator's other members (see [`super::notice`]).
+    fn finish(&mut self, id: usize, r: Result<Vec<u8>, CollError>) {
+        if let Some(run) = self.running.remove(&id) {
+            if let Err(e) = &r {
+                let comm = match &run {
+                    InFlight::Messages(run) => run.comm(),
+                    InFlight::Board(run) => run.comm(),
+                };
+                self.failures.tell(&mut self.msg, comm, e);
+            }
+        }
+        self.finished.insert(id, r);
+    }
+
     /// Ends, with the failure, every operation in progress on a
-    /// communicator with a failed member (see [`super::watch`]).
-    fn fail_with_dead_members(&mut self, done: &mut Vec<(usize, Result<Vec<u8>, CollError>)>) {
+    /// communicator that cannot complete one any more (see
+    /// [`super::notice`]).
+    fn fail_with_dead_members(&mut self) {
+        let mut doomed = Vec::new();
         for (&id, run) in &self.running {
             let comm = match run {
                 InFlight::Messages(run) => run.comm(),
                 InFlight::Board(run) => run.comm(),
             };
-            if let Some(e) = failure_in(&self.msg, self.scope.as_ref(), comm) {
+            if let Some(e) = failure_in(&self.msg, &self.failures, self.scope.as_ref(), comm) {
                 if matches!(run, InFlight::Board(_)) {
                     if let Some(cb) = self.boards.get_mut(&comm.id()) {
                         cb.remove(id);
                     }
                 }
-                done.push((id, Err(e.in_comm(comm))));
+                doomed.push((id, Err(e.in_comm(comm))));
             }
         }
         // Those are not advanced any more.
-        for (id, _) in done.iter() {
-            if let Some(run) = self.running.remove(id) {
-                let comm = match &run {
-                    InFlight::Messages(run) => run.comm(),
-                    InFlight::Board(run) => run.comm(),
-                };
-                self.watch.leave(comm.id(), &self.msg);
-            }
+        for (id, r) in doomed {
+            self.finish(id, r);
         }
     }
 
@@ -484,7 +494,7 @@ impl Coll {
             // and any other operation going.
             moved |= self.msg.progress()? > 0;
             moved |= self.advance_all();
-            if let Some(e) = failure_in(&self.msg, self.scope.as_ref(), comm) {
+            if let Some(e) = failure_in(&self.msg, &self.failures, self.scope.as_ref(), comm) {
                 return Err(e);
             }
             rounds = rounds.wrapping_add(1);
@@ -664,11 +674,10 @@ impl Coll {
         self.next_request += 1;
         // A communicator with a failed member cannot complete a collective
         // (every member numbers the call alike all the same).
-        if let Some(e) = failure_in(&self.msg, self.scope.as_ref(), comm) {
+        if let Some(e) = failure_in(&self.msg, &self.failures, self.scope.as_ref(), comm) {
             self.finished.insert(id, Err(e.in_comm(comm)));
             return Ok(Request(id));
         }
-        self.watch.enter(comm, &mut self.msg);
         if matches!(run, InFlight::Board(_)) {
             self.boards.entry(comm.id()).or_default().push(id);
         }
@@ -772,16 +781,18 @@ impl Coll {
                 }
                 let red = call.reduction.take();
                 let in_place = InPlace::new(call.collective, call.root, red.as_ref());
-                if let Some(e) = failure_in(&self.msg, None, comm) {
+                if let Some(e) = failure_in(&self.msg, &self.failures, None, comm) {
                     return Err(e.in_comm(comm));
                 }
                 // Its steps run on smaller communicators: a failure of any
-                // member of this one fails them.
-                self.watch.enter(comm, &mut self.msg);
+                // member of this one fails them, and one seen here is told
+                // to all of its members.
                 let outer = self.scope.replace(comm.clone());
                 let r = self.run_hierarchical(comm, &h, in_place, &mut data);
                 self.scope = outer;
-                self.watch.leave(comm.id(), &self.msg);
+                if let Err(e) = &r {
+                    self.failures.tell(&mut self.msg, comm, e);
+                }
                 r.map_err(|e| e.in_comm(comm))?;
                 return Ok(data);
             }
