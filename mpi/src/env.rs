@@ -155,7 +155,14 @@ pub unsafe extern "C" fn MPI_Init_thread(
 pub extern "C" fn MPI_Finalize() -> c_int {
     let r = call("MPI_Finalize", None, |m| {
         let world = m.coll.world().clone();
-        m.coll.barrier(&world)?;
+        match m.coll.barrier(&world) {
+            Ok(()) => {}
+            // A failed process cannot take part: the survivors finish
+            // without it (as the fault-tolerance proposal's MPI_Finalize
+            // does), their last messages still delivered by the flush.
+            Err(bcl::coll::CollError::PeerFailed { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
         m.coll.flush(Duration::from_secs(5))?;
         drop(m.session.take());
         Ok(())
@@ -400,6 +407,25 @@ pub unsafe extern "C" fn MPI_Comm_dup(comm: MPI_Comm, newcomm: *mut MPI_Comm) ->
         let parent = m.comm(comm)?;
         let (c, eh) = (parent.comm.clone(), parent.errhandler);
         let new = m.coll.dup(&c)?;
+        let h = m.add_comm(new, eh);
+        // SAFETY: valid for a write (MPI contract).
+        unsafe { cmem::put(newcomm, h) };
+        Ok(())
+    })
+}
+
+/// `MPIX_Comm_shrink` (declared in `mpi-ext.h`): the survivors of `comm`
+/// agree on who failed and get a communicator of the others (see
+/// `bcl::coll::Coll::shrink`), with `comm`'s error handler.
+///
+/// # Safety
+/// `newcomm` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn MPIX_Comm_shrink(comm: MPI_Comm, newcomm: *mut MPI_Comm) -> c_int {
+    call("MPIX_Comm_shrink", Some(comm), |m| {
+        let parent = m.comm(comm)?;
+        let (c, eh) = (parent.comm.clone(), parent.errhandler);
+        let new = m.coll.shrink(&c)?;
         let h = m.add_comm(new, eh);
         // SAFETY: valid for a write (MPI contract).
         unsafe { cmem::put(newcomm, h) };

@@ -289,11 +289,11 @@ fn every_program_passes_under_slurm_srun() {
     }
 }
 
-#[test]
-fn a_dead_rank_makes_operations_with_it_fail_instead_of_hanging() {
+/// Builds `tests/c/faults/NAME.c` with `bclcc`, warnings as errors.
+fn build_fault_program(name: &str) -> PathBuf {
     let dir = out_dir("faults");
-    let src = sources().join("faults/peer_death.c");
-    let exe = dir.join("peer_death");
+    let src = sources().join(format!("faults/{name}.c"));
+    let exe = dir.join(name);
     let out = Command::new(bclcc())
         .args(["-O2", "-Wall", "-Wextra", "-Werror", "-o"])
         .arg(&exe)
@@ -305,6 +305,32 @@ fn a_dead_rank_makes_operations_with_it_fail_instead_of_hanging() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    exe
+}
+
+#[test]
+fn the_survivors_of_a_dead_rank_shrink_the_world_and_go_on() {
+    let exe = build_fault_program("shrink");
+    for n in [2, 3, 4] {
+        let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
+        check(
+            under_bcl_run(&exe, n),
+            "shrink",
+            n,
+            "with its last rank dead",
+        );
+    }
+    // Over udp the dead rank is noticed by liveness (off under MPI unless
+    // asked for).
+    let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
+    let mut c = under_bcl_run(&exe, 4);
+    c.env("BCL_METHODS", "udp").env("BCL_LIVENESS", "200ms,3");
+    check(c, "shrink", 4, "over udp with its last rank dead");
+}
+
+#[test]
+fn a_dead_rank_makes_operations_with_it_fail_instead_of_hanging() {
+    let exe = build_fault_program("peer_death");
     for n in [2, 3, 4] {
         let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
         check(
