@@ -1008,6 +1008,28 @@ impl Endpoint {
         self.port.detached_nodes()
     }
 
+    /// Shares liveness with the job's other processes on this node
+    /// through the node's liveness board in `/dev/shm` (see
+    /// [`bcl_core::port::node`]): peers are watched per node, one heartbeat
+    /// per node pair instead of one per process pair, and this process's
+    /// answers to pings carry its node's live processes. Every process of
+    /// a job joined with [`crate::cluster::join::join`] does it (unless
+    /// `BCL_NODE_LIVENESS=off`); it is for processes whose ports are
+    /// numbered per node, as a job's are.
+    pub fn share_liveness_on_node(&mut self) -> Result<(), String> {
+        let now = self.clock.now();
+        let cfg = self.port.config();
+        let shared = crate::node_liveness::BoardLiveness::open(
+            std::path::Path::new("/dev/shm"),
+            cfg.job,
+            cfg.local,
+            now,
+        )
+        .map_err(|e| e.to_string())?;
+        self.port.set_node_liveness(Box::new(shared));
+        Ok(())
+    }
+
     /// Takes operator commands from `inbox` from now on (applied at the
     /// start of each progress round; a blocked endpoint wakes for them).
     pub fn set_admin_inbox(&mut self, inbox: crate::admin::AdminInbox) -> Result<(), Error> {

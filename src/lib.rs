@@ -54,6 +54,7 @@ mod direct;
 pub mod endpoint;
 pub mod group;
 mod method_slot;
+mod node_liveness;
 pub mod registry;
 pub mod rsr;
 pub mod schedule;

@@ -1174,3 +1174,53 @@ fn packet_frames_captured_on_a_veth_decode_as_bcl() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// With liveness shared per node, the answer to a ping carries the
+/// answering node's live ports after the ACK body (`bcl.flags.node`,
+/// `bcl.node.ports`): here port 3 of node 2, this very process.
+#[test]
+fn a_ping_answer_carries_the_node_s_live_ports() {
+    if !have_tshark("node_capture") {
+        return;
+    }
+    let dir = scratch("node");
+    let file = dir.join("node.pcapng");
+    let job = JobKey(std::process::id() << 8 ^ 0x1e);
+    let udp = |addr: ProcessAddr, file: Option<&Path>| {
+        let m = UdpMethod::open(UdpConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
+        let mut b = Endpoint::builder(addr, job)
+            .method(Box::new(m))
+            .mode(ProgressMode::BusyPoll)
+            .configure(|c| {
+                c.liveness.enabled = true;
+                c.liveness.period = Duration::from_millis(20);
+            });
+        if let Some(f) = file {
+            b = b.pcap(f);
+        }
+        b.build().unwrap()
+    };
+    let (pa, pb) = (ProcessAddr::new(1, 0), ProcessAddr::new(2, 3));
+    let mut a = udp(pa, Some(&file));
+    let mut b = udp(pb, None);
+    b.share_liveness_on_node().unwrap();
+    a.add_peer(pb, b.descriptors()[0].clone());
+    b.add_peer(pa, a.descriptors()[0].clone());
+    a.send(pb, b"hello").unwrap();
+    a.watch_peer(pb, true).unwrap();
+    drive(&mut a, &mut b, |a, _| a.port().stats().pings_sent >= 2);
+    // The last answer back.
+    let until = Instant::now() + Duration::from_millis(100);
+    while Instant::now() < until {
+        a.progress().unwrap();
+        b.progress().unwrap();
+    }
+    drop(a);
+    drop(b);
+    let rows = fields(&file, "bcl.flags.node == 1", &["bcl.src", "bcl.node.ports"]);
+    assert!(!rows.is_empty(), "no answer with the node's live ports");
+    for r in &rows {
+        assert_eq!(r, &vec!["2.3".to_string(), "3".to_string()]);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -680,6 +680,13 @@ pub fn join(opts: JoinOptions) -> Result<Joined, JoinError> {
         }
         (m, Some(s))
     };
+    // Liveness per node pair, shared with the job's processes of this node
+    // (a job runs without it, watching each peer on its own).
+    if std::env::var("BCL_NODE_LIVENESS").as_deref() != Ok("off") {
+        if let Err(e) = endpoint.share_liveness_on_node() {
+            notes.push(format!("liveness per process, not per node: {e}"));
+        }
+    }
     let mut addrs = Vec::new();
     let mut tables = Vec::new();
     for m in members {

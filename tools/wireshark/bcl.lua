@@ -101,7 +101,11 @@ local control_codes = { [1] = "put result", [2] = "get result", [3] = "cancel" }
 local crc_status_names = { [0] = "Bad", [1] = "Good", [2] = "Unverified", [3] = "Not present" }
 
 local FLAG_ACK, FLAG_CRC, FLAG_ACK_FRESH, FLAG_UNSEQUENCED, FLAG_BUNDLE, FLAG_PING = 0x1, 0x2, 0x4, 0x8, 0x10, 0x20
-local FLAGS_KNOWN = 0x3F
+local FLAG_NODE = 0x40
+local BIT = { 1, 2, 4, 8, 16, 32, 64, 128 }
+local FLAGS_KNOWN = 0x7F
+-- An ACK body's length (a node's live ports follow it with FLAG_NODE).
+local ACK_BODY_LEN = 40
 
 ------------------------------------------------------------------------
 -- Fields
@@ -158,7 +162,11 @@ f.flag_ack_fresh = ProtoField.bool("bcl.flags.ack_fresh", "ACK_FRESH (ack sent f
 f.flag_unsequenced = ProtoField.bool("bcl.flags.unsequenced", "UNSEQUENCED (reliable method, no sequence number)", 8, nil, FLAG_UNSEQUENCED)
 f.flag_bundle = ProtoField.bool("bcl.flags.bundle", "BUNDLE (payload is several messages)", 8, nil, FLAG_BUNDLE)
 f.flag_ping = ProtoField.bool("bcl.flags.ping", "PING (liveness: answer with an ACK at once)", 8, nil, FLAG_PING)
-f.flag_unknown = ProtoField.uint8("bcl.flags.unknown", "Unknown flag bits", base.HEX, nil, 0xC0)
+f.flag_node = ProtoField.bool("bcl.flags.node", "NODE (the sender node's live ports follow the ack body)", 8, nil, FLAG_NODE)
+f.flag_unknown = ProtoField.uint8("bcl.flags.unknown", "Unknown flag bits", base.HEX, nil, 0x80)
+-- a node's live ports (after an ACK body, FLAG_NODE)
+f.node_live = ProtoField.bytes("bcl.node.live", "Sender node's live ports (bitmap, ports 0-127)")
+f.node_ports = ProtoField.string("bcl.node.ports", "Live ports")
 f.job = ProtoField.uint32("bcl.job", "Job key", base.HEX)
 f.src = ProtoField.string("bcl.src", "Source")
 f.src_node = ProtoField.uint32("bcl.src.node", "Source node")
@@ -408,6 +416,7 @@ local function dissect_frame(tvb, pinfo, tree, ctx)
     if band(flags, FLAG_UNSEQUENCED) ~= 0 then names[#names + 1] = "UNSEQUENCED" end
     if band(flags, FLAG_BUNDLE) ~= 0 then names[#names + 1] = "BUNDLE" end
     if band(flags, FLAG_PING) ~= 0 then names[#names + 1] = "PING" end
+    if band(flags, FLAG_NODE) ~= 0 then names[#names + 1] = "NODE" end
     tree:add(f.generation, tvb(2, 1))
     local ft = tree:add(f.flags, tvb(3, 1))
     ft:append_text(" (" .. (#names > 0 and table.concat(names, ", ") or "none") .. ")")
@@ -417,6 +426,7 @@ local function dissect_frame(tvb, pinfo, tree, ctx)
     ft:add(f.flag_unsequenced, tvb(3, 1))
     ft:add(f.flag_bundle, tvb(3, 1))
     ft:add(f.flag_ping, tvb(3, 1))
+    ft:add(f.flag_node, tvb(3, 1))
     if band(flags, 0xFF - FLAGS_KNOWN) ~= 0 then ft:add(f.flag_unknown, tvb(3, 1)) end
     tree:add(f.job, tvb(4, 4))
     local st = tree:add(f.src, tvb(8, 6), src)
@@ -507,6 +517,20 @@ local function dissect_frame(tvb, pinfo, tree, ctx)
             if ftype == 3 then
                 info = info .. " reason=" .. (nak_reasons[reason] or tostring(reason))
                 if reason == 2 then info = info .. string.format(" dropped=%d", payload(4, 4):uint()) end
+            end
+            if ftype == 2 and band(flags, FLAG_NODE) ~= 0 then
+                if payload_len >= ACK_BODY_LEN + 16 then
+                    local nt = tree:add(f.node_live, payload(ACK_BODY_LEN, 16))
+                    local ports = {}
+                    for i = 0, 127 do
+                        local byte = payload(ACK_BODY_LEN + math.floor(i / 8), 1):uint()
+                        if band(byte, BIT[i % 8 + 1]) ~= 0 then ports[#ports + 1] = tostring(i) end
+                    end
+                    nt:add(f.node_ports, table.concat(ports, ","))
+                    info = info .. " node-live=" .. (#ports > 0 and table.concat(ports, ",") or "none")
+                else
+                    tree:add_proto_expert_info(e.bad_body)
+                end
             end
         else
             tree:add_proto_expert_info(e.bad_body)

@@ -44,9 +44,10 @@
 //!
 //! [`flags::PING`]: crate::wire::flags::PING
 
+use super::node::{self, LivePorts, NodeLiveness, NODE_PORTS};
 use super::peer::{Liveness, PeerIdx};
 use super::Port;
-use crate::addr::ProcessAddr;
+use crate::addr::{NodeId, ProcessAddr};
 use crate::time::Time;
 use std::time::Duration;
 
@@ -117,6 +118,8 @@ pub(super) struct Watch {
     frames_seen: u64,
     /// Checks in a row that found no new frame from it.
     silent_checks: u32,
+    /// When it was last heard from (or vouched for by its node).
+    heard_at: Time,
 }
 
 impl Port {
@@ -153,6 +156,7 @@ impl Port {
             peer: idx,
             frames_seen: p.stats.frames_received,
             silent_checks: 0,
+            heard_at: now,
         });
         if self.liveness_at == Time::NEVER {
             self.liveness_at = now + self.cfg.liveness.period;
@@ -187,6 +191,10 @@ impl Port {
     pub(super) fn check_liveness(&mut self, now: Time) {
         let cfg = self.cfg.liveness;
         let mut dead = Vec::new();
+        // With node liveness: nodes wanting a fresh view, each with the
+        // watched peer to ping for it (the one heard from last).
+        let mut want_view: Vec<(NodeId, PeerIdx, Time)> = Vec::new();
+        let mut local_live: Option<LivePorts> = None;
         let mut i = 0;
         while i < self.watched.len() {
             let idx = self.watched[i].peer;
@@ -196,9 +204,54 @@ impl Port {
             if p.stats.frames_received != w.frames_seen {
                 w.frames_seen = p.stats.frames_received;
                 w.silent_checks = 0;
+                w.heard_at = now;
                 p.liveness.set_extra_pings(0);
             } else {
                 w.silent_checks += 1;
+            }
+            // Its node may vouch for a silent peer: then it needs no ping.
+            let mut by_node = false;
+            if depended_on && w.silent_checks > 0 && p.addr.port.0 < NODE_PORTS {
+                if let Some(nl) = self.node_liveness.as_mut() {
+                    let (node, port) = (p.addr.node, p.addr.port.0);
+                    let vouched = if node == self.cfg.local.node {
+                        by_node = true;
+                        let live = *local_live.get_or_insert_with(|| nl.local_live(now));
+                        Some(node::is_live(&live, port))
+                    } else {
+                        let view = nl.view(node, now);
+                        match view {
+                            // No view of its node yet: asked for once (one
+                            // ping per node); if none comes (no board
+                            // there), per process from the next check.
+                            None if w.silent_checks >= 2 || cfg.misses <= 2 => None,
+                            _ => {
+                                by_node = true;
+                                let (at, live) = view.unwrap_or((Time::ZERO, [0; 2]));
+                                let fresh = view.is_some() && at >= w.heard_at;
+                                if !fresh || !node::is_live(&live, port) {
+                                    // Wanted: a view after its silence
+                                    // began, or a later one (it may
+                                    // resume). Pinged for it: the node's
+                                    // peer heard from last.
+                                    match want_view.iter_mut().find(|v| v.0 == node) {
+                                        Some(v) if w.heard_at > v.2 => {
+                                            (v.1, v.2) = (idx, w.heard_at)
+                                        }
+                                        Some(_) => {}
+                                        None => want_view.push((node, idx, w.heard_at)),
+                                    }
+                                }
+                                fresh.then(|| node::is_live(&live, port))
+                            }
+                        }
+                    };
+                    if vouched == Some(true) {
+                        w.silent_checks = 0;
+                        w.heard_at = now;
+                        p.liveness.set_extra_pings(0);
+                    }
+                }
             }
             if !depended_on || w.silent_checks >= cfg.misses {
                 if depended_on {
@@ -210,17 +263,30 @@ impl Port {
                 self.watched.swap_remove(i);
                 continue;
             }
-            if w.silent_checks > 0 {
-                p.liveness.set(Liveness::PING_NOW, true);
-                // Silent for more than one check (a live peer answers the
-                // first ping): suspect. Several pings, back to back, so
-                // that only a path losing them all passes for dead.
-                if w.silent_checks > 1 {
-                    p.liveness.set_extra_pings(SUSPECT_EXTRA_PINGS);
-                }
-                self.schedule(idx, now);
+            if w.silent_checks > 0 && !by_node {
+                let suspect = w.silent_checks > 1;
+                self.ping(idx, suspect, now);
             }
             i += 1;
+        }
+        // One ping per node pair: to one peer of each node wanting a view,
+        // if no process of this node pinged it this period — or if no view
+        // came for two periods (the turn went to a ping nobody answers).
+        for (node, idx, _) in want_view {
+            let Some(nl) = self.node_liveness.as_mut() else {
+                break;
+            };
+            let starved = nl
+                .view(node, now)
+                .is_some_and(|(at, _)| now.saturating_since(at) > cfg.period * 2);
+            if nl.take_ping(node, now, cfg.period) || starved {
+                let suspect = self
+                    .watched
+                    .iter()
+                    .find(|w| w.peer == idx)
+                    .is_some_and(|w| w.silent_checks > 1);
+                self.ping(idx, suspect, now);
+            }
         }
         self.liveness_at = if self.watched.is_empty() {
             Time::NEVER
@@ -230,6 +296,38 @@ impl Port {
         for addr in dead {
             self.stats.peers_declared_dead += 1;
             self.peer_gone(now, addr);
+        }
+    }
+
+    /// Pings peer `idx`; a suspect (silent for more than one check: a live
+    /// peer answers the first ping) gets several, back to back, so that
+    /// only a path losing them all passes for dead.
+    fn ping(&mut self, idx: PeerIdx, suspect: bool, now: Time) {
+        let p = &mut self.peers[idx as usize];
+        p.liveness.set(Liveness::PING_NOW, true);
+        if suspect {
+            p.liveness.set_extra_pings(SUSPECT_EXTRA_PINGS);
+        }
+        self.schedule(idx, now);
+    }
+
+    /// Shares liveness with the other processes of this node through
+    /// `shared` (see [`super::node`]): one heartbeat per node pair, and
+    /// every answer to a ping carries this node's live ports.
+    pub fn set_node_liveness(&mut self, shared: Box<dyn NodeLiveness>) {
+        self.node_liveness = Some(shared);
+    }
+
+    /// This node's live ports, for an answer to a ping (`None` without
+    /// node liveness).
+    pub(super) fn local_view(&mut self, now: Time) -> Option<LivePorts> {
+        self.node_liveness.as_mut().map(|nl| nl.local_live(now))
+    }
+
+    /// A view of `node` arrived (an answer to a ping).
+    pub(super) fn note_view(&mut self, node: NodeId, live: LivePorts, now: Time) {
+        if let Some(nl) = self.node_liveness.as_mut() {
+            nl.set_view(node, live, now);
         }
     }
 }

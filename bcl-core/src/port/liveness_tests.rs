@@ -7,10 +7,10 @@ use super::*;
 use crate::event::{ChannelEvent, SendFailure, TransferError};
 use std::time::Duration;
 
-const PERIOD: Duration = Duration::from_millis(100);
-const MISSES: u32 = 3;
+pub(super) const PERIOD: Duration = Duration::from_millis(100);
+pub(super) const MISSES: u32 = 3;
 
-fn watched_config(i: usize) -> PortConfig {
+pub(super) fn watched_config(i: usize) -> PortConfig {
     let mut c = config(i);
     c.liveness.enabled = true;
     c.liveness.period = PERIOD;
@@ -20,7 +20,7 @@ fn watched_config(i: usize) -> PortConfig {
 
 /// What a port is doing at a given instant.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum State {
+pub(super) enum State {
     Running,
     /// Stopped (descheduled, SIGSTOP): frames to it wait, it runs nothing.
     Paused,
@@ -30,18 +30,18 @@ enum State {
 
 /// What a run saw.
 #[derive(Default, Debug)]
-struct Seen {
+pub(super) struct Seen {
     /// (port, peer it declared gone, when).
-    gone: Vec<(usize, ProcessAddr, Time)>,
-    channel_events: Vec<(usize, ChannelEvent)>,
+    pub gone: Vec<(usize, ProcessAddr, Time)>,
+    pub channel_events: Vec<(usize, ChannelEvent)>,
     /// Frames each port sent.
-    frames: Vec<Wired>,
+    pub frames: Vec<Wired>,
 }
 
 /// Runs `net` until `until`, 1 µs per hop, with each port's `state(port,
 /// now)`: frames to a paused port are held until it runs again, frames to
 /// or from a dead one are lost, and neither runs its timers.
-fn run(net: &mut Net, until: Time, state: impl Fn(usize, Time) -> State) -> Seen {
+pub(super) fn run(net: &mut Net, until: Time, state: impl Fn(usize, Time) -> State) -> Seen {
     let mut seen = Seen::default();
     let mut held: Vec<Wired> = Vec::new();
     let n = net.ports.len();

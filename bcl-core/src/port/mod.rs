@@ -24,6 +24,7 @@ mod detach;
 mod lifecycle;
 mod liveness;
 mod loss;
+pub mod node;
 
 pub use bulk::{BulkKind, BulkToken, OutboundBulk};
 pub use channels::{ChannelError, Refused};
@@ -315,6 +316,9 @@ pub struct Port {
     liveness_at: Time,
     /// Nodes an administrator cut off (see `detach`).
     detached: detach::Detached,
+    /// What this node's processes share about liveness (see [`node`]);
+    /// `None`: every peer is watched on its own.
+    node_liveness: Option<Box<dyn node::NodeLiveness>>,
     send_events: VecDeque<SendEvent>,
     /// What the port learnt about its peers' lives (gone, back,
     /// restarted), not yet taken by [`Port::poll_peer_event`].
@@ -377,6 +381,7 @@ impl Port {
             watched: Vec::new(),
             liveness_at: Time::NEVER,
             detached: detach::Detached::default(),
+            node_liveness: None,
             send_events: VecDeque::with_capacity(max),
             peer_events: VecDeque::new(),
             deliveries: VecDeque::with_capacity(cfg.ring_blocks as usize),
@@ -823,5 +828,7 @@ mod lifecycle_tests;
 mod liveness_tests;
 #[cfg(test)]
 mod loss_tests;
+#[cfg(test)]
+mod node_tests;
 #[cfg(test)]
 mod tests;

@@ -127,6 +127,17 @@ impl Port {
                         .liveness
                         .set(Liveness::ANSWER_PING, true);
                 }
+                if frame.flags() & wire::flags::NODE != 0 {
+                    // The peer's node vouches for its live processes.
+                    let view = frame
+                        .payload()
+                        .get(size_of::<AckBody>()..)
+                        .and_then(super::node::decode_view);
+                    match view {
+                        Some(live) => self.note_view(frame.src().node, live, now),
+                        None => self.stats.bad_frames.bad_ack += 1,
+                    }
+                }
                 match (frame.ack(), AckBody::read(frame.payload())) {
                     (Some(ack), Some(body)) => self.on_ack_body(idx, Seq(ack), body, now),
                     // Liveness only: a ping or an answer from a peer with

@@ -260,7 +260,7 @@ impl Port {
             return None;
         }
         if p.nak != NakReason::None || p.liveness.has(Liveness::PING_NOW | Liveness::ANSWER_PING) {
-            return self.emit_ack(idx, buf);
+            return self.emit_ack(idx, now, buf);
         }
         if now >= p.busy_until {
             if p.probe_newest {
@@ -281,7 +281,7 @@ impl Port {
             }
         }
         if self.peers[idx as usize].ack_now {
-            return self.emit_ack(idx, buf);
+            return self.emit_ack(idx, now, buf);
         }
         None
     }
@@ -880,9 +880,10 @@ impl Port {
     /// An ACK or NAK frame with the selective bitmap; a ping, or the answer
     /// to one, when liveness asks (without an acknowledgement if we have
     /// none to give).
-    fn emit_ack(&mut self, idx: PeerIdx, buf: &mut [u8]) -> Option<usize> {
+    fn emit_ack(&mut self, idx: PeerIdx, now: Time, buf: &mut [u8]) -> Option<usize> {
         let p = &self.peers[idx as usize];
         let ping = p.liveness.has(Liveness::PING_NOW);
+        let answer = p.liveness.has(Liveness::ANSWER_PING);
         if !p.rx_known && !p.liveness.has(Liveness::PING_NOW | Liveness::ANSWER_PING) {
             // Nothing to acknowledge: the NAK/ACK request is stale.
             let p = &mut self.peers[idx as usize];
@@ -906,7 +907,23 @@ impl Port {
         if ping {
             fields.flags |= flags::PING;
         }
-        let len = wire::encode(buf, &fields, body.as_bytes(), self.peer_crc(idx)).ok()?;
+        // An answer to a ping carries this node's live ports, when this
+        // node shares liveness (see `node`).
+        let view = if answer && kind == FrameType::Ack {
+            self.local_view(now)
+        } else {
+            None
+        };
+        let len = match view {
+            Some(live) => {
+                fields.flags |= flags::NODE;
+                let mut payload = [0u8; size_of::<AckBody>() + wire::NODE_VIEW_LEN];
+                payload[..size_of::<AckBody>()].copy_from_slice(body.as_bytes());
+                payload[size_of::<AckBody>()..].copy_from_slice(&super::node::encode_view(&live));
+                wire::encode(buf, &fields, &payload, self.peer_crc(idx)).ok()?
+            }
+            None => wire::encode(buf, &fields, body.as_bytes(), self.peer_crc(idx)).ok()?,
+        };
         let p = &mut self.peers[idx as usize];
         p.nak = NakReason::None;
         p.dups_unreported = 0;

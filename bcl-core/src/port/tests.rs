@@ -100,6 +100,16 @@ impl Net {
         }
     }
 
+    /// Ports already set up (routes are the caller's: link `j` is port
+    /// `j`).
+    pub fn with_ports(ports: Vec<Port>, mtu: usize) -> Net {
+        Net {
+            ports,
+            now: Time::ZERO,
+            mtu,
+        }
+    }
+
     /// Every frame the ports want to send now.
     pub fn transmit(&mut self) -> Vec<Wired> {
         let mut out = Vec::new();

@@ -131,6 +131,9 @@ pub struct Header {
     pub crc: U32,
 }
 
+/// Bytes of a node's live ports after an ACK frame's body ([`flags::NODE`]).
+pub const NODE_VIEW_LEN: usize = 16;
+
 /// Header flag bits.
 pub mod flags {
     /// The `ack` field carries a cumulative acknowledgement.
@@ -156,8 +159,15 @@ pub mod flags {
     /// liveness (a ping, or the answer of a port with nothing to
     /// acknowledge).
     pub const PING: u8 = 1 << 5;
+    /// On an ACK frame: after the ack body come [`NODE_VIEW_LEN`] bytes,
+    /// the sender node's live ports (bit p of port p, little-endian words;
+    /// see `port::node`): the answer to a ping from a node that shares
+    /// liveness per node.
+    ///
+    /// [`NODE_VIEW_LEN`]: super::NODE_VIEW_LEN
+    pub const NODE: u8 = 1 << 6;
     /// All bits this version knows.
-    pub const KNOWN: u8 = ACK | CRC | ACK_FRESH | UNSEQUENCED | BUNDLE | PING;
+    pub const KNOWN: u8 = ACK | CRC | ACK_FRESH | UNSEQUENCED | BUNDLE | PING | NODE;
 }
 
 /// What a frame is.

@@ -61,6 +61,8 @@ pub mod layout;
 mod mailbox;
 #[cfg(not(loom))]
 pub mod method;
+
+pub mod node_board;
 #[cfg(not(loom))]
 pub mod proc;
 #[cfg(not(loom))]
@@ -80,6 +82,8 @@ pub use method::{node_identity, probe, ShmMethod, ShmMethodStats, METHOD_NAME};
 
 #[cfg(not(loom))]
 pub use board::{board_name, Board};
+
+pub use node_board::{node_board_name, NodeBoard};
 #[cfg(not(loom))]
 pub use segment::{cleanup_stale, segment_name, CleanupReport};
 

@@ -642,7 +642,11 @@ const SHM_DIR: &str = "/dev/shm";
 /// this host's `dir`; over ssh every host has its own.
 fn remove_leftovers(dir: &Path, job_id: &str) {
     let key = bcl::cluster::join::job_key(job_id).0;
-    let prefixes = [format!("bcl-{key:08x}-"), format!("bcl-board-{key:08x}-")];
+    let prefixes = [
+        format!("bcl-{key:08x}-"),
+        format!("bcl-board-{key:08x}-"),
+        format!("bcl-live-{key:08x}-"),
+    ];
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };

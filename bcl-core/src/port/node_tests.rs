@@ -1,0 +1,195 @@
+//! Liveness per node: a thousand watched peers on ten nodes cost at most
+//! one ping per node pair per period, also with two watchers on one node;
+//! a process gone from a live node, and a whole node gone, are declared
+//! dead within the bound; live ones never are.
+
+use super::liveness_tests::{run, watched_config, State, MISSES, PERIOD};
+use super::node::{LivePorts, NodeLiveness};
+use super::tests::{caps, Net, MTU};
+use super::*;
+use crate::addr::NodeId;
+use crate::method::LinkId;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// One node's shared liveness state, in memory.
+#[derive(Default)]
+struct Board {
+    live: LivePorts,
+    views: HashMap<NodeId, (Time, LivePorts)>,
+    pinged: HashMap<NodeId, Time>,
+}
+
+/// A process's handle on its node's board.
+struct Shared(Arc<Mutex<Board>>);
+
+impl NodeLiveness for Shared {
+    fn local_live(&mut self, _: Time) -> LivePorts {
+        self.0.lock().unwrap().live
+    }
+    fn view(&self, node: NodeId, _: Time) -> Option<(Time, LivePorts)> {
+        self.0.lock().unwrap().views.get(&node).copied()
+    }
+    fn set_view(&mut self, node: NodeId, live: LivePorts, now: Time) {
+        self.0.lock().unwrap().views.insert(node, (now, live));
+    }
+    fn take_ping(&mut self, node: NodeId, now: Time, period: Duration) -> bool {
+        let mut b = self.0.lock().unwrap();
+        match b.pinged.get(&node) {
+            Some(&t) if now.saturating_since(t) < period => false,
+            _ => {
+                b.pinged.insert(node, now);
+                true
+            }
+        }
+    }
+}
+
+const NODES: u32 = 10;
+const PER_NODE: u16 = 100;
+/// The watchers' node.
+const HOME: u32 = 1;
+
+/// Ports 0 and 1: watchers on node 1. Then `NODES` nodes (2, 3, ...) of
+/// `PER_NODE` processes each, every one of which has sent both watchers a
+/// message. Returns the net and the boards (index 0: node 1).
+fn cluster() -> (Net, Vec<Arc<Mutex<Board>>>) {
+    let mut addrs = vec![ProcessAddr::new(HOME, 0), ProcessAddr::new(HOME, 1)];
+    for n in 0..NODES {
+        for p in 0..PER_NODE {
+            addrs.push(ProcessAddr::new(HOME + 1 + n, p));
+        }
+    }
+    let boards: Vec<_> = (0..=NODES)
+        .map(|_| Arc::new(Mutex::new(Board::default())))
+        .collect();
+    let mut ports = Vec::new();
+    for (i, &a) in addrs.iter().enumerate() {
+        let mut c = watched_config(i);
+        c.local = a;
+        c.ring_blocks = 64;
+        let mut port = Port::new(c).unwrap();
+        port.add_method(caps(MTU)).unwrap();
+        let board = &boards[(a.node.0 - HOME) as usize];
+        board.lock().unwrap().live[usize::from(a.port.0 / 64)] |= 1 << (a.port.0 % 64);
+        port.set_node_liveness(Box::new(Shared(board.clone())));
+        ports.push(port);
+    }
+    let mut net = Net::with_ports(ports, MTU);
+    for i in 2..addrs.len() {
+        for w in 0..2 {
+            let to_w = Route {
+                method: 0,
+                link: LinkId(w as u32),
+            };
+            net.ports[i].set_route(net.now, addrs[w], to_w).unwrap();
+            let to_i = Route {
+                method: 0,
+                link: LinkId(i as u32),
+            };
+            net.ports[w].set_route(net.now, addrs[i], to_i).unwrap();
+            net.ports[i].send(net.now, addrs[w], &[1]).unwrap();
+        }
+    }
+    assert_eq!(net.run_perfect().len(), 2 * (addrs.len() - 2));
+    for w in 0..2 {
+        for &a in &addrs[2..] {
+            net.ports[w].watch_peer(net.now, a, true).unwrap();
+        }
+    }
+    (net, boards)
+}
+
+/// Pings the watchers sent in a run.
+fn pings(net: &Net) -> u64 {
+    net.ports[0].stats().pings_sent + net.ports[1].stats().pings_sent
+}
+
+#[test]
+fn a_thousand_peers_on_ten_nodes_cost_one_ping_per_node_pair_per_period() {
+    let (mut net, _) = cluster();
+    let periods = 30u32;
+    let from = net.now;
+    let seen = run(&mut net, from + PERIOD * periods, |_, _| State::Running);
+    let sent = pings(&net);
+    println!(
+        "2 watchers on one node, {} peers on {NODES} nodes, {periods} periods: {sent} pings ({:.2} per node pair per period)",
+        u32::from(PER_NODE) * NODES,
+        sent as f64 / f64::from(NODES * periods)
+    );
+    assert!(seen.gone.is_empty(), "{:?}", &seen.gone[..1]);
+    // At most one per node pair and period (the first check may find the
+    // turn free twice: +1 period).
+    assert!(sent <= u64::from(NODES * (periods + 1)), "{sent} pings");
+    assert!(sent >= u64::from(NODES * periods / 3), "{sent} pings");
+    // The peers answer, nothing else: the watchers' frames are the pings.
+    let from_watchers = seen.frames.iter().filter(|f| f.from < 2).count() as u64;
+    assert_eq!(from_watchers, sent);
+}
+
+#[test]
+fn a_process_gone_from_a_live_node_is_declared_dead_within_the_bound() {
+    let (mut net, boards) = cluster();
+    // Node 3's port 5 (net index 2 + 100 + 5) dies; its node's board says so.
+    let victim = 2 + usize::from(PER_NODE) + 5;
+    let victim_addr = ProcessAddr::new(HOME + 2, 5);
+    boards[2].lock().unwrap().live[0] &= !(1 << 5);
+    let from = net.now;
+    let seen = run(&mut net, from + PERIOD * (MISSES + 4), |i, _| {
+        if i == victim {
+            State::Dead
+        } else {
+            State::Running
+        }
+    });
+    let mut gone: Vec<_> = seen.gone.iter().map(|g| (g.0, g.1)).collect();
+    gone.sort();
+    assert_eq!(gone, vec![(0, victim_addr), (1, victim_addr)]);
+    for g in &seen.gone {
+        let after = g.2.saturating_since(from);
+        assert!(after <= PERIOD * (MISSES + 1), "declared after {after:?}");
+    }
+}
+
+#[test]
+fn a_node_gone_takes_its_processes_and_only_those() {
+    let (mut net, _) = cluster();
+    let gone_node = HOME + 4;
+    let first = 2 + 3 * usize::from(PER_NODE);
+    let on_gone_node = first..first + usize::from(PER_NODE);
+    let from = net.now;
+    let seen = run(&mut net, from + PERIOD * (MISSES + 4), |i, _| {
+        if on_gone_node.contains(&i) {
+            State::Dead
+        } else {
+            State::Running
+        }
+    });
+    assert_eq!(seen.gone.len(), 2 * usize::from(PER_NODE));
+    for g in &seen.gone {
+        assert_eq!(g.1.node.0, gone_node);
+        assert!(g.2.saturating_since(from) <= PERIOD * (MISSES + 1));
+    }
+}
+
+#[test]
+fn a_paused_process_is_not_declared_dead_before_the_bound() {
+    let (mut net, boards) = cluster();
+    let paused = 2 + 7;
+    let from = net.now;
+    let resume = from + PERIOD * (MISSES - 1);
+    let board = boards[1].clone();
+    board.lock().unwrap().live[0] &= !(1 << 7);
+    let seen = run(&mut net, from + PERIOD * (MISSES + 3), |i, now| {
+        if now >= resume {
+            board.lock().unwrap().live[0] |= 1 << 7;
+        }
+        if i == paused && now < resume {
+            State::Paused
+        } else {
+            State::Running
+        }
+    });
+    assert!(seen.gone.is_empty(), "{:?}", seen.gone);
+}

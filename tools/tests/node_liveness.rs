@@ -1,0 +1,148 @@
+//! Liveness per node pair, between real processes on two bcl-lab nodes
+//! over udp: two ranks on node 1 watch the two ranks of node 2 (critical,
+//! 100 ms period, 4 silent checks). With the node board (the default) the
+//! watchers' pings together stay within one per node pair per period;
+//! with `BCL_NODE_LIVENESS=off` (each process on its own) they are counted
+//! for comparison. Then rank 3 is SIGKILLed: both watchers declare it
+//! dead, and never rank 2, its live neighbour. Needs root; fails loudly
+//! without it unless BCL_SKIP_PRIVILEGED=1.
+
+use bcl_lab::require_privileges;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Checks while the four ranks all live.
+const PERIODS: u32 = 30;
+const PERIOD: Duration = Duration::from_millis(100);
+
+/// Runs the job; returns its output (asserting it succeeded).
+fn job(per_node_board: bool) -> String {
+    let lab = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/lab/switched4.toml");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_bcl-run"));
+    c.args(["-n", "4", "--per-node", "2", "--timeout", "60", "--lab"])
+        .arg(&lab)
+        .args(["--nodes", "n1,n2", "--keep-going", "--"])
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "node_watching_rank",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
+        .env("BCL_LAB_PREFIX", format!("t{}-nl", std::process::id()))
+        .env("BCL_METHODS", "udp")
+        .env("BCL_LIVENESS", "100ms,4")
+        .env("BCL_NODE_LIVENESS_TEST", "1");
+    if !per_node_board {
+        c.env("BCL_NODE_LIVENESS", "off");
+    }
+    let out = c.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Rank 3 is killed on purpose: the job's status is its SIGKILL.
+    assert!(
+        stderr.contains("rank 3 failed (signal: 9 (SIGKILL))"),
+        "{stdout}\n{stderr}"
+    );
+    for r in [0, 1, 2] {
+        assert!(
+            stdout.contains(&format!("[{r}] done")),
+            "rank {r}: {stdout}\n{stderr}"
+        );
+    }
+    stdout
+}
+
+/// The pings ranks 0 and 1 sent while everyone lived.
+fn pings(out: &str) -> u64 {
+    out.lines()
+        .filter_map(|l| {
+            l.split_once("] pings while all lived: ")?
+                .1
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+#[test]
+fn two_watchers_cost_one_ping_per_node_pair_and_a_dead_rank_is_found() {
+    if !require_privileges("two_watchers_cost_one_ping_per_node_pair_and_a_dead_rank_is_found") {
+        return;
+    }
+    let per_node = job(true);
+    let per_process = job(false);
+    let (node_pings, process_pings) = (pings(&per_node), pings(&per_process));
+    eprintln!(
+        "{PERIODS} periods, 2 watchers x 2 watched on another node: {node_pings} pings per node pair, {process_pings} per process pair"
+    );
+    // At most one per node pair and period (+1: the first check).
+    assert!(
+        node_pings <= u64::from(PERIODS) + 1,
+        "{node_pings} pings\n{per_node}"
+    );
+    assert!(node_pings > 0, "{per_node}");
+    for out in [&per_node, &per_process] {
+        for r in [0, 1] {
+            assert!(out.contains(&format!("[{r}] rank 3 down after")), "{out}");
+        }
+        assert!(!out.contains("rank 2 down"), "{out}");
+    }
+    for l in per_node.lines().filter(|l| l.contains("down after")) {
+        eprintln!("{l}");
+    }
+}
+
+/// A rank of the test above (does nothing in a normal test run).
+#[test]
+fn node_watching_rank() {
+    use bcl::cluster::join::{join, JoinOptions};
+    use bcl::PeerEvent;
+    if std::env::var_os("BCL_NODE_LIVENESS_TEST").is_none()
+        || std::env::var_os("BCL_RANK").is_none()
+    {
+        return;
+    }
+    let mut joined = join(JoinOptions::default()).unwrap();
+    let me = joined.info.rank;
+    let addrs = joined.addrs.clone();
+    let ep = &mut joined.endpoint;
+    let start = Instant::now();
+    let all_lived = PERIOD * PERIODS;
+    let end = all_lived + Duration::from_secs(2);
+    let step = |ep: &mut bcl::Endpoint| {
+        let until = ep.now() + Duration::from_millis(1);
+        ep.progress_or_wait(Some(until)).unwrap();
+    };
+    if me >= 2 {
+        while start.elapsed() < end {
+            if me == 3 && start.elapsed() >= all_lived {
+                let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+            }
+            step(ep);
+        }
+        println!("done");
+        return;
+    }
+    for r in [2, 3] {
+        ep.watch_peer(addrs[r], true).unwrap();
+    }
+    let mut reported = false;
+    while start.elapsed() < end {
+        step(ep);
+        if !reported && start.elapsed() >= all_lived {
+            println!("pings while all lived: {}", ep.port().stats().pings_sent);
+            reported = true;
+        }
+        while let Some(ev) = ep.poll_peer_event() {
+            if let PeerEvent::Down(a) = ev {
+                let r = addrs.iter().position(|x| *x == a).unwrap();
+                let after = start.elapsed().saturating_sub(all_lived);
+                println!("rank {r} down after {:.0} ms", after.as_secs_f64() * 1e3);
+            }
+        }
+    }
+    println!("done");
+}
