@@ -37,6 +37,10 @@
 //! 12 s, as long as a stalled transfer is given) leave room for that;
 //! detection tests and fault-tolerant applications set shorter ones.
 //!
+//! With a [`NodeLiveness`] (what the job's processes of this node share,
+//! see [`super::node`]) a silent peer's node may vouch for it instead, and
+//! the pings go per node pair, not per peer.
+//!
 //! Peers reached through a method that never loses (shared memory) are
 //! not pinged: their frames carry no acknowledgements, and such a method
 //! sees a dead process itself (its process id) and reports it through
