@@ -54,12 +54,11 @@
 //! can make a collective's result wrong or make it wait, never make us
 //! read or write outside the mapping.
 
-use crate::segment::{file_len, open_raw, DirLock, Mapping};
+use crate::segment::{create_or_open, file_len, DirLock, Mapping};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use crate::ShmError;
 use bcl_core::JobKey;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 /// "BCLBOARD" in ASCII.
@@ -157,24 +156,8 @@ impl Board {
         })?;
         let io = |context: String| move |source: io::Error| ShmError::Io { context, source };
         let _lock = DirLock::acquire(dir).map_err(io(format!("locking {}", dir.display())))?;
-        let (fd, created) =
-            match open_raw(&path, libc::O_RDWR | libc::O_CREAT | libc::O_EXCL, 0o600) {
-                Ok(fd) => (fd, true),
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => (
-                    open_raw(&path, libc::O_RDWR, 0)
-                        .map_err(io(format!("opening {}", path.display())))?,
-                    false,
-                ),
-                Err(e) => return Err(io(format!("creating {}", path.display()))(e)),
-            };
-        if created {
-            // SAFETY: ftruncate on our own fd.
-            if unsafe { libc::ftruncate(fd.as_raw_fd(), total as libc::off_t) } != 0 {
-                let e = io::Error::last_os_error();
-                let _ = std::fs::remove_file(&path);
-                return Err(io(format!("sizing {} to {total} bytes", path.display()))(e));
-            }
-        } else {
+        let (fd, created) = create_or_open(&path, total)?;
+        if !created {
             let len = file_len(&fd).map_err(io(format!("reading {}", path.display())))?;
             if len != total as u64 {
                 return Err(bad(format!(

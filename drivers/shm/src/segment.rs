@@ -76,6 +76,32 @@ pub(crate) fn open_raw(p: &Path, flags: libc::c_int, mode: libc::mode_t) -> io::
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// Opens the shared file `path` read-write, or creates it (mode 0600)
+/// with `len` zero bytes if it is not there; the caller holds the
+/// directory's [`DirLock`], so a file that exists was made whole by
+/// another process. Returns the descriptor and whether it was created; the
+/// caller checks an existing file's length.
+pub(crate) fn create_or_open(path: &Path, len: usize) -> Result<(OwnedFd, bool), ShmError> {
+    let io = |context: String| move |source: io::Error| ShmError::Io { context, source };
+    let (fd, created) = match open_raw(path, libc::O_RDWR | libc::O_CREAT | libc::O_EXCL, 0o600) {
+        Ok(fd) => (fd, true),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => (
+            open_raw(path, libc::O_RDWR, 0).map_err(io(format!("opening {}", path.display())))?,
+            false,
+        ),
+        Err(e) => return Err(io(format!("creating {}", path.display()))(e)),
+    };
+    if created {
+        // SAFETY: ftruncate on our own fd.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+            let e = io::Error::last_os_error();
+            let _ = std::fs::remove_file(path);
+            return Err(io(format!("sizing {} to {len} bytes", path.display()))(e));
+        }
+    }
+    Ok((fd, created))
+}
+
 pub(crate) fn file_len(fd: &OwnedFd) -> io::Result<u64> {
     // SAFETY: fstat writes into a valid, zero-initialised stat buffer.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
