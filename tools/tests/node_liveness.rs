@@ -110,7 +110,12 @@ fn node_watching_rank() {
     let addrs = joined.addrs.clone();
     let ep = &mut joined.endpoint;
     let start = Instant::now();
-    let all_lived = PERIOD * PERIODS;
+    // bench/liveness.sh --node-kills shortens the live phase.
+    let periods = std::env::var("BCL_NODE_LIVENESS_PERIODS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(PERIODS);
+    let all_lived = PERIOD * periods;
     let end = all_lived + Duration::from_secs(2);
     let step = |ep: &mut bcl::Endpoint| {
         let until = ep.now() + Duration::from_millis(1);
