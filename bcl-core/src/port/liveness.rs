@@ -196,8 +196,10 @@ impl Port {
         let cfg = self.cfg.liveness;
         let mut dead = Vec::new();
         // With node liveness: nodes wanting a fresh view, each with the
-        // watched peer to ping for it (the one heard from last).
-        let mut want_view: Vec<(NodeId, PeerIdx, Time)> = Vec::new();
+        // watched peer to ping for it and how good a choice it is (listed
+        // live by the last view first, then heard from last: a dead one
+        // would answer nothing).
+        let mut want_view: Vec<(NodeId, PeerIdx, (bool, Time))> = Vec::new();
         let mut local_live: Option<LivePorts> = None;
         let mut i = 0;
         while i < self.watched.len() {
@@ -236,14 +238,12 @@ impl Port {
                                 if !fresh || !node::is_live(&live, port) {
                                     // Wanted: a view after its silence
                                     // began, or a later one (it may
-                                    // resume). Pinged for it: the node's
-                                    // peer heard from last.
+                                    // resume).
+                                    let rank = (node::is_live(&live, port), w.heard_at);
                                     match want_view.iter_mut().find(|v| v.0 == node) {
-                                        Some(v) if w.heard_at > v.2 => {
-                                            (v.1, v.2) = (idx, w.heard_at)
-                                        }
+                                        Some(v) if rank > v.2 => (v.1, v.2) = (idx, rank),
                                         Some(_) => {}
-                                        None => want_view.push((node, idx, w.heard_at)),
+                                        None => want_view.push((node, idx, rank)),
                                     }
                                 }
                                 fresh.then(|| node::is_live(&live, port))
