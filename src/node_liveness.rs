@@ -2,7 +2,7 @@
 //! liveness board in shared memory (`bcl_shm::NodeBoard`): the endpoint's
 //! side of `bcl_core::port::node` (one heartbeat per node pair).
 //!
-//! The board keeps times in milliseconds of `CLOCK_MONOTONIC`, the same
+//! The board keeps times in nanoseconds of `CLOCK_MONOTONIC`, the same
 //! for every process of the host; the port's times count from its
 //! endpoint's start, so this module converts with the offset it measured
 //! when it was made. This node's live ports are read from `/proc` at most
@@ -17,10 +17,10 @@ use std::time::Duration;
 /// How long a reading of this node's live ports is reused.
 const LOCAL_VIEW_REUSE: Duration = Duration::from_millis(10);
 
-/// Milliseconds of `CLOCK_MONOTONIC` now.
-fn monotonic_ms() -> u64 {
+/// Nanoseconds of `CLOCK_MONOTONIC` now.
+fn monotonic_ns() -> u64 {
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .map(|t| t.tv_sec() as u64 * 1000 + t.tv_nsec() as u64 / 1_000_000)
+        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
         .unwrap_or(0)
 }
 
@@ -29,8 +29,8 @@ pub(crate) struct BoardLiveness {
     board: NodeBoard,
     me: ProcessAddr,
     pid: u32,
-    /// `CLOCK_MONOTONIC` ms at port time zero.
-    origin_ms: i128,
+    /// `CLOCK_MONOTONIC` ns at port time zero.
+    origin_ns: i128,
     local: Option<(Time, LivePorts)>,
 }
 
@@ -50,23 +50,22 @@ impl BoardLiveness {
             source: e,
         })?;
         board.register(me.port.0, pid, start);
-        let origin_ms = i128::from(monotonic_ms()) - (now.as_nanos() / 1_000_000) as i128;
+        let origin_ns = i128::from(monotonic_ns()) - i128::from(now.as_nanos());
         Ok(BoardLiveness {
             board,
             me,
             pid,
-            origin_ms,
+            origin_ns,
             local: None,
         })
     }
 
-    fn board_ms(&self, t: Time) -> u64 {
-        (self.origin_ms + (t.as_nanos() / 1_000_000) as i128).max(0) as u64
+    fn board_ns(&self, t: Time) -> u64 {
+        (self.origin_ns + i128::from(t.as_nanos())).max(0) as u64
     }
 
-    fn port_time(&self, ms: u64) -> Time {
-        let ns = (i128::from(ms) - self.origin_ms).max(0) as u64 * 1_000_000;
-        Time::from_nanos(ns)
+    fn port_time(&self, ns: u64) -> Time {
+        Time::from_nanos((i128::from(ns) - self.origin_ns).max(0) as u64)
     }
 }
 
@@ -85,16 +84,20 @@ impl NodeLiveness for BoardLiveness {
     fn view(&self, node: NodeId, _now: Time) -> Option<(Time, LivePorts)> {
         self.board
             .view(node.0)
-            .map(|v| (self.port_time(v.at_ms), v.live))
+            .map(|v| (self.port_time(v.at_ns), v.live))
     }
 
     fn set_view(&mut self, node: NodeId, live: LivePorts, now: Time) {
-        self.board.set_view(node.0, live, self.board_ms(now));
+        self.board.set_view(node.0, live, self.board_ns(now));
     }
 
-    fn take_ping(&mut self, node: NodeId, now: Time, period: Duration) -> bool {
+    fn take_ping(&mut self, node: NodeId, now: Time, period: Duration, port: u16) -> bool {
         self.board
-            .take_ping(node.0, self.board_ms(now), period.as_millis() as u64)
+            .take_ping(node.0, self.board_ns(now), period.as_nanos() as u64, port)
+    }
+
+    fn unanswered(&self, node: NodeId) -> Option<u16> {
+        self.board.unanswered(node.0)
     }
 }
 

@@ -151,7 +151,7 @@ fn node_watching_rank() {
                         println!("rank {r} down after {:.0} ms", after.as_secs_f64() * 1e3)
                     }
                     // Alive all along: a false death.
-                    _ => println!("rank {r} down, a false death"),
+                    _ => println!("rank {r} down, a false death (at {:?} after the live phase; declared dead by liveness so far: {})", start.elapsed().checked_sub(all_lived), ep.port().stats().peers_declared_dead),
                 }
             }
         }

@@ -197,9 +197,9 @@ impl Port {
         let mut dead = Vec::new();
         // With node liveness: nodes wanting a fresh view, each with the
         // watched peer to ping for it and how good a choice it is (listed
-        // live by the last view first, then heard from last: a dead one
-        // would answer nothing).
-        let mut want_view: Vec<(NodeId, PeerIdx, (bool, Time))> = Vec::new();
+        // live by the last view first, then not the one pinged last without
+        // an answer, then heard from last: a dead one answers nothing).
+        let mut want_view: Vec<(NodeId, PeerIdx, (bool, bool, Time))> = Vec::new();
         let mut local_live: Option<LivePorts> = None;
         let mut i = 0;
         while i < self.watched.len() {
@@ -239,7 +239,11 @@ impl Port {
                                     // Wanted: a view after its silence
                                     // began, or a later one (it may
                                     // resume).
-                                    let rank = (node::is_live(&live, port), w.heard_at);
+                                    let rank = (
+                                        node::is_live(&live, port),
+                                        nl.unanswered(node) != Some(port),
+                                        w.heard_at,
+                                    );
                                     match want_view.iter_mut().find(|v| v.0 == node) {
                                         Some(v) if rank > v.2 => (v.1, v.2) = (idx, rank),
                                         Some(_) => {}
@@ -283,7 +287,8 @@ impl Port {
             let starved = nl
                 .view(node, now)
                 .is_some_and(|(at, _)| now.saturating_since(at) > cfg.period * 2);
-            if nl.take_ping(node, now, cfg.period) || starved {
+            let port = self.peers[idx as usize].addr.port.0;
+            if nl.take_ping(node, now, cfg.period, port) || starved {
                 let suspect = self
                     .watched
                     .iter()

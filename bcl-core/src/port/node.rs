@@ -17,8 +17,10 @@
 //!   so a stopped process is declared dead only after the same bound.
 //! - **One ping per node pair.** A silent peer without a fresh view makes
 //!   its node want one; the port then pings *one* watched peer of that node
-//!   (the one heard from last), and only if no process of this node pinged
-//!   that node within the period ([`NodeLiveness::take_ping`]). If views of
+//!   (one its last view lists live, not the one pinged last if that one
+//!   never answered, then the one heard from last), and only if no process
+//!   of this node pinged that node within the period
+//!   ([`NodeLiveness::take_ping`]). If views of
 //!   a node stop arriving for two periods (the process that took the turn
 //!   pings one that is gone), every process pings again, each its own
 //!   choice, so a dead representative cannot hide live ones.
@@ -47,9 +49,13 @@ pub trait NodeLiveness: Send {
     fn view(&self, node: NodeId, now: Time) -> Option<(Time, LivePorts)>;
     /// A view of `node` arrived now.
     fn set_view(&mut self, node: NodeId, live: LivePorts, now: Time);
-    /// Whether this process pings `node` now: true if no process of this
-    /// node did within `period` (the turn is then this process's).
-    fn take_ping(&mut self, node: NodeId, now: Time, period: Duration) -> bool;
+    /// Whether this process pings `node` now, at its port `port`: true if
+    /// no process of this node did within `period` (the turn is then this
+    /// process's, and `port` is remembered as the one pinged).
+    fn take_ping(&mut self, node: NodeId, now: Time, period: Duration, port: u16) -> bool;
+    /// The port of `node` pinged last, if no view of `node` arrived since
+    /// (it did not answer: another is pinged next).
+    fn unanswered(&self, node: NodeId) -> Option<u16>;
 }
 
 /// Whether `port` is set in `live` (false from [`NODE_PORTS`] up).

@@ -18,7 +18,7 @@ use std::time::Duration;
 struct Board {
     live: LivePorts,
     views: HashMap<NodeId, (Time, LivePorts)>,
-    pinged: HashMap<NodeId, Time>,
+    pinged: HashMap<NodeId, (Time, u16)>,
 }
 
 /// A process's handle on its node's board.
@@ -34,20 +34,32 @@ impl NodeLiveness for Shared {
     fn set_view(&mut self, node: NodeId, live: LivePorts, now: Time) {
         self.0.lock().unwrap().views.insert(node, (now, live));
     }
-    fn take_ping(&mut self, node: NodeId, now: Time, period: Duration) -> bool {
+    fn take_ping(&mut self, node: NodeId, now: Time, period: Duration, port: u16) -> bool {
         let mut b = self.0.lock().unwrap();
         match b.pinged.get(&node) {
-            Some(&t) if now.saturating_since(t) < period => false,
+            Some(&(t, _)) if now.saturating_since(t) < period => false,
             _ => {
-                b.pinged.insert(node, now);
+                b.pinged.insert(node, (now, port));
                 true
             }
         }
+    }
+    fn unanswered(&self, node: NodeId) -> Option<u16> {
+        let b = self.0.lock().unwrap();
+        let &(t, port) = b.pinged.get(&node)?;
+        let answered = b.views.get(&node).is_some_and(|&(at, _)| at >= t);
+        (!answered).then_some(port)
     }
 }
 
 const NODES: u32 = 10;
 const PER_NODE: u16 = 100;
+
+thread_local! {
+    /// Processes per remote node in the next `cluster_with` (tests that
+    /// need few per node set it).
+    static PER_NODE_NOW: std::cell::Cell<u16> = const { std::cell::Cell::new(PER_NODE) };
+}
 /// The watchers' node.
 const HOME: u32 = 1;
 
@@ -55,14 +67,15 @@ const HOME: u32 = 1;
 /// `PER_NODE` processes each, every one of which has sent both watchers a
 /// message. Returns the net and the boards (index 0: node 1).
 fn cluster() -> (Net, Vec<Arc<Mutex<Board>>>) {
-    cluster_with(MISSES)
+    cluster_with(MISSES, Duration::ZERO)
 }
 
 /// [`cluster`] with `misses` silent checks to the verdict.
-fn cluster_with(misses: u32) -> (Net, Vec<Arc<Mutex<Board>>>) {
+fn cluster_with(misses: u32, offset: Duration) -> (Net, Vec<Arc<Mutex<Board>>>) {
     let mut addrs = vec![ProcessAddr::new(HOME, 0), ProcessAddr::new(HOME, 1)];
+    let per_node = PER_NODE_NOW.with(|c| c.get());
     for n in 0..NODES {
-        for p in 0..PER_NODE {
+        for p in 0..per_node {
             addrs.push(ProcessAddr::new(HOME + 1 + n, p));
         }
     }
@@ -100,6 +113,11 @@ fn cluster_with(misses: u32) -> (Net, Vec<Arc<Mutex<Board>>>) {
     }
     assert_eq!(net.run_perfect().len(), 2 * (addrs.len() - 2));
     for w in 0..2 {
+        if w == 1 && !offset.is_zero() {
+            // The second watcher checks `offset` out of phase.
+            let at = net.now + offset;
+            run(&mut net, at, |_, _| State::Running);
+        }
         for &a in &addrs[2..] {
             net.ports[w].watch_peer(net.now, a, true).unwrap();
         }
@@ -145,7 +163,7 @@ fn a_process_gone_from_a_live_node_is_declared_dead_within_the_bound() {
 /// watchers, within `misses` + 1 periods (its neighbours go on answering
 /// for their node: the dead one is not the one pinged).
 fn process_gone(misses: u32) {
-    let (mut net, boards) = cluster_with(misses);
+    let (mut net, boards) = cluster_with(misses, Duration::ZERO);
     // Node 3's port 5 (net index 2 + 100 + 5) dies; its node's board says so.
     let victim = 2 + usize::from(PER_NODE) + 5;
     let victim_addr = ProcessAddr::new(HOME + 2, 5);
@@ -211,4 +229,42 @@ fn a_paused_process_is_not_declared_dead_before_the_bound() {
         }
     });
     assert!(seen.gone.is_empty(), "{:?}", seen.gone);
+}
+
+/// Two processes on each remote node; one dies after ten periods: only it
+/// is declared dead, by both watchers, within `misses` + 1 periods of its
+/// death (its neighbour, alone to answer for the node, is never taken for
+/// dead), whatever the second watcher's phase.
+#[test]
+fn a_neighbour_alone_on_its_node_is_not_taken_for_dead() {
+    PER_NODE_NOW.with(|c| c.set(2));
+    for (misses, off) in [(2u32, 0u64), (3, 0), (2, 37), (2, 63), (3, 37)] {
+        let (mut net, boards) = cluster_with(misses, Duration::from_millis(off));
+        // Node 3's port 1.
+        let victim = 2 + 2 + 1;
+        let victim_addr = ProcessAddr::new(HOME + 2, 1);
+        let kill = net.now + PERIOD * 10 + Duration::from_millis(37);
+        let board = boards[2].clone();
+        let seen = run(&mut net, kill + PERIOD * (misses + 4), |i, now| {
+            if now >= kill {
+                board.lock().unwrap().live[0] &= !(1 << 1);
+            }
+            if i == victim && now >= kill {
+                State::Dead
+            } else {
+                State::Running
+            }
+        });
+        let mut gone: Vec<_> = seen.gone.iter().map(|g| (g.0, g.1)).collect();
+        gone.sort();
+        assert_eq!(
+            gone,
+            vec![(0, victim_addr), (1, victim_addr)],
+            "misses {misses}, offset {off} ms"
+        );
+        for g in &seen.gone {
+            assert!(g.2.saturating_since(kill) <= PERIOD * (misses + 1));
+        }
+    }
+    PER_NODE_NOW.with(|c| c.set(PER_NODE));
 }

@@ -10,8 +10,9 @@
 //!           port 0..127: the pid and start time of the process at that
 //!           port (0: none)
 //! page 1..  256 remote-node lines of 64 bytes: node number (0: free), when
-//!           a process of this node last pinged it, and the last view of
-//!           its live ports (a seqlock: sequence, time, two bitmap words)
+//!           a process of this node last pinged it, the last view of its
+//!           live ports (a seqlock: sequence, time, two bitmap words), and
+//!           the port pinged last (+ 1; 0: none)
 //! ```
 //!
 //! - A process registers its identity at its port ([`NodeBoard::register`]);
@@ -21,12 +22,14 @@
 //!   answers nothing, so it is not live until it resumes).
 //! - A process that wants a fresh view of a remote node takes that node's
 //!   ping turn ([`NodeBoard::take_ping`]): at most one process of this node
-//!   wins it per period, and only the winner pings.
+//!   wins it per period, and only the winner pings; the port it pings is
+//!   remembered, so that one that does not answer is not pinged next
+//!   ([`NodeBoard::unanswered`]).
 //! - The answer (the remote node's live ports) is written to that node's
 //!   line ([`NodeBoard::set_view`]) and read by every process of this node
 //!   ([`NodeBoard::view`]).
 //!
-//! Times are milliseconds of `CLOCK_MONOTONIC` (the same for every process
+//! Times are nanoseconds of `CLOCK_MONOTONIC` (the same for every process
 //! of the host). Ports from 128 up are not on the board: their processes
 //! are watched one by one, as without a board.
 //!
@@ -60,11 +63,11 @@ pub fn node_board_name(job: JobKey, node: u32) -> String {
 }
 
 /// A remote node's live ports as last seen: bit `p` of the 128 is port
-/// `p`, and `at` is when the view arrived (ms of `CLOCK_MONOTONIC`).
+/// `p`, and `at_ns` is when the view arrived (ns of `CLOCK_MONOTONIC`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NodeView {
     /// When the view arrived.
-    pub at_ms: u64,
+    pub at_ns: u64,
     /// Live ports, bit p of word p / 64.
     pub live: [u64; 2],
 }
@@ -208,26 +211,42 @@ impl NodeBoard {
         None
     }
 
-    /// Takes node `node`'s ping turn at `now_ms`: true if no process of
-    /// this node took it within the last `period_ms` (the caller pings),
+    /// Takes node `node`'s ping turn at `now_ns`: true if no process of
+    /// this node took it within the last `period_ns` (the caller pings),
     /// false if one did (or the board has no line for the node: then the
     /// caller pings as if there were no board, and true is returned).
-    pub fn take_ping(&self, node: u32, now_ms: u64, period_ms: u64) -> bool {
+    /// The winner's `port` (the one it pings) is remembered.
+    pub fn take_ping(&self, node: u32, now_ns: u64, period_ns: u64, port: u16) -> bool {
         let Some(off) = self.line(node) else {
             return true;
         };
         let w = self.word(off + 8);
         let last = w.load(Ordering::Acquire);
-        if last != 0 && now_ms.saturating_sub(last) < period_ms {
+        if last != 0 && now_ns.saturating_sub(last) < period_ns {
             return false;
         }
-        w.compare_exchange(last, now_ms.max(1), Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok()
+        let won = w
+            .compare_exchange(last, now_ns.max(1), Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok();
+        if won {
+            self.word(off + 48)
+                .store(u64::from(port) + 1, Ordering::Release);
+        }
+        won
+    }
+
+    /// The port of `node` pinged last, if no view of `node` arrived since.
+    pub fn unanswered(&self, node: u32) -> Option<u16> {
+        let off = self.line(node)?;
+        let port = self.word(off + 48).load(Ordering::Acquire);
+        let pinged = self.word(off + 8).load(Ordering::Acquire);
+        let answered = self.view(node).is_some_and(|v| v.at_ns >= pinged);
+        (port != 0 && !answered).then(|| (port - 1) as u16)
     }
 
     /// Stores a view of node `node` (its live ports) that arrived at
-    /// `now_ms`.
-    pub fn set_view(&self, node: u32, live: [u64; 2], now_ms: u64) {
+    /// `now_ns`.
+    pub fn set_view(&self, node: u32, live: [u64; 2], now_ns: u64) {
         let Some(off) = self.line(node) else {
             return;
         };
@@ -242,7 +261,7 @@ impl NodeBoard {
             // enough.
             return;
         }
-        self.word(off + 24).store(now_ms, Ordering::Relaxed);
+        self.word(off + 24).store(now_ns, Ordering::Relaxed);
         self.word(off + 32).store(live[0], Ordering::Relaxed);
         self.word(off + 40).store(live[1], Ordering::Relaxed);
         seq.store(s + 2, Ordering::Release);
@@ -258,13 +277,13 @@ impl NodeBoard {
                 std::hint::spin_loop();
                 continue;
             }
-            let at_ms = self.word(off + 24).load(Ordering::Acquire);
+            let at_ns = self.word(off + 24).load(Ordering::Acquire);
             let live = [
                 self.word(off + 32).load(Ordering::Acquire),
                 self.word(off + 40).load(Ordering::Acquire),
             ];
             if seq.load(Ordering::Acquire) == s {
-                return (s != 0).then_some(NodeView { at_ms, live });
+                return (s != 0).then_some(NodeView { at_ns, live });
             }
         }
         None
@@ -323,24 +342,29 @@ mod tests {
         let a = NodeBoard::open(&d, &name).unwrap();
         let b = NodeBoard::open(&d, &name).unwrap();
         assert!(a.view(5).is_none());
-        assert!(a.take_ping(5, 1000, 100));
+        assert!(a.take_ping(5, 1000, 100, 4));
+        assert_eq!(b.unanswered(5), Some(4));
         assert!(
-            !b.take_ping(5, 1050, 100),
+            !b.take_ping(5, 1050, 100, 9),
             "the turn is taken for the period"
         );
-        assert!(b.take_ping(6, 1050, 100), "another node has its own turn");
-        assert!(b.take_ping(5, 1100, 100));
+        assert!(
+            b.take_ping(6, 1050, 100, 0),
+            "another node has its own turn"
+        );
+        assert!(b.take_ping(5, 1100, 100, 2));
         b.set_view(5, [0b101, 1 << 63], 1101);
+        assert_eq!(a.unanswered(5), None, "answered");
         assert_eq!(
             a.view(5),
             Some(NodeView {
-                at_ms: 1101,
+                at_ns: 1101,
                 live: [0b101, 1 << 63]
             })
         );
         assert!(a.view(6).is_none(), "a node pinged but never answered");
         // Node 0 is no node; nodes beyond the lines still ping.
-        assert!(a.take_ping(0, 1200, 100));
+        assert!(a.take_ping(0, 1200, 100, 0));
         let _ = std::fs::remove_dir_all(&d);
     }
 }
