@@ -77,6 +77,7 @@ if [ "$NODE_KILLS" -gt 0 ] || [ "$NODE_SOAK" -gt 0 ]; then
   exe=$(cargo test --release -p bcl-tools --test node_liveness --no-run 2>&1 | sed -n 's/.*(\(.*node_liveness-[0-9a-f]*\)).*/\1/p' | tail -1)
   [ -x "$exe" ] || { echo "liveness: cannot find the node_liveness test binary" >&2; exit 1; }
   export BCL_LAB_PREFIX=bench-nl
+  target/release/bcl-lab down configs/lab/switched4.toml >/dev/null 2>&1 || true
   target/release/bcl-lab up configs/lab/switched4.toml >/dev/null
   trap 'target/release/bcl-lab down configs/lab/switched4.toml >/dev/null 2>&1 || true' EXIT
   if [ "$NODE_KILLS" -gt 0 ]; then

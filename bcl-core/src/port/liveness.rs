@@ -288,7 +288,11 @@ impl Port {
                 .view(node, now)
                 .is_some_and(|(at, _)| now.saturating_since(at) > cfg.period * 2);
             let port = self.peers[idx as usize].addr.port.0;
-            if nl.take_ping(node, now, cfg.period, port) || starved {
+            // The turn comes back a tenth of a period early: checks are
+            // run late by up to a scheduling delay, and two processes'
+            // checks a period apart must not both find it taken.
+            let turn = cfg.period - cfg.period / 10;
+            if nl.take_ping(node, now, turn, port) || starved {
                 let suspect = self
                     .watched
                     .iter()

@@ -19,8 +19,10 @@
 //!   its node want one; the port then pings *one* watched peer of that node
 //!   (one its last view lists live, not the one pinged last if that one
 //!   never answered, then the one heard from last), and only if no process
-//!   of this node pinged that node within the period
-//!   ([`NodeLiveness::take_ping`]). If views of
+//!   of this node pinged that node within the last 0.9 period
+//!   ([`NodeLiveness::take_ping`]: a tenth early, so that checks run a
+//!   little late cannot both find the turn taken and leave a period
+//!   without a ping). If views of
 //!   a node stop arriving for two periods (the process that took the turn
 //!   pings one that is gone), every process pings again, each its own
 //!   choice, so a dead representative cannot hide live ones.
