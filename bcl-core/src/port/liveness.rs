@@ -217,7 +217,10 @@ impl Port {
             }
             // Its node may vouch for a silent peer: then it needs no ping.
             let mut by_node = false;
-            if depended_on && w.silent_checks > 0 && p.addr.port.0 < NODE_PORTS {
+            // Per node only with three silent checks or more to the verdict:
+            // views come about once a period, and with two, one late view
+            // would leave a live peer silent for the whole bound.
+            if depended_on && w.silent_checks > 0 && p.addr.port.0 < NODE_PORTS && cfg.misses >= 3 {
                 if let Some(nl) = self.node_liveness.as_mut() {
                     let (node, port) = (p.addr.node, p.addr.port.0);
                     let vouched = if node == self.cfg.local.node {
@@ -230,7 +233,7 @@ impl Port {
                             // No view of its node yet: asked for once (one
                             // ping per node); if none comes (no board
                             // there), per process from the next check.
-                            None if w.silent_checks >= 2 || cfg.misses <= 2 => None,
+                            None if w.silent_checks >= 2 => None,
                             _ => {
                                 by_node = true;
                                 let (at, live) = view.unwrap_or((Time::ZERO, [0; 2]));

@@ -26,8 +26,12 @@
 //!   a node stop arriving for two periods (the process that took the turn
 //!   pings one that is gone), every process pings again, each its own
 //!   choice, so a dead representative cannot hide live ones.
-//! - A node that never sent a view (no board there), and ports from 128
-//!   up, are watched per process as without node liveness.
+//! - A node that never sent a view (no board there), ports from 128 up,
+//!   and every peer when the verdict comes after fewer than three silent
+//!   checks, are watched per process as without node liveness: views
+//!   arrive about once a period, and with two checks to the verdict one
+//!   late view would leave a live peer silent for the whole bound (on two
+//!   lab nodes, 27 false deaths in 100 runs at two checks, none at three).
 //!
 //! [`flags::NODE`]: crate::wire::flags::NODE
 

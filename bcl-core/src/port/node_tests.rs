@@ -154,7 +154,7 @@ fn a_thousand_peers_on_ten_nodes_cost_one_ping_per_node_pair_per_period() {
 
 #[test]
 fn a_process_gone_from_a_live_node_is_declared_dead_within_the_bound() {
-    for misses in [MISSES, 2] {
+    for misses in [MISSES, 4] {
         process_gone(misses);
     }
 }
@@ -238,7 +238,7 @@ fn a_paused_process_is_not_declared_dead_before_the_bound() {
 #[test]
 fn a_neighbour_alone_on_its_node_is_not_taken_for_dead() {
     PER_NODE_NOW.with(|c| c.set(2));
-    for (misses, off) in [(2u32, 0u64), (3, 0), (2, 37), (2, 63), (3, 37)] {
+    for (misses, off) in [(3u32, 0u64), (4, 0), (3, 37), (3, 63), (4, 37)] {
         let (mut net, boards) = cluster_with(misses, Duration::from_millis(off));
         // Node 3's port 1.
         let victim = 2 + 2 + 1;
