@@ -673,8 +673,10 @@ impl Coll {
         let id = self.next_request;
         self.next_request += 1;
         // A communicator with a failed member cannot complete a collective
-        // (every member numbers the call alike all the same).
+        // (every member numbers the call alike all the same). A failure
+        // seen here is told to the members, which may wait on this one.
         if let Some(e) = failure_in(&self.msg, &self.failures, self.scope.as_ref(), comm) {
+            self.failures.tell(&mut self.msg, comm, &e);
             self.finished.insert(id, Err(e.in_comm(comm)));
             return Ok(Request(id));
         }
@@ -782,6 +784,7 @@ impl Coll {
                 let red = call.reduction.take();
                 let in_place = InPlace::new(call.collective, call.root, red.as_ref());
                 if let Some(e) = failure_in(&self.msg, &self.failures, None, comm) {
+                    self.failures.tell(&mut self.msg, comm, &e);
                     return Err(e.in_comm(comm));
                 }
                 // Its steps run on smaller communicators: a failure of any
