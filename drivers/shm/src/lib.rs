@@ -62,6 +62,7 @@ mod mailbox;
 #[cfg(not(loom))]
 pub mod method;
 
+#[cfg(not(loom))]
 pub mod node_board;
 #[cfg(not(loom))]
 pub mod proc;
@@ -83,6 +84,7 @@ pub use method::{node_identity, probe, ShmMethod, ShmMethodStats, METHOD_NAME};
 #[cfg(not(loom))]
 pub use board::{board_name, Board};
 
+#[cfg(not(loom))]
 pub use node_board::{node_board_name, NodeBoard};
 #[cfg(not(loom))]
 pub use segment::{cleanup_stale, segment_name, CleanupReport};
