@@ -130,6 +130,9 @@ pub struct EngineStats {
     pub woken_by_frames: u64,
     /// Sleeps ended by the timer (a protocol deadline or the caller's limit).
     pub woken_by_timer: u64,
+    /// Sends that failed on a rail's method (its link went down): its
+    /// rails were taken out of service instead of failing the progress.
+    pub rail_send_errors: u64,
 }
 
 /// Builds an [`Endpoint`].
@@ -144,6 +147,8 @@ pub struct EndpointBuilder {
     /// A setting from the environment that cannot work, reported by
     /// [`EndpointBuilder::build`].
     env_problem: Option<ConfigError>,
+    /// Reach peers through every method that can (multi-rail).
+    rails: bool,
 }
 
 /// `BCL_CONGESTION` (`on`/`off`, also `1`/`0`, `yes`/`no`, `true`/`false`):
@@ -250,6 +255,17 @@ impl EndpointBuilder {
         self
     }
 
+    /// Reaches each peer through every method of this endpoint that can
+    /// (rails: methods on different NICs of one fabric), striping large
+    /// messages over them, instead of through the first one only (see
+    /// `bcl_core::Port::set_rails`). A method's link that fails to send is
+    /// taken out of service for its peers, not reported as an error. Shared
+    /// memory is never a rail.
+    pub fn rails(mut self, on: bool) -> Self {
+        self.rails = on;
+        self
+    }
+
     /// Creates the endpoint.
     pub fn build(self) -> Result<Endpoint, Error> {
         if let Some(problem) = self.env_problem {
@@ -278,6 +294,12 @@ impl EndpointBuilder {
         }
         for (i, m) in methods.iter().enumerate() {
             port.add_method(m.caps())?;
+            if self.rails && !m.caps().reliable {
+                port.allow_rails(i as u8).map_err(|e| MethodError::Other {
+                    method: m.name(),
+                    reason: e.to_string(),
+                })?;
+            }
             // A direct method moves transfer data whole.
             if m.is_direct() {
                 port.set_method_bulk(i as u8)
@@ -319,7 +341,7 @@ impl EndpointBuilder {
             clock: self
                 .clock
                 .unwrap_or_else(|| Arc::new(MonotonicClock::new())),
-            directory: Default::default(),
+            directory: crate::cluster::Directory::with_rails(self.rails),
             send_events: VecDeque::new(),
             channel_events: VecDeque::new(),
             stats_page: Default::default(),
@@ -439,6 +461,7 @@ impl Endpoint {
             mode: ProgressMode::default(),
             stats: crate::stats_page::StatsConfig::from_env(),
             pcap: None,
+            rails: false,
             env_problem,
         }
     }
@@ -527,6 +550,19 @@ impl Endpoint {
     /// the link exists.
     pub fn link(&self, addr: ProcessAddr) -> Option<crate::cluster::select::LinkRecord> {
         crate::cluster::link(&self.directory, &self.methods, &self.port, addr)
+    }
+
+    /// The rails to `addr`, with the name of each one's method; empty if
+    /// the peer is reached one way only.
+    pub fn rails(&self, addr: ProcessAddr) -> Vec<(&'static str, bcl_core::RailInfo)> {
+        self.port
+            .rails(addr)
+            .into_iter()
+            .filter_map(|r| {
+                let m = self.methods.get(usize::from(r.route.method))?;
+                Some((m.name(), r))
+            })
+            .collect()
     }
 
     /// The earliest instant a timer of the port is due.
@@ -672,9 +708,19 @@ impl Endpoint {
             let method = i as u8;
             if self.port.wants_transmit(method) {
                 let port = &mut self.port;
-                moved += m.tx_burst_gather(&mut |buf, gather| {
+                let sent = m.tx_burst_gather(&mut |buf, gather| {
                     port.poll_transmit_gather(method, now, buf, gather)
-                })?;
+                });
+                match sent {
+                    Ok(n) => moved += n,
+                    // A rail whose link went down (the interface is down
+                    // or gone): its peers go on over their other rails.
+                    Err(_) if port.is_rail_method(method) => {
+                        self.stats.rail_send_errors += 1;
+                        port.rail_failed(method, now);
+                    }
+                    Err(e) => return Err(e.into()),
+                }
             }
         }
         Ok(moved)

@@ -62,6 +62,11 @@ pub struct PortConfig {
     /// First sequence number this port sends to each peer (default 0; tests
     /// start near `u32::MAX` to exercise wrap-around).
     pub initial_seq: u32,
+    /// Bytes a rail of a multi-rail peer sends in a row before the next
+    /// rail takes over (default 4096, a page, as BCL-3 striped): large
+    /// enough that each rail sends whole frames in bursts, small enough to
+    /// spread a message over every rail (see `Port::set_rails`).
+    pub stripe_bytes: u32,
     /// Congestion control of peers over methods that may lose frames: a
     /// delay-based window with pacing (see [`CongestionConfig`]).
     pub congestion: CongestionConfig,
@@ -107,6 +112,7 @@ impl PortConfig {
             transfer_timeout: Duration::from_secs(10),
             bundle: true,
             initial_seq: 0,
+            stripe_bytes: 4096,
             congestion: CongestionConfig::default(),
             liveness: LivenessConfig::default(),
         }
@@ -168,6 +174,9 @@ impl PortConfig {
                     ),
                 );
             }
+        }
+        if self.stripe_bytes == 0 {
+            return bad("stripe_bytes", "must be positive".into());
         }
         if self.max_outstanding_sends == 0 {
             return bad("max_outstanding_sends", "must be positive".into());

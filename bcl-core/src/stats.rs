@@ -117,6 +117,14 @@ pub struct PortStats {
     /// Frames and direct deliveries dropped because their sender's node
     /// is detached (an operator's partition, `Port::detach_node`).
     pub frames_from_detached: u64,
+    /// Times a rail of a multi-rail peer was taken out of service (its
+    /// link reported down, or its frames unacknowledged while others
+    /// delivered).
+    pub rails_down: u64,
+    /// Times a rail out of service came back (a frame arrived on it).
+    pub rails_up: u64,
+    /// Pings sent on rails out of service to see whether they are back.
+    pub rail_probes: u64,
     /// DATA frames dropped because the ring was full.
     pub ring_full_drops: u64,
     /// NAK(ring full) received: times this port had to back off.

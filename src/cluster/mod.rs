@@ -61,9 +61,21 @@ pub(crate) struct Directory {
     tables: HashMap<ProcessAddr, DescriptorTable>,
     policy: Option<LocalPolicy>,
     links: HashMap<ProcessAddr, LinkRecord>,
+    /// Open every further rail a peer can be reached by (see
+    /// [`Endpoint::rails`](crate::Endpoint)).
+    rails: bool,
 }
 
 impl Directory {
+    /// An empty directory; `rails`: reach peers through every method that
+    /// can.
+    pub(crate) fn with_rails(rails: bool) -> Self {
+        Directory {
+            rails,
+            ..Directory::default()
+        }
+    }
+
     pub(crate) fn add(&mut self, addr: ProcessAddr, d: Descriptor) {
         self.descriptors.entry(addr).or_default().push(d);
     }
@@ -184,9 +196,74 @@ pub(crate) fn route(
         }
     };
     let failed = record.method.is_none();
+    let main = record.descriptor.clone();
     dir.links.insert(addr, record);
     if failed {
         port.fail_sends_to(addr, SendFailure::NoRoute(addr));
+    } else if dir.rails {
+        if let Some(main) = main {
+            add_rails(dir, methods, port, addr, &main, now);
+        }
+    }
+}
+
+/// Opens the further rails to `addr`, whose main link goes to descriptor
+/// `main`: each other method of this endpoint that may lose frames (not
+/// shared memory) takes the first of the peer's descriptors of its own
+/// method not yet used by another rail and on the main link's fabric (when
+/// the peer's table says), so the k-th NIC of one end pairs with the k-th
+/// of the other, as BCL-3's dual-NIC protocol paired them.
+fn add_rails(
+    dir: &mut Directory,
+    methods: &mut [MethodSlot],
+    port: &mut Port,
+    addr: ProcessAddr,
+    main: &Descriptor,
+    now: Time,
+) {
+    let Some(main_route) = port.peer_info(addr).and_then(|i| i.route) else {
+        return;
+    };
+    // The peer's descriptors in its order, with their fabrics if known.
+    let mut known: Vec<(Descriptor, Option<String>)> = dir
+        .descriptors
+        .get(&addr)
+        .map(|v| v.iter().map(|d| (d.clone(), None)).collect())
+        .unwrap_or_default();
+    if let Some(t) = dir.tables.get(&addr) {
+        known.extend(t.entries.iter().map(|e| (e.descriptor(), e.fabric.clone())));
+    }
+    let main_fabric = known
+        .iter()
+        .find(|(d, _)| d == main)
+        .and_then(|(_, f)| f.clone());
+    let mut used = vec![main.clone()];
+    let mut routes = vec![main_route];
+    for i in 0..methods.len() {
+        if i == usize::from(main_route.method) || methods[i].caps().reliable {
+            continue;
+        }
+        let name = methods[i].name();
+        let candidate = known.iter().find(|(d, fabric)| {
+            d.method == name
+                && !used.contains(d)
+                && (main_fabric.is_none() || fabric.is_none() || *fabric == main_fabric)
+        });
+        let Some((d, _)) = candidate.cloned() else {
+            continue;
+        };
+        if let Ok(link) = methods[i].open_link(&d) {
+            routes.push(Route {
+                method: i as u8,
+                link,
+            });
+            used.push(d);
+        }
+    }
+    if routes.len() > 1 {
+        routes.truncate(bcl_core::MAX_RAILS);
+        // Only the main route is required: a refusal leaves the peer on it.
+        let _ = port.set_rails(now, addr, &routes);
     }
 }
 

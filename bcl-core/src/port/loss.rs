@@ -196,6 +196,7 @@ impl Port {
                 let due = slot.last_sent + wait;
                 if now >= due {
                     slot.lost = true;
+                    Port::rail_slot_done(&mut self.rail_sets, idx, slot, false, now);
                     self.stats.frames_judged_lost += 1;
                     lost = Some(lost.map_or((s, s), |(first, _)| (first, s)));
                 } else {

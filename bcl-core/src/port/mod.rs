@@ -32,9 +32,11 @@ pub use congestion::CongestionConfig;
 pub use congestion_log::{CongestionCause, CongestionChange, CONGESTION_LOG_CAPACITY};
 pub use lifecycle::STALE_FRAME_LIFETIME;
 pub use liveness::LivenessConfig;
+pub use rails::{RailInfo, RailState, MAX_RAILS, PROBE_INTERVAL};
 pub use send::FULL_RESEND_AFTER_TIMEOUTS;
 mod peer;
 mod placement;
+mod rails;
 mod recv;
 mod send;
 mod timer;
@@ -98,6 +100,19 @@ pub enum RouteError {
     /// No state could be created for the peer.
     #[error(transparent)]
     Peer(SendError),
+    /// [`Port::set_rails`] was given no route.
+    #[error("a peer needs at least one rail")]
+    NoRails,
+    /// More rails than [`MAX_RAILS`].
+    #[error("{0} rails: at most {max} per peer", max = MAX_RAILS)]
+    TooManyRails(usize),
+    /// Two rails through one method (a method is one NIC opened one way).
+    #[error("method index {0} is named by two rails (each rail needs its own method)")]
+    RailMethodTwice(u8),
+    /// A method that never loses moves data its own way (shared memory):
+    /// it cannot be a rail.
+    #[error("method index {0} is reliable (shared memory): it cannot be one of several rails")]
+    RailOnReliableMethod(u8),
 }
 
 /// Why [`Port::release`] refused a slot.
@@ -185,6 +200,8 @@ struct MethodInfo {
     caps: MethodCaps,
     /// The method moves transfer data itself (see [`Port::set_method_bulk`]).
     bulk: bool,
+    /// Frames arriving by it may add a rail to a peer (see [`Port::allow_rails`]).
+    rails: bool,
 }
 
 /// Where an outgoing message's bytes come from.
@@ -316,6 +333,10 @@ pub struct Port {
     liveness_at: Time,
     /// Nodes an administrator cut off (see `detach`).
     detached: detach::Detached,
+    /// The rails of peers reached through several methods (see `rails`).
+    rail_sets: FxHashMap<PeerIdx, rails::RailSet>,
+    /// The rail whose method is being served by `poll_transmit`.
+    tx_rail: Option<u8>,
     /// What this node's processes share about liveness (see [`node`]);
     /// `None`: every peer is watched on its own.
     node_liveness: Option<Box<dyn node::NodeLiveness>>,
@@ -381,6 +402,8 @@ impl Port {
             watched: Vec::new(),
             liveness_at: Time::NEVER,
             detached: detach::Detached::default(),
+            rail_sets: FxHashMap::default(),
+            tx_rail: None,
             node_liveness: None,
             send_events: VecDeque::with_capacity(max),
             peer_events: VecDeque::new(),
@@ -596,7 +619,7 @@ impl Port {
     pub fn next_unrouted(&mut self) -> Option<ProcessAddr> {
         while let Some(idx) = self.unrouted.pop_front() {
             let p = &mut self.peers[idx as usize];
-            p.awaiting_route = false;
+            p.set_awaiting_route(false);
             if p.route.is_none() {
                 return Some(p.addr);
             }
@@ -612,7 +635,11 @@ impl Port {
             field: "methods",
             problem: "more than 256 methods on one port".into(),
         })?;
-        self.methods.push(MethodInfo { caps, bulk: false });
+        self.methods.push(MethodInfo {
+            caps,
+            bulk: false,
+            rails: false,
+        });
         self.ready.push(VecDeque::new());
         Ok(index)
     }
@@ -741,13 +768,17 @@ impl Port {
             }
         }
         let p = &mut self.peers[idx as usize];
+        if p.has_rails() {
+            self.schedule_rails(idx, now, new_data);
+            return;
+        }
         if !p.wants_tx(now, new_data) {
             return;
         }
         match p.route {
             None => {
-                if !p.awaiting_route {
-                    p.awaiting_route = true;
+                if !p.awaiting_route() {
+                    p.set_awaiting_route(true);
                     self.unrouted.push_back(idx);
                 }
             }
@@ -830,5 +861,7 @@ mod liveness_tests;
 mod loss_tests;
 #[cfg(test)]
 mod node_tests;
+#[cfg(test)]
+mod rails_tests;
 #[cfg(test)]
 mod tests;

@@ -53,6 +53,8 @@ pub(crate) struct TxSlot {
     /// The frame is a bundle: `msg` is its first message, and the others
     /// follow it through their `next` links (ended by [`NO_MSG`]).
     pub bundle: bool,
+    /// The rail it is in flight on, plus one (0: none; see `rails`).
+    pub rail: u8,
     /// First sequence number of the message or chunk the frame belongs to.
     pub msg_seq: Seq,
     /// When it was last sent.
@@ -209,8 +211,9 @@ pub(crate) struct Peer {
     /// Frames handed to the (reliable) method for it, for matching the
     /// method's count of frames written (wrapping).
     pub unseq_handed: u32,
-    /// In the port's unrouted list.
-    pub awaiting_route: bool,
+    /// [`Peer::AWAITING_ROUTE`] and [`Peer::RAILS`] (one byte, so an idle
+    /// peer stays within 256 bytes).
+    route_flags: u8,
 
     // ---- sending ----
     /// Times the sender gave up on this peer; it starts a new sequence space
@@ -313,6 +316,41 @@ pub(crate) struct Peer {
 }
 
 impl Peer {
+    /// In the port's unrouted list.
+    const AWAITING_ROUTE: u8 = 1;
+    /// Reached through several rails (their state is in the port's rail
+    /// sets; `route` is the main one).
+    const RAILS: u8 = 2;
+
+    /// Whether the peer is in the port's unrouted list.
+    pub fn awaiting_route(&self) -> bool {
+        self.route_flags & Self::AWAITING_ROUTE != 0
+    }
+
+    /// Notes whether the peer is in the port's unrouted list.
+    pub fn set_awaiting_route(&mut self, on: bool) {
+        self.set_route_flag(Self::AWAITING_ROUTE, on);
+    }
+
+    /// Whether the peer is reached through several rails.
+    #[inline]
+    pub fn has_rails(&self) -> bool {
+        self.route_flags & Self::RAILS != 0
+    }
+
+    /// Notes whether the peer is reached through several rails.
+    pub fn set_has_rails(&mut self, on: bool) {
+        self.set_route_flag(Self::RAILS, on);
+    }
+
+    fn set_route_flag(&mut self, bit: u8, on: bool) {
+        if on {
+            self.route_flags |= bit;
+        } else {
+            self.route_flags &= !bit;
+        }
+    }
+
     pub fn new(addr: ProcessAddr, initial_seq: u32, cc: Congestion) -> Self {
         Peer {
             addr,
@@ -322,7 +360,7 @@ impl Peer {
             reliable: false,
             bulk: false,
             unseq_handed: 0,
-            awaiting_route: false,
+            route_flags: 0,
             tx_generation: 0,
             tx: None,
             next_seq: Seq(initial_seq),

@@ -84,6 +84,10 @@ impl Port {
             Incarnation::Restarted => self.apply_route(idx, route),
             Incarnation::Current => {}
         }
+        if info.rails || self.peers[idx as usize].has_rails() {
+            let ping = frame.flags() & wire::flags::PING != 0;
+            self.rail_arrival(idx, route, ping, now);
+        }
         if unsequenced {
             let taken = self.on_unsequenced(idx, frame, now);
             if incarnation == Incarnation::Restarted {

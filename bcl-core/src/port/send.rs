@@ -228,8 +228,22 @@ impl Port {
     ) -> Option<TxFrame> {
         loop {
             let idx = self.ready.get_mut(method as usize)?.pop_front()?;
-            self.peers[idx as usize].queued = false;
-            let written = self.emit(idx, now, buf, gather);
+            let rail = if self.peers[idx as usize].has_rails() {
+                match self.rail_dequeued(idx, method) {
+                    Some(r) => Some(r),
+                    None => continue,
+                }
+            } else {
+                self.peers[idx as usize].queued = false;
+                None
+            };
+            self.tx_rail = rail.map(|r| r as u8);
+            let written = match rail {
+                Some(r) => self.emit_on_rail(idx, r, now, buf, gather),
+                None => self.emit(idx, now, buf, gather),
+            };
+            let link = self.tx_link(idx);
+            self.tx_rail = None;
             self.schedule(idx, now);
             self.arm_timer(idx);
             if let Some(len) = written {
@@ -239,8 +253,7 @@ impl Port {
                 p.stats.frames_sent += 1;
                 p.stats.bytes_sent += len as u64;
                 self.stats.frames_sent += 1;
-                let link = p.route?.link;
-                return Some(TxFrame { link, len });
+                return Some(TxFrame { link: link?, len });
             }
             self.recycle_windows(idx);
         }
@@ -248,7 +261,7 @@ impl Port {
 
     /// One frame for peer `idx`: a NAK first, then a retransmission, then new
     /// data (carrying any acknowledgement), then a plain ACK.
-    fn emit(
+    pub(super) fn emit(
         &mut self,
         idx: PeerIdx,
         now: Time,
@@ -262,7 +275,8 @@ impl Port {
         if p.nak != NakReason::None || p.liveness.has(Liveness::PING_NOW | Liveness::ANSWER_PING) {
             return self.emit_ack(idx, now, buf);
         }
-        if now >= p.busy_until {
+        let room = self.tx_rail_room(idx);
+        if now >= p.busy_until && room {
             if p.probe_newest {
                 if let Some(len) = self.emit_probe(idx, now, buf, gather) {
                     return Some(len);
@@ -383,6 +397,7 @@ impl Port {
         gather: &mut dyn GatherSend,
     ) -> Option<usize> {
         let m = self.next_unit(idx)?;
+        self.rail_start_stripe(idx);
         if self.bundle_forms(idx, m) {
             return self.emit_bundle(idx, m, now, buf);
         }
@@ -422,7 +437,7 @@ impl Port {
             self.fail_transfer(m, TransferError::Unregistered);
             return None;
         };
-        let link = self.peers[idx as usize].route.map(|r| r.link);
+        let link = self.tx_link(idx);
         let frame_len = frame_out(buf, &fields, payload, self.peer_crc(idx), link, gather)?;
         if let Some(msg) = self.messages[m as usize].as_mut() {
             msg.next_offset = offset + len;
@@ -440,12 +455,14 @@ impl Port {
             sacked: false,
             lost: false,
             bundle: false,
+            rail: 0,
             msg_seq: first_seq,
             last_sent: now,
             sent_order: p.transmissions,
         };
         p.transmissions = p.transmissions.wrapping_add(1);
         p.next_seq = seq.next();
+        self.rail_sent(idx, seq, len as u16, now);
         self.advance_framing(idx, m, last, transfer);
         let p = &mut self.peers[idx as usize];
         if p.reliable {
@@ -561,17 +578,34 @@ impl Port {
         self.new_data_gate(idx, now) == Gate::Open
     }
 
+    /// Frames peer `idx` may have in flight: its congestion window if it
+    /// is controlled, else the configured window.
+    pub(super) fn peer_window(&self, idx: PeerIdx) -> u32 {
+        let p = &self.peers[idx as usize];
+        if self.cfg.congestion.enabled && !p.reliable {
+            p.cc.allowed_frames(&self.cfg.congestion, p.tx.as_ref().map(|w| &w.cc))
+                .min(self.cfg.tx_window)
+        } else {
+            self.cfg.tx_window
+        }
+    }
+
+    /// Whether the rail being served may carry a data frame for peer
+    /// `idx` (always, for a peer without rails).
+    #[inline]
+    fn tx_rail_room(&self, idx: PeerIdx) -> bool {
+        match self.tx_rail_of(idx) {
+            None => true,
+            Some(r) => self.rail_has_room(idx, r, self.peer_window(idx)),
+        }
+    }
+
     /// Whether peer `idx` may frame new data at `now`, and if only pacing
     /// stops it, until when.
     pub(super) fn new_data_gate(&self, idx: PeerIdx, now: Time) -> Gate {
         let p = &self.peers[idx as usize];
         let controlled = self.cfg.congestion.enabled && !p.reliable;
-        let window = if controlled {
-            p.cc.allowed_frames(&self.cfg.congestion, p.tx.as_ref().map(|w| &w.cc))
-                .min(self.cfg.tx_window)
-        } else {
-            self.cfg.tx_window
-        };
+        let window = self.peer_window(idx);
         if p.in_flight() >= window {
             return Gate::Closed;
         }
@@ -689,6 +723,7 @@ impl Port {
             sacked: false,
             lost: false,
             bundle: true,
+            rail: 0,
             msg_seq: seq,
             last_sent: now,
             sent_order: p.transmissions,
@@ -696,6 +731,8 @@ impl Port {
         p.transmissions = p.transmissions.wrapping_add(1);
         p.next_seq = seq.next();
         p.framing = NO_MSG;
+        self.rail_sent(idx, seq, payload_len as u16, now);
+        let p = &mut self.peers[idx as usize];
         if p.rto_deadline == Time::NEVER {
             p.rto_deadline = now + rto;
         }
@@ -857,7 +894,7 @@ impl Port {
             } else {
                 fields.msg_len = self.body_len(&msg.body);
                 let payload = self.body_bytes(&msg.body, slot.offset, u32::from(slot.len))?;
-                let link = self.peers[idx as usize].route.map(|r| r.link);
+                let link = self.tx_link(idx);
                 frame_out(buf, &fields, payload, self.peer_crc(idx), link, gather)?
             };
             let p = &mut self.peers[idx as usize];
@@ -869,6 +906,8 @@ impl Port {
                 s.sent_order = p.transmissions;
                 p.transmissions = p.transmissions.wrapping_add(1);
             }
+            self.rail_sent(idx, seq, slot.len, now);
+            let p = &mut self.peers[idx as usize];
             p.stats.retransmits += 1;
             self.stats.retransmits += 1;
             self.ack_carried(idx);
@@ -880,7 +919,7 @@ impl Port {
     /// An ACK or NAK frame with the selective bitmap; a ping, or the answer
     /// to one, when liveness asks (without an acknowledgement if we have
     /// none to give).
-    fn emit_ack(&mut self, idx: PeerIdx, now: Time, buf: &mut [u8]) -> Option<usize> {
+    pub(super) fn emit_ack(&mut self, idx: PeerIdx, now: Time, buf: &mut [u8]) -> Option<usize> {
         let p = &self.peers[idx as usize];
         let ping = p.liveness.has(Liveness::PING_NOW);
         let answer = p.liveness.has(Liveness::ANSWER_PING);
@@ -1038,11 +1077,13 @@ impl Port {
         let mut s = old_una;
         while s != ack {
             let p = &mut self.peers[idx as usize];
+            let rail_sets = &mut self.rail_sets;
             let slot = p.tx.as_mut().map(|w| {
                 let slot = *w.slot(s);
                 if !slot.sacked {
                     loss::note_delivered(&mut w.rack, &mut p.reorder, &p.rtt, &slot, now);
                 }
+                Port::rail_slot_done(rail_sets, idx, w.slot_mut(s), true, now);
                 slot
             });
             match slot {
@@ -1051,6 +1092,9 @@ impl Port {
                 None => {}
             }
             s = s.next();
+        }
+        if self.peers[idx as usize].has_rails() {
+            self.check_rails(idx, now);
         }
         true
     }
@@ -1152,6 +1196,7 @@ impl Port {
                     let newly = held && !slot.sacked;
                     slot.sacked = held;
                     if newly {
+                        Port::rail_slot_done(&mut self.rail_sets, idx, slot, true, now);
                         let slot = *slot;
                         if loss::note_delivered(&mut w.rack, &mut p.reorder, &p.rtt, &slot, now)
                             && slot.sent_count == 1
@@ -1169,6 +1214,9 @@ impl Port {
             self.congestion_sample(idx, round_trip, 0, una, next, now);
         }
         self.on_duplicates_reported(idx, body.duplicates, now);
+        if self.peers[idx as usize].has_rails() {
+            self.check_rails(idx, now);
+        }
         match body.reason() {
             NakReason::None | NakReason::Gap => {
                 // Frames sent before one that arrived may be lost, or only
@@ -1209,6 +1257,9 @@ impl Port {
     /// A retransmission timeout fired for peer `idx`.
     pub(super) fn on_retransmission_timeout(&mut self, idx: PeerIdx, now: Time) {
         self.stats.timeouts += 1;
+        if self.peers[idx as usize].has_rails() {
+            self.check_rails(idx, now);
+        }
         let p = &mut self.peers[idx as usize];
         p.consecutive_timeouts = p.consecutive_timeouts.saturating_add(1);
         if u32::from(p.consecutive_timeouts) > self.cfg.max_timeouts {

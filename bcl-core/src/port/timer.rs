@@ -79,8 +79,10 @@ impl Port {
 
     /// Makes sure a heap entry exists for peer `idx`'s next deadline.
     pub(super) fn arm_timer(&mut self, idx: PeerIdx) {
+        let next = self.peers[idx as usize]
+            .next_deadline()
+            .min(self.rails_deadline(idx));
         let p = &mut self.peers[idx as usize];
-        let next = p.next_deadline();
         if next < p.timer_armed {
             p.timer_armed = next;
             self.timers.push(Reverse((next, idx)));

@@ -145,7 +145,7 @@ pub fn page_len(peers: u32) -> usize {
 }
 
 /// The port counters in page order, by the names `bcl-stat --json` uses.
-pub const PORT_COUNTERS: [&str; 45] = [
+pub const PORT_COUNTERS: [&str; 48] = [
     "frames_sent",
     "frames_received",
     "data_frames_sent",
@@ -191,6 +191,9 @@ pub const PORT_COUNTERS: [&str; 45] = [
     "stale_frames",
     "peers_restarted",
     "frames_from_detached",
+    "rails_down",
+    "rails_up",
+    "rail_probes",
 ];
 
 /// `s` as words in [`PORT_COUNTERS`] order.
@@ -242,6 +245,9 @@ pub fn port_words(s: &PortStats) -> [u64; PORT_COUNTERS.len()] {
         b.stale,
         s.peers_restarted,
         s.frames_from_detached,
+        s.rails_down,
+        s.rails_up,
+        s.rail_probes,
     ]
 }
 
@@ -279,6 +285,9 @@ pub fn port_from_words(w: &[u64; PORT_COUNTERS.len()]) -> PortStats {
         peers_declared_dead: w[41],
         peers_restarted: w[43],
         frames_from_detached: w[44],
+        rails_down: w[45],
+        rails_up: w[46],
+        rail_probes: w[47],
         bad_frames: BadFrames {
             truncated: w[22],
             bad_version: w[23],
