@@ -132,6 +132,34 @@ impl Transport for BclTransport {
         self.ep.port().config().eager_limit
     }
 
+    fn rails(&self) -> Vec<crate::report::RailReport> {
+        let Some(peer) = self.peer else {
+            return Vec::new();
+        };
+        let locals: Vec<String> = self
+            .ep
+            .methods()
+            .map(|m| m.descriptor().to_string())
+            .collect();
+        self.ep
+            .rails(peer)
+            .into_iter()
+            .map(|(method, r)| crate::report::RailReport {
+                method: method.to_string(),
+                local: locals
+                    .get(usize::from(r.route.method))
+                    .cloned()
+                    .unwrap_or_default(),
+                state: r.state.to_string(),
+                frames_sent: r.frames_sent,
+                bytes_sent: r.bytes_sent,
+                bytes_delivered: r.bytes_delivered,
+                frames_received: r.frames_received,
+                downs: r.downs,
+            })
+            .collect()
+    }
+
     fn channels(&mut self) -> Option<&mut dyn ChannelTransport> {
         Some(self)
     }

@@ -42,6 +42,44 @@ pub fn parse_on_off(text: &str) -> Result<bool, String> {
     }
 }
 
+/// The rails of `--rails`: (method name if given, interface) per rail.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RailList(pub Vec<(Option<String>, String)>);
+
+/// Parses `--rails`: `IF,IF` or `METHOD@IF,...`, at least two rails, at
+/// most [`bcl::core::MAX_RAILS`], each interface once.
+pub fn parse_rails(text: &str) -> Result<RailList, String> {
+    let mut rails: Vec<(Option<String>, String)> = Vec::new();
+    for item in text.split(',').map(str::trim) {
+        let (method, ifname) = match item.split_once('@') {
+            Some((m, i)) => (Some(m.trim().to_string()), i.trim().to_string()),
+            None => (None, item.to_string()),
+        };
+        if ifname.is_empty() || method.as_deref() == Some("") {
+            return Err(format!(
+                "{item:?}: expected an interface or METHOD@INTERFACE (e.g. to-r0 or afxdp@to-r0)"
+            ));
+        }
+        if rails.iter().any(|(_, i)| *i == ifname) {
+            return Err(format!("interface {ifname:?} is named twice"));
+        }
+        rails.push((method, ifname));
+    }
+    if rails.len() < 2 {
+        return Err(format!(
+            "{text:?}: name at least two interfaces (one rail is --ifname)"
+        ));
+    }
+    if rails.len() > bcl::core::MAX_RAILS {
+        return Err(format!(
+            "{} rails: at most {}",
+            rails.len(),
+            bcl::core::MAX_RAILS
+        ));
+    }
+    Ok(RailList(rails))
+}
+
 /// Options of both tools: the method, where the two ends run, and how.
 #[derive(clap::Args, Debug, Clone)]
 pub struct CommonArgs {
@@ -89,6 +127,18 @@ pub struct CommonArgs {
     /// of the NIC to drive (which must then be bound to vfio-pci).
     #[arg(long, value_name = "IF")]
     pub ifname: Option<String>,
+
+    /// Stripe over several NICs (multi-rail): a comma-separated list of
+    /// interfaces, each optionally METHOD@IF to use another Ethernet method
+    /// on it (for example to-r0,to-r1 or afxdp@to-r0,packet@to-r1); IF
+    /// alone takes --method. Both ends open every rail; the server's
+    /// `listening:` descriptor is one descriptor per rail joined by `+`.
+    /// Large messages are striped over the rails in 4 KiB units, a rail
+    /// that fails is left and used again when it returns; the end prints
+    /// each rail's bytes (and --json has them under `rails`). Replaces
+    /// --ifname.
+    #[arg(long, value_name = "IF,IF", value_parser = parse_rails, conflicts_with = "ifname")]
+    pub rails: Option<RailList>,
 
     /// PCI address of the vfio method's NIC, bound to vfio-pci (e.g.
     /// 0000:00:02.0; `bcl-vfio list` shows them). Default: --ifname, else
@@ -217,6 +267,7 @@ impl CommonArgs {
             pci: self.pci.clone(),
             pcap: self.pcap.clone(),
             congestion: self.congestion,
+            rails: self.rails.as_ref().map(|r| r.0.clone()).unwrap_or_default(),
         }
     }
 

@@ -191,6 +191,9 @@ pub struct EndSpec {
     /// Congestion control on or off (`--congestion`; else `BCL_CONGESTION`,
     /// else on).
     pub congestion: Option<bool>,
+    /// Rails (`--rails`): per rail, its method if not `method`, and its
+    /// interface. Empty: one NIC (`ifname`).
+    pub rails: Vec<(Option<String>, String)>,
 }
 
 impl EndSpec {
@@ -211,6 +214,7 @@ impl EndSpec {
             pci: None,
             pcap: None,
             congestion: None,
+            rails: Vec::new(),
         }
     }
 
@@ -280,16 +284,29 @@ pub fn endpoint(
     spec: &EndSpec,
     clock: Option<bcl::sim::SimClock>,
 ) -> Result<Endpoint, String> {
-    let mtu = method.caps().mtu;
-    let mut b = Endpoint::builder(addr, JOB)
-        .method(method)
-        .mode(spec.mode())
-        .configure(|c| {
-            configure(c, mtu, spec.rto_min);
-            if let Some(on) = spec.congestion {
-                c.congestion.enabled = on;
-            }
-        });
+    endpoint_over(addr, vec![method], spec, clock)
+}
+
+/// An endpoint of process `addr` over `methods` (several: one per rail,
+/// striped), configured for the tools.
+pub fn endpoint_over(
+    addr: ProcessAddr,
+    methods: Vec<Box<dyn Method>>,
+    spec: &EndSpec,
+    clock: Option<bcl::sim::SimClock>,
+) -> Result<Endpoint, String> {
+    let mtu = methods.iter().map(|m| m.caps().mtu).min().unwrap_or(0);
+    let rails = methods.len() > 1;
+    let mut b = Endpoint::builder(addr, JOB);
+    for m in methods {
+        b = b.method(m);
+    }
+    let mut b = b.rails(rails).mode(spec.mode()).configure(|c| {
+        configure(c, mtu, spec.rto_min);
+        if let Some(on) = spec.congestion {
+            c.congestion.enabled = on;
+        }
+    });
     if let Some(clock) = clock {
         b = b.clock(clock);
     }

@@ -14,7 +14,8 @@
 use crate::afxdp_raw;
 use crate::bcl_transport::BclTransport;
 use crate::end::{
-    client_bind, end_addr, endpoint, server_bind, Baseline, EndSpec, MethodArg, JOB, SERVER_ADDR,
+    client_bind, end_addr, endpoint, endpoint_over, server_bind, Baseline, EndSpec, MethodArg, JOB,
+    SERVER_ADDR,
 };
 use crate::kernel::{KernelTcp, KernelUdp, TcpServer};
 use crate::local::{open_unix_client, SpinTransport, UnixServer};
@@ -82,8 +83,12 @@ pub fn open_server(spec: &EndSpec) -> Result<Served, String> {
                     "the {name} method runs both ends in one process: use --local (the default for {name})"
                 ));
             }
-            let method = open_method(kind, spec, end_addr(kind, 2), None)?;
-            let (d, t) = serve_on(method, spec)?;
+            let (d, t) = if spec.rails.is_empty() {
+                serve_on(open_method(kind, spec, end_addr(kind, 2), None)?, spec)?
+            } else {
+                let methods = open_rails(registry, kind, spec, 2)?;
+                serve_on_rails(methods, spec)?
+            };
             (d, Pending::Ready(t))
         }
         MethodArg::Baseline(Baseline::KernelUdp) => {
@@ -136,6 +141,9 @@ pub fn open_client(
             let kind = registry.lookup(name).map_err(|e| e.to_string())?;
             if kind.attachment() == Attachment::InProcess {
                 return Err(format!("the {name} method has no --connect: use --local"));
+            }
+            if !spec.rails.is_empty() {
+                return connect_on_rails(registry, kind, spec, descriptor);
             }
             let peer = peer_descriptor(registry, kind, descriptor)?;
             let method = open_method(kind, spec, end_addr(kind, 1), Some(&peer))?;
@@ -293,6 +301,92 @@ pub fn connect_on(
     let mut ep = endpoint(end_addr(kind, 1), method, spec, None)?;
     ep.add_peer(server, peer);
     Ok(Box::new(BclTransport::new(ep, Some(server))))
+}
+
+/// The kind of each rail of `spec.rails` (its own method, else `kind`),
+/// checked: Ethernet methods on an interface, of `kind`'s family.
+fn rail_kinds<'a>(
+    registry: &'a Registry,
+    kind: &'a dyn MethodKind,
+    spec: &EndSpec,
+) -> Result<Vec<(&'a dyn MethodKind, String)>, String> {
+    spec.rails
+        .iter()
+        .map(|(method, ifname)| {
+            let k = match method {
+                Some(m) => registry.lookup(m).map_err(|e| format!("--rails: {e}"))?,
+                None => kind,
+            };
+            if k.attachment() != Attachment::Interface || k.family() != kind.family() {
+                return Err(format!(
+                    "--rails: {} is not an Ethernet method on an interface of the {} family (rails are NICs: packet or afxdp)",
+                    k.name(),
+                    kind.name()
+                ));
+            }
+            Ok((k, ifname.clone()))
+        })
+        .collect()
+}
+
+/// Opens every rail of `spec` for the end on `node` (2 serves, 1
+/// connects).
+fn open_rails(
+    registry: &Registry,
+    kind: &dyn MethodKind,
+    spec: &EndSpec,
+    node: u32,
+) -> Result<Vec<Box<dyn Method>>, String> {
+    rail_kinds(registry, kind, spec)?
+        .into_iter()
+        .map(|(k, ifname)| {
+            let mut one = spec.clone();
+            one.ifname = Some(ifname.clone());
+            open_method(k, &one, end_addr(k, node), None)
+                .map_err(|e| format!("--rails: rail {}@{ifname}: {e}", k.name()))
+        })
+        .collect()
+}
+
+/// The serving end over several rails: its descriptor (one per rail,
+/// joined by `+`) and transport.
+fn serve_on_rails(
+    methods: Vec<Box<dyn Method>>,
+    spec: &EndSpec,
+) -> Result<(String, BoxTransport), String> {
+    let d: Vec<String> = methods.iter().map(|m| m.descriptor().to_string()).collect();
+    let ep = endpoint_over(SERVER_ADDR, methods, spec, None)?;
+    Ok((d.join("+"), Box::new(BclTransport::new(ep, None))))
+}
+
+/// The connecting end over several rails, towards the server's
+/// descriptors (`D1+D2+...`, one per rail, in rail order).
+fn connect_on_rails(
+    registry: &Registry,
+    kind: &dyn MethodKind,
+    spec: &EndSpec,
+    descriptors: &str,
+) -> Result<BoxTransport, String> {
+    let kinds = rail_kinds(registry, kind, spec)?;
+    let texts: Vec<&str> = descriptors.split('+').collect();
+    if texts.len() != kinds.len() {
+        return Err(format!(
+            "--connect: {} descriptors for {} rails (the server's --rails and this one's must name as many interfaces)",
+            texts.len(),
+            kinds.len()
+        ));
+    }
+    let peers: Vec<Descriptor> = kinds
+        .iter()
+        .zip(&texts)
+        .map(|((k, _), t)| peer_descriptor(registry, *k, t))
+        .collect::<Result<_, _>>()?;
+    let methods = open_rails(registry, kind, spec, 1)?;
+    let mut ep = endpoint_over(end_addr(kind, 1), methods, spec, None)?;
+    for p in peers {
+        ep.add_peer(SERVER_ADDR, p);
+    }
+    Ok(Box::new(BclTransport::new(ep, Some(SERVER_ADDR))))
 }
 
 /// Both ends of an in-process method on one real-time simulated fabric.

@@ -241,6 +241,30 @@ pub struct BwReport {
     pub verify: Option<VerifyReport>,
     /// Counters.
     pub counters: BwCounters,
+    /// With `--rails`: this side's traffic on each rail, in rail order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rails: Vec<RailReport>,
+}
+
+/// One rail of a multi-rail run (`--rails`), as this side saw it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RailReport {
+    /// The rail's method.
+    pub method: String,
+    /// This side's descriptor on it (its NIC).
+    pub local: String,
+    /// `up`, `down (timeouts)` or `down (link)` at the end of the run.
+    pub state: String,
+    /// Frames sent on it (first sendings and resends).
+    pub frames_sent: u64,
+    /// Payload bytes sent on it.
+    pub bytes_sent: u64,
+    /// Payload bytes sent on it and acknowledged.
+    pub bytes_delivered: u64,
+    /// Frames received on it.
+    pub frames_received: u64,
+    /// Times it was taken out of service.
+    pub downs: u32,
 }
 
 /// The OSU-style bandwidth table (with memcpy columns when measured).
@@ -283,8 +307,10 @@ mod tests {
             results: vec![BwResult::new(65536, 10, 0.5)],
             verify: Some(VerifyReport::default()),
             counters: BwCounters::default(),
+            rails: Vec::new(),
         };
         let v: serde_json::Value = serde_json::to_value(&report).unwrap();
+        assert!(v.get("rails").is_none(), "no rails key without --rails");
         for key in ["tool", "method", "channel", "results", "verify", "counters"] {
             assert!(v.get(key).is_some(), "missing {key}");
         }

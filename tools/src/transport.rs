@@ -72,6 +72,11 @@ pub trait Transport {
     /// Largest message the transport carries.
     fn max_message(&self) -> usize;
 
+    /// Its rails to the peer, when it stripes over several NICs.
+    fn rails(&self) -> Vec<crate::report::RailReport> {
+        Vec::new()
+    }
+
     /// Everything the transport counted, for a person (`--stats`).
     fn details(&self) -> String {
         format!("{:?}", self.counters())

@@ -16,11 +16,13 @@
 //!   A small message is one frame and goes on whichever rail asks first and
 //!   has room (the least loaded).
 //! - **Weights.** A rail may hold its share of the peer's window in flight,
-//!   at least one stripe. The share follows the bytes each rail delivered
-//!   (frames acknowledged, per rail) over the last interval: a rail that
-//!   drains faster is acknowledged faster, its frames leave its share
-//!   sooner, it takes more stripes and its measured share grows, so the
-//!   split converges on each rail's throughput.
+//!   at least one stripe, and the least loaded rail (frames in flight per
+//!   share) takes the next stripe. Shares follow each rail's measured
+//!   speed: its round trip, measured on the frames it carried, shortens as
+//!   its queue drains faster, so a rail that drains faster is acknowledged
+//!   sooner, frees its share sooner and takes more stripes, and its share
+//!   grows with the inverse of its round trip until every rail's queue
+//!   takes as long to drain.
 //! - **Acknowledgements** go on the rail the peer's last frame came by, and
 //!   the answer to a ping on the rail the ping came by: a rail that is dead
 //!   both ways never carries the only acknowledgements.
@@ -133,8 +135,6 @@ pub(super) struct Rail {
     pub stripe_left: u16,
     /// Share of the window, in 1/1024ths.
     pub share: u32,
-    /// Bytes delivered in the current share interval.
-    pub interval_bytes: u64,
     /// The peer pinged on it: answer on it.
     pub pong_due: bool,
     /// Out of service: the next ping on it is due then.
@@ -157,7 +157,6 @@ impl Rail {
             srtt_ns: 0,
             stripe_left: 0,
             share,
-            interval_bytes: 0,
             pong_due: false,
             probe_at: Time::NEVER,
             frames_sent: 0,
@@ -220,7 +219,6 @@ impl RailSet {
         let n = self.up_count().max(1) as u32;
         for r in &mut self.rails {
             r.share = if r.up() { 1024 / n } else { 0 };
-            r.interval_bytes = 0;
         }
     }
 
@@ -250,7 +248,6 @@ impl RailSet {
                 now
             };
             rail.bytes_delivered += u64::from(bytes);
-            rail.interval_bytes += u64::from(bytes);
             if let Some(rtt) = rtt {
                 let sample = u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX);
                 rail.srtt_ns = if rail.srtt_ns == 0 {
@@ -262,35 +259,42 @@ impl RailSet {
         }
     }
 
-    /// Turns the bytes each rail delivered since the interval started into
-    /// its share, once the interval is over and something was delivered.
+    /// Once per interval, sets each rail's share in inverse proportion to
+    /// its smoothed round trip: with equal frames in flight a rail that
+    /// drains faster shows a shorter round trip (a shorter queue), so it
+    /// gets more, until the queues of all rails take equally long to
+    /// drain. (Shares in proportion to the bytes each rail delivered would
+    /// feed on themselves where the CPU and not the link is the limit: the
+    /// rail served first would deliver more, get more, and so on.)
     fn update_shares(&mut self, now: Time) {
         if now.saturating_since(self.interval_start) < SHARE_INTERVAL {
             return;
         }
-        let total: u64 = self
+        self.interval_start = now;
+        let up = self.up_count().max(1) as u64;
+        let measured = self
             .rails
             .iter()
-            .filter(|r| r.up())
-            .map(|r| r.interval_bytes)
-            .sum();
-        self.interval_start = now;
-        if total == 0 {
+            .filter(|r| r.up() && r.srtt_ns > 0)
+            .count() as u64;
+        if measured < up {
             return;
         }
-        let up = self.up_count().max(1) as u64;
+        // Speeds as 2^40 / round trip, so integer division keeps precision.
+        let speed = |r: &Rail| (1u64 << 40) / r.srtt_ns.max(1);
+        let total: u64 = self.rails.iter().filter(|r| r.up()).map(speed).sum();
         // Each rail in service keeps a floor (an eighth of an equal share)
-        // so that a rail that was starved is still measured.
+        // so that it keeps being measured.
         let floor = 1024 / (8 * up);
         for r in &mut self.rails {
             if !r.up() {
                 r.share = 0;
                 continue;
             }
-            let measured = (r.interval_bytes * 1024 / total).max(floor) as u32;
-            // Smooth: half the old share, half the measured one.
-            r.share = (r.share + measured) / 2;
-            r.interval_bytes = 0;
+            let target = (speed(r) as u128 * 1024 / u128::from(total.max(1))) as u64;
+            let target = target.max(floor) as u32;
+            // Smooth: half the old share, half the new one.
+            r.share = (r.share + target) / 2;
         }
     }
 }

@@ -21,6 +21,10 @@ fn shipped_configs_load() {
         ("pair-default.toml", &["a", "b"], 0),
         ("bottleneck.toml", &["a", "b"], 1),
         ("incast.toml", &["s1", "s2", "s3", "s4", "p", "r"], 1),
+        ("rails2.toml", &["a", "b"], 1),
+        ("rails4.toml", &["a", "b"], 1),
+        ("rails-impaired.toml", &["a", "b"], 1),
+        ("rails4-shaped.toml", &["a", "b"], 1),
     ];
     for (file, nodes, queues) in expect {
         let lab = Lab::load(&configs().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));

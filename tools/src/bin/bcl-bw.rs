@@ -12,7 +12,7 @@ use bcl_tools::launch::{pin_current_thread, run_in_lab, spawn_pinned, split_pins
 use bcl_tools::methods::{open_client, open_local_pair, serve_one};
 use bcl_tools::plot::{run_label, size_label, Chart, PlotFile, Quantity, SizePanel, SizeSeries};
 use bcl_tools::report::{
-    bandwidth_table, write_json, BwCounters, BwReport, BwResult, VerifyReport,
+    bandwidth_table, write_json, BwCounters, BwReport, BwResult, RailReport, VerifyReport,
 };
 use bcl_tools::transport::{Transport, TransportCounters};
 use clap::Parser;
@@ -264,11 +264,13 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
                 &out,
                 Some(t.counters()),
                 t.channels().is_some(),
+                t.rails(),
             );
         }
         Some(bcl_tools::job::JobEnd::Server(mut t)) => {
             let out = run_receiver(&mut *t, wait_client, timeout).map_err(|e| e.to_string())?;
-            return finish(cli, "receiver", &out, None, t.channels().is_some());
+            let rails = t.rails();
+            return finish(cli, "receiver", &out, None, t.channels().is_some(), rails);
         }
         Some(bcl_tools::job::JobEnd::Idle) => return Ok(ExitCode::SUCCESS),
         None => {}
@@ -282,7 +284,8 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
             if c.stats {
                 println!("{}", t.details());
             }
-            finish(cli, "receiver", &out, None, t.channels().is_some())
+            let rails = t.rails();
+            finish(cli, "receiver", &out, None, t.channels().is_some(), rails)
         }
         Role::Connect(descriptor) => {
             if let Some(cpu) = pins.and_then(|p| p.first()) {
@@ -300,6 +303,7 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
                 &out,
                 Some(t.counters()),
                 t.channels().is_some(),
+                t.rails(),
             )
         }
         Role::Local => {
@@ -333,6 +337,7 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
                 &out?,
                 Some(client.counters()),
                 client.channels().is_some(),
+                client.rails(),
             )
         }
     }
@@ -405,6 +410,7 @@ fn finish(
     out: &BwOutcome,
     own: Option<TransportCounters>,
     bcl: bool,
+    rails: Vec<RailReport>,
 ) -> Result<ExitCode, String> {
     let c = &cli.common;
     let results: Vec<BwResult> = out
@@ -473,6 +479,12 @@ fn finish(
         "# transport retransmits {} bad frames {}",
         counters.retransmits, counters.bad_frames
     );
+    for (i, r) in rails.iter().enumerate() {
+        println!(
+            "# rail {i}: {} {} {}: sent {} bytes in {} frames, {} acknowledged, received {} frames, out of service {} times",
+            r.method, r.local, r.state, r.bytes_sent, r.frames_sent, r.bytes_delivered, r.frames_received, r.downs
+        );
+    }
     if let Some(path) = bcl_tools::job::report_path(&c.json) {
         let report = BwReport {
             tool: "bcl-bw".into(),
@@ -483,6 +495,7 @@ fn finish(
             results: results.clone(),
             verify,
             counters,
+            rails,
         };
         write_json(path, &report).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
