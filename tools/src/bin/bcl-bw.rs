@@ -93,6 +93,13 @@ struct Cli {
     #[arg(long, value_name = "BYTES", value_parser = parse_volume)]
     volume: Option<u64>,
 
+    /// The sending side writes FILE: one line per window acknowledged
+    /// (warm-up included), `UNIX_NS BYTES` — the wall-clock time in
+    /// nanoseconds and the bytes acknowledged so far — to see bandwidth
+    /// over time (for example around a rail taken down).
+    #[arg(long, value_name = "FILE")]
+    timeline: Option<std::path::PathBuf>,
+
     /// After the run, the sending side also times memcpy of each size (one
     /// buffer into another, best of 5 trials of about --volume (or 256 MiB)
     /// / 5 bytes per size, in the same pinned thread): the baseline of
@@ -257,7 +264,7 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
     match job {
         Some(bcl_tools::job::JobEnd::Client(mut t)) => {
             check_sizes(&mut *t)?;
-            let out = send(&mut *t, &opts)?;
+            let out = send(&mut *t, &opts, cli.timeline.as_deref())?;
             return finish(
                 cli,
                 "sender",
@@ -293,7 +300,7 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
             }
             let mut t = open_client(&spec, &descriptor, Instant::now() + timeout)?;
             check_sizes(&mut *t)?;
-            let out = send(&mut *t, &opts)?;
+            let out = send(&mut *t, &opts, cli.timeline.as_deref())?;
             if c.stats {
                 println!("{}", t.details());
             }
@@ -323,7 +330,7 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
             if let Some(cpu) = client_cpu {
                 pin_current_thread(cpu)?;
             }
-            let out = send(&mut *client, &opts);
+            let out = send(&mut *client, &opts, cli.timeline.as_deref());
             if c.stats {
                 println!("# sender:\n{}", client.details());
             }
@@ -345,7 +352,11 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
 
 /// Streams the sweep, with a progress bar over every size's windows
 /// (warm-up and timed) on standard error when it is a terminal.
-fn send(t: &mut dyn Transport, opts: &BwOptions) -> Result<BwOutcome, String> {
+fn send(
+    t: &mut dyn Transport,
+    opts: &BwOptions,
+    timeline: Option<&std::path::Path>,
+) -> Result<BwOutcome, String> {
     let windows = opts
         .sizes
         .iter()
@@ -356,14 +367,38 @@ fn send(t: &mut dyn Transport, opts: &BwOptions) -> Result<BwOutcome, String> {
         .sum();
     let bar = bcl_tools::progress::bar(windows, "bcl-bw");
     let mut current = None;
+    let mut acknowledged = 0u64;
+    // Written as windows complete (one short line every window), so that
+    // a script can watch the stream while it runs.
+    let mut file = match timeline {
+        Some(path) => Some(
+            std::fs::File::create(path)
+                .map_err(|e| format!("--timeline: cannot create {}: {e}", path.display()))?,
+        ),
+        None => None,
+    };
+    let mut write_failed = None;
     let out = run_sender_observed(t, opts, &mut |size| {
         if current != Some(size) {
             current = Some(size);
             bar.set_message(size_label(size));
         }
         bar.inc(1);
+        if let Some(f) = file.as_mut() {
+            use std::io::Write;
+            acknowledged += size as u64 * u64::from(plan(opts, size).window);
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            if let Err(e) = writeln!(f, "{now} {acknowledged}") {
+                write_failed.get_or_insert(e);
+            }
+        }
     });
     bar.finish_and_clear();
+    if let (Some(e), Some(path)) = (write_failed, timeline) {
+        return Err(format!("--timeline: cannot write {}: {e}", path.display()));
+    }
     out.map_err(|e| e.to_string())
 }
 
