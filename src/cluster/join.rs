@@ -248,6 +248,7 @@ pub fn plan_on(
                 nics_here,
                 unconfigured,
                 local_rank,
+                policy.rails,
                 &mut out,
                 &mut notes,
             ),
@@ -262,6 +263,7 @@ fn plan_nic_method(
     nics_here: &[NicSlot],
     unconfigured: bool,
     local_rank: u32,
+    rails: bool,
     out: &mut Vec<Planned>,
     notes: &mut Vec<String>,
 ) {
@@ -314,6 +316,19 @@ fn plan_nic_method(
             ip: None,
             fabric: Some(fabric.to_string()),
         });
+        if rails && !kind.owns_nic() {
+            // Rails: every other NIC of the fabric too, in order after
+            // this process's own.
+            let n = list.len();
+            for k in 1..n {
+                out.push(Planned {
+                    method: m.to_string(),
+                    ifname: Some(list[(i + k) % n].to_string()),
+                    ip: None,
+                    fabric: Some(fabric.to_string()),
+                });
+            }
+        }
     }
 }
 
@@ -499,7 +514,16 @@ pub fn policy_from(cfg: Option<&ClusterConfig>, registry: &Registry) -> Result<P
         }),
     };
     let pref = cfg.map(|c| c.preference.clone()).unwrap_or_default();
-    Ok(Policy::new(registry, &pref, pin))
+    let mut policy = Policy::new(registry, &pref, pin);
+    policy.rails = match std::env::var("BCL_RAILS") {
+        Ok(v) => match v.trim().to_ascii_lowercase().as_str() {
+            "1" | "on" | "yes" | "true" => true,
+            "0" | "off" | "no" | "false" => false,
+            _ => return Err(format!("BCL_RAILS={v:?}: must be on or off")),
+        },
+        Err(_) => cfg.is_some_and(|c| c.rails),
+    };
+    Ok(policy)
 }
 
 /// Joins the job (see the module documentation).
@@ -631,6 +655,7 @@ pub fn join(opts: JoinOptions) -> Result<Joined, JoinError> {
         .unwrap_or(1500);
     let mut b = Endpoint::builder(local, job)
         .mode(opts.mode)
+        .rails(policy.rails)
         .configure(|c| (opts.configure)(c, mtu));
     for (m, fabric) in methods {
         table.push(&m.descriptor(), fabric.as_deref());

@@ -207,6 +207,12 @@ pub(crate) fn route(
     }
 }
 
+/// The NIC a descriptor names: its address up to the first `/` (an
+/// Ethernet method's MAC, before its port; an IP method's whole address).
+fn nic_of(d: &Descriptor) -> String {
+    d.address.split('/').next().unwrap_or_default().to_string()
+}
+
 /// Opens the further rails to `addr`, whose main link goes to descriptor
 /// `main`: each other method of this endpoint that may lose frames (not
 /// shared memory) takes the first of the peer's descriptors of its own
@@ -237,16 +243,25 @@ fn add_rails(
         .iter()
         .find(|(d, _)| d == main)
         .and_then(|(_, f)| f.clone());
-    let mut used = vec![main.clone()];
+    // NICs already in a rail, on each side: two rails on one NIC pair
+    // would only share its link.
+    let mut used_peer = vec![nic_of(main)];
+    let mut used_local = vec![nic_of(
+        &methods[usize::from(main_route.method)].descriptor(),
+    )];
     let mut routes = vec![main_route];
     for i in 0..methods.len() {
         if i == usize::from(main_route.method) || methods[i].caps().reliable {
             continue;
         }
+        let local_nic = nic_of(&methods[i].descriptor());
+        if used_local.contains(&local_nic) {
+            continue;
+        }
         let name = methods[i].name();
         let candidate = known.iter().find(|(d, fabric)| {
             d.method == name
-                && !used.contains(d)
+                && !used_peer.contains(&nic_of(d))
                 && (main_fabric.is_none() || fabric.is_none() || *fabric == main_fabric)
         });
         let Some((d, _)) = candidate.cloned() else {
@@ -257,7 +272,8 @@ fn add_rails(
                 method: i as u8,
                 link,
             });
-            used.push(d);
+            used_peer.push(nic_of(&d));
+            used_local.push(local_nic);
         }
     }
     if routes.len() > 1 {

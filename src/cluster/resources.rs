@@ -4,6 +4,8 @@
 //! name = "mixed"                             # optional, for people
 //! preference = ["shm", "vfio", "afxdp", "packet", "udp"]  # optional (this is the default)
 //! pin = ["udp"]                              # optional; $BCL_METHODS overrides it
+//! rails = true                               # optional: stripe over every NIC of a
+//!                                            # fabric (default false; $BCL_RAILS overrides)
 //!
 //! [[fabric]]                                 # an L2 segment
 //! name = "A"
@@ -149,6 +151,8 @@ pub struct ClusterConfig {
     pub preference: Vec<String>,
     /// The file's pin, if any.
     pub pin: Option<Vec<String>>,
+    /// Reach peers through every NIC of a fabric (rails).
+    pub rails: bool,
     /// The fabrics.
     pub fabrics: Vec<Fabric>,
     /// The nodes.
@@ -221,6 +225,7 @@ struct RawConfig {
     name: Option<String>,
     preference: Option<Spanned<Vec<Spanned<String>>>>,
     pin: Option<Spanned<Vec<Spanned<String>>>>,
+    rails: Option<bool>,
     #[serde(default)]
     fabric: Vec<RawFabric>,
     #[serde(default)]
@@ -480,6 +485,7 @@ fn validate(ctx: &Ctx<'_>, raw: RawConfig) -> Result<ClusterConfig, ResourceErro
         name: raw.name.unwrap_or_default(),
         preference,
         pin,
+        rails: raw.rails.unwrap_or(false),
         fabrics,
         nodes,
     })

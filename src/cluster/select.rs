@@ -93,6 +93,11 @@ pub struct Policy {
     pub pin: Option<Pin>,
     /// The method kinds (their scopes decide who reaches whom).
     pub registry: Registry,
+    /// Open every NIC of a fabric for the methods that share NICs
+    /// (`packet`), and reach each peer through all of them (rails),
+    /// striping large messages (`rails = true` in the cluster file, or
+    /// `BCL_RAILS=on`).
+    pub rails: bool,
 }
 
 impl Default for Policy {
@@ -115,6 +120,7 @@ impl Policy {
             order,
             pin,
             registry: registry.clone(),
+            rails: false,
         }
     }
 

@@ -157,7 +157,10 @@ fn an_impaired_rail_loses_and_duplicates_nothing() {
         "the lossy rail's frames were resent: {report}"
     );
     let r = rails(&report);
-    assert!(r.iter().all(|x| x.1 > 0), "both rails carried data: {report}");
+    assert!(
+        r.iter().all(|x| x.1 > 0),
+        "both rails carried data: {report}"
+    );
 }
 
 #[test]
@@ -222,7 +225,10 @@ fn a_rail_taken_down_mid_stream_is_left_and_used_again_when_it_returns() {
     let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_exactly_once(&report, 22 * 64);
     let r = rails(&report);
-    assert!(took > Duration::from_secs(2), "the stream outlasted the outage ({took:?})");
+    assert!(
+        took > Duration::from_secs(2),
+        "the stream outlasted the outage ({took:?})"
+    );
     assert!(r[1].2 >= 1, "rail 1 was taken out: {report}");
     assert_eq!(r[1].0, "up", "rail 1 is back: {report}");
     // Out for half a second of some 3.7: used again, it carried most of an

@@ -123,7 +123,7 @@ impl ReorderState {
 /// Whether the transmission numbered `order` left before the one numbered
 /// `other` (wrapping, like sequence numbers: everything compared is in
 /// flight, far less than 2^31 sendings apart).
-fn sent_before(order: u32, other: u32) -> bool {
+pub(super) fn sent_before(order: u32, other: u32) -> bool {
     (order.wrapping_sub(other) as i32) < 0
 }
 
@@ -160,6 +160,18 @@ pub(super) fn note_delivered(
     true
 }
 
+/// The mark of the rail frame `slot` to peer `idx` is in flight on, if it
+/// is on a rail that has one.
+fn rail_mark(
+    rail_sets: &rustc_hash::FxHashMap<PeerIdx, super::rails::RailSet>,
+    idx: PeerIdx,
+    slot: &TxSlot,
+) -> Option<RackMark> {
+    let r = usize::from(slot.rail.checked_sub(1)?);
+    let mark = rail_sets.get(&idx)?.rails.get(r)?.mark;
+    mark.known.then_some(mark)
+}
+
 impl Port {
     /// Marks as lost, and queues for resending, every frame to peer `idx`
     /// sent before the mark whose reordering window has passed; sets the
@@ -179,6 +191,9 @@ impl Port {
             rtt.max(p.rtt.min_rtt().unwrap_or_default()) + p.reorder.window(&p.rtt)
         };
         let (una, next) = (p.una, p.next_seq);
+        let rails = p.has_rails();
+        let min_rtt = p.rtt.min_rtt().unwrap_or_default();
+        let reorder_window = p.reorder.window(&p.rtt);
         let Some(w) = p.tx.as_mut() else { return };
         let mark = w.rack;
         let mut lost: Option<(Seq, Seq)> = None;
@@ -186,8 +201,23 @@ impl Port {
         let mut s = una;
         while s != next {
             let slot = w.slot_mut(s);
+            // Over rails a frame is judged by the mark of its own rail
+            // (each rail keeps order; rails between them do not).
+            let (mark, wait) = match rails {
+                false => (mark, wait),
+                true => match rail_mark(&self.rail_sets, idx, slot) {
+                    Some(m) => {
+                        let rtt = Duration::from_nanos(u64::from(m.rtt_ns));
+                        (m, rtt.max(min_rtt) + reorder_window)
+                    }
+                    None => {
+                        s = s.next();
+                        continue;
+                    }
+                },
+            };
             if !sent_before(slot.sent_order, mark.order) {
-                if slot.sent_count == 1 {
+                if slot.sent_count == 1 && !rails {
                     // Frames after this one went out later still: none of
                     // them can be before the mark.
                     break;

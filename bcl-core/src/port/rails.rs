@@ -23,6 +23,11 @@
 //!   sooner, frees its share sooner and takes more stripes, and its share
 //!   grows with the inverse of its round trip until every rail's queue
 //!   takes as long to drain.
+//! - **Congestion.** The peer's congestion window counts per rail: the
+//!   frames allowed in flight are the window times the rails in service,
+//!   since each rail's queue holds only its share and the delay the
+//!   controller judges is one rail's. Pacing (which spaces one path's
+//!   frames) is off for a peer with rails.
 //! - **Acknowledgements** go on the rail the peer's last frame came by, and
 //!   the answer to a ping on the rail the ping came by: a rail that is dead
 //!   both ways never carries the only acknowledgements.
@@ -139,6 +144,10 @@ pub(super) struct Rail {
     pub pong_due: bool,
     /// Out of service: the next ping on it is due then.
     pub probe_at: Time,
+    /// The most recently sent frame on it known delivered (loss detection
+    /// compares frames with the mark of their own rail: each rail keeps
+    /// order, rails between them do not).
+    pub mark: super::loss::RackMark,
     pub frames_sent: u64,
     pub bytes_sent: u64,
     pub bytes_delivered: u64,
@@ -159,6 +168,7 @@ impl Rail {
             share,
             pong_due: false,
             probe_at: Time::NEVER,
+            mark: super::loss::RackMark::default(),
             frames_sent: 0,
             bytes_sent: 0,
             bytes_delivered: 0,
@@ -232,7 +242,12 @@ impl RailSet {
 
     /// A frame sent on rail `tag - 1` left flight (acknowledged when
     /// `delivered` is `Some((bytes, round trip))`).
-    fn leave_flight(&mut self, tag: u8, delivered: Option<(u16, Option<Duration>)>, now: Time) {
+    fn leave_flight(
+        &mut self,
+        tag: u8,
+        delivered: Option<(u16, Option<Duration>, u32)>,
+        now: Time,
+    ) {
         let Some(rail) = tag
             .checked_sub(1)
             .and_then(|r| self.rails.get_mut(usize::from(r)))
@@ -240,7 +255,17 @@ impl RailSet {
             return;
         };
         rail.in_flight = rail.in_flight.saturating_sub(1);
-        if let Some((bytes, rtt)) = delivered {
+        if let Some((bytes, rtt, order)) = delivered {
+            let newer = !rail.mark.known || super::loss::sent_before(rail.mark.order, order);
+            if newer {
+                rail.mark = super::loss::RackMark {
+                    order,
+                    rtt_ns: rtt.map_or(rail.mark.rtt_ns, |r| {
+                        u32::try_from(r.as_nanos()).unwrap_or(u32::MAX)
+                    }),
+                    known: true,
+                };
+            }
             rail.last_delivery = now;
             rail.pending_since = if rail.in_flight == 0 {
                 Time::NEVER
@@ -384,6 +409,17 @@ impl Port {
         self.rail_sets
             .values()
             .any(|s| s.by_method(method).is_some())
+    }
+
+    /// Rails of peer `idx` in service (1 for a peer without rails).
+    #[inline]
+    pub(super) fn rails_up(&self, idx: PeerIdx) -> u32 {
+        if !self.peers[idx as usize].has_rails() {
+            return 1;
+        }
+        self.rail_sets
+            .get(&idx)
+            .map_or(1, |s| s.up_count().max(1) as u32)
     }
 
     /// The rails of `addr`, if it has more than one route.
@@ -548,7 +584,7 @@ impl Port {
         if let Some(set) = rail_sets.get_mut(&idx) {
             let d = delivered.then(|| {
                 let rtt = (slot.sent_count == 1).then(|| now.saturating_since(slot.last_sent));
-                (slot.len, rtt)
+                (slot.len, rtt, slot.sent_order)
             });
             set.leave_flight(slot.rail, d, now);
         }
@@ -714,17 +750,18 @@ impl Port {
         let control = p.ack_now
             || p.nak != crate::wire::NakReason::None
             || p.liveness.has(Liveness::PING_NOW | Liveness::ANSWER_PING);
-        let data = now >= p.busy_until && (new_data || p.retx_pending() || p.probe_newest);
+        let data = now >= p.busy_until && new_data;
         let window = self.peer_window(idx);
         let Some(set) = self.rail_sets.get(&idx) else {
             return;
         };
+        let resend = now >= p.busy_until && (p.retx_pending() || p.probe_newest);
         let control_rail = set.control_rail();
         let mut want = 0u8;
         for (r, rail) in set.rails.iter().enumerate() {
             let work = rail.pong_due
                 || (!rail.up() && now >= rail.probe_at)
-                || (rail.up() && control && r == control_rail)
+                || (rail.up() && (control || resend) && r == control_rail)
                 || (data && self.rail_has_room(idx, r, window));
             if work {
                 want |= 1 << r;
@@ -739,6 +776,28 @@ impl Port {
             if new & (1 << r) != 0 {
                 let m = usize::from(set.rails[r].route.method);
                 self.ready[m].push_back(idx);
+            }
+        }
+    }
+
+    /// A retransmission timeout fired for peer `idx`: nothing is known to
+    /// be in flight on its rails any more (as TCP takes nothing to be in
+    /// the pipe after a timeout); what is resent is counted again.
+    pub(super) fn rails_forget_flight(&mut self, idx: PeerIdx) {
+        let Some(set) = self.rail_sets.get_mut(&idx) else {
+            return;
+        };
+        for r in &mut set.rails {
+            r.in_flight = 0;
+            r.stripe_left = 0;
+        }
+        let p = &mut self.peers[idx as usize];
+        let (una, next) = (p.una, p.next_seq);
+        if let Some(w) = p.tx.as_mut() {
+            let mut s = una;
+            while s != next {
+                w.slot_mut(s).rail = 0;
+                s = s.next();
             }
         }
     }
@@ -796,5 +855,32 @@ impl Port {
             return len;
         }
         self.emit(idx, now, buf, gather)
+    }
+}
+
+#[cfg(test)]
+impl Port {
+    /// Frames tagged per rail in the window of `addr`, against the rails'
+    /// counts (tests check the two agree).
+    pub(super) fn rail_counts(&self, addr: ProcessAddr) -> (Vec<u32>, Vec<u32>) {
+        let Some(idx) = self.peer_idx(addr) else {
+            return (Vec::new(), Vec::new());
+        };
+        let Some(set) = self.rail_sets.get(&idx) else {
+            return (Vec::new(), Vec::new());
+        };
+        let mut tagged = vec![0u32; set.rails.len()];
+        let p = &self.peers[idx as usize];
+        if let Some(w) = p.tx.as_ref() {
+            let mut s = p.una;
+            while s != p.next_seq {
+                let t = w.slot(s).rail;
+                if t != 0 {
+                    tagged[usize::from(t - 1)] += 1;
+                }
+                s = s.next();
+            }
+        }
+        (tagged, set.rails.iter().map(|r| r.in_flight).collect())
     }
 }

@@ -183,7 +183,14 @@ impl RailNet {
                 sent += 1;
             }
             during(self, sent);
-            assert!(self.step(), "stalled at {got}/{count}");
+            assert!(
+                self.step(),
+                "stalled at {got}/{count}: rails {:?}; {}",
+                self.ports[0].rails(addr(1)),
+                self.ports[0].debug_summary()
+            );
+            let (tagged, counted) = self.ports[0].rail_counts(addr(1));
+            assert_eq!(tagged, counted, "rail accounting at {got}/{count}");
             for m in self.received() {
                 assert_eq!(
                     m,

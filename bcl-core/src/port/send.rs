@@ -275,8 +275,7 @@ impl Port {
         if p.nak != NakReason::None || p.liveness.has(Liveness::PING_NOW | Liveness::ANSWER_PING) {
             return self.emit_ack(idx, now, buf);
         }
-        let room = self.tx_rail_room(idx);
-        if now >= p.busy_until && room {
+        if now >= p.busy_until {
             if p.probe_newest {
                 if let Some(len) = self.emit_probe(idx, now, buf, gather) {
                     return Some(len);
@@ -288,7 +287,9 @@ impl Port {
                     return Some(len);
                 }
             }
-            if self.can_frame_new(idx, now) {
+            // New data only within the rail's room (resends replace frames
+            // already counted in flight).
+            if self.can_frame_new(idx, now) && self.tx_rail_room(idx) {
                 if let Some(len) = self.emit_new_data(idx, now, buf, gather) {
                     return Some(len);
                 }
@@ -583,8 +584,12 @@ impl Port {
     pub(super) fn peer_window(&self, idx: PeerIdx) -> u32 {
         let p = &self.peers[idx as usize];
         if self.cfg.congestion.enabled && !p.reliable {
-            p.cc.allowed_frames(&self.cfg.congestion, p.tx.as_ref().map(|w| &w.cc))
-                .min(self.cfg.tx_window)
+            let w =
+                p.cc.allowed_frames(&self.cfg.congestion, p.tx.as_ref().map(|w| &w.cc));
+            // Over rails the window is spread: each rail's queue sees its
+            // share, so the delay the controller judges is that of one
+            // rail's part, and the window it settles on is per rail.
+            w.saturating_mul(self.rails_up(idx)).min(self.cfg.tx_window)
         } else {
             self.cfg.tx_window
         }
@@ -615,7 +620,9 @@ impl Port {
         if !waiting {
             return Gate::Closed;
         }
-        if controlled {
+        // Pacing spaces one path's frames; a peer with rails spreads its
+        // window over several paths, each with its own queue.
+        if controlled && !p.has_rails() {
             if let Some(w) = &p.tx {
                 if let Some(t) = p.cc.paced_until(&w.cc, now) {
                     return Gate::PacedUntil(t);
@@ -1269,6 +1276,8 @@ impl Port {
         }
         p.rtt.back_off();
         let (una, next) = (p.una, p.next_seq);
+        self.rails_forget_flight(idx);
+        let p = &mut self.peers[idx as usize];
         if self.cfg.congestion.enabled && !p.reliable {
             if let Some(w) = p.tx.as_mut() {
                 let consecutive = p.consecutive_timeouts;
@@ -1378,6 +1387,7 @@ impl Port {
         victims.dedup();
         // A new sequence space from here: the receiver sees a new epoch and
         // starts over, message ids from 0.
+        self.rails_forget_flight(idx);
         let p = &mut self.peers[idx as usize];
         p.tx_generation = p.tx_generation.wrapping_add(1);
         p.next_msg_id = 0;
