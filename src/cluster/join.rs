@@ -881,6 +881,30 @@ mod tests {
     }
 
     #[test]
+    fn with_rails_packet_opens_every_nic_of_a_fabric_own_one_first() {
+        let mut pol = Policy::default();
+        pol.rails = true;
+        let all: &[&str] = &["afxdp", "packet", "udp"];
+        let rail: &[&str] = &["afxdp", "packet"];
+        let two = slots(&[("to-fa", "A", all), ("to-fa-2", "A", rail)]);
+        let (p, _) = plan_on(&two, true, false, 1, &pol);
+        assert_eq!(
+            on(&p),
+            pairs(&[
+                ("shm", ""),
+                ("afxdp", "to-fa-2"),
+                ("packet", "to-fa-2"),
+                ("packet", "to-fa"),
+                ("udp", "to-fa")
+            ]),
+            "afxdp owns its NIC: still one per process"
+        );
+        pol.rails = false;
+        let (p, _) = plan_on(&two, true, false, 1, &pol);
+        assert_eq!(p.iter().filter(|x| x.method == "packet").count(), 1);
+    }
+
+    #[test]
     fn each_process_of_a_node_takes_its_own_afxdp_nic_of_a_fabric() {
         let pol = Policy::default();
         let all: &[&str] = &["afxdp", "packet", "udp"];

@@ -240,3 +240,60 @@ fn a_rail_taken_down_mid_stream_is_left_and_used_again_when_it_returns() {
         r[0].1
     );
 }
+
+#[test]
+fn a_job_with_rails_in_its_cluster_file_stripes_over_every_nic() {
+    if !require_privileges("a_job_with_rails_in_its_cluster_file_stripes_over_every_nic") {
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("bw.json");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_bcl-run"))
+        .current_dir(&root)
+        .env("BCL_LAB_PREFIX", format!("t{}-railjob", std::process::id()))
+        .env_remove("BCL_METHODS")
+        .env_remove("BCL_RAILS")
+        .args([
+            "--lab",
+            "configs/lab/rails2.toml",
+            "--cluster",
+            "configs/rails2-cluster.toml",
+            "--per-node",
+            "1",
+            "--timeout",
+            "60",
+            "--",
+            BW,
+            "--sizes",
+            "64K",
+            "--iters",
+            "30",
+            "--warmup",
+            "2",
+            "--verify",
+            "--json",
+        ])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "bcl-run exit {}: {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_exactly_once(&report, 32 * 64);
+    // afxdp on each process's own NIC is the main link (the policy's
+    // first), packet on the other NIC the second rail.
+    assert_every_rail_carried(&report, 2);
+    let methods: Vec<&str> = report["rails"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["method"].as_str().unwrap())
+        .collect();
+    assert_eq!(methods, ["afxdp", "packet"], "{report}");
+}

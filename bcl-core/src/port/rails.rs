@@ -134,6 +134,8 @@ pub(super) struct Rail {
     pub pending_since: Time,
     /// When a frame sent on it was last acknowledged.
     pub last_delivery: Time,
+    /// When a frame from the peer last arrived on it.
+    pub last_arrival: Time,
     /// Smoothed round trip of its frames, nanoseconds (0: none yet).
     pub srtt_ns: u64,
     /// Frames of the current stripe it may still send.
@@ -163,6 +165,7 @@ impl Rail {
             in_flight: 0,
             pending_since: Time::NEVER,
             last_delivery: Time::ZERO,
+            last_arrival: Time::ZERO,
             srtt_ns: 0,
             stripe_left: 0,
             share,
@@ -600,29 +603,34 @@ impl Port {
             return;
         };
         set.update_shares(now);
-        let mut out = None;
+        // The rail silent longest, if it is silent too long.
+        let mut out: Option<(usize, Time)> = None;
         for (r, rail) in set.rails.iter().enumerate() {
             if !rail.up() || rail.pending_since == Time::NEVER {
                 continue;
             }
             let waiting_from = rail.pending_since;
+            if out.is_some_and(|(_, t)| t <= waiting_from) {
+                continue;
+            }
             let limit = (rto * 2)
                 .max(Duration::from_nanos(rail.srtt_ns.saturating_mul(8)))
                 .max(MIN_SILENCE);
             if now.saturating_since(waiting_from) <= limit {
                 continue;
             }
-            let others_delivered = set
-                .rails
-                .iter()
-                .enumerate()
-                .any(|(o, x)| o != r && x.up() && x.last_delivery > waiting_from);
+            // The peer is alive by another rail: a frame sent there was
+            // acknowledged, or one of its frames came by it.
+            let others_delivered = set.rails.iter().enumerate().any(|(o, x)| {
+                o != r
+                    && x.up()
+                    && (x.last_delivery > waiting_from || x.last_arrival > waiting_from)
+            });
             if others_delivered {
-                out = Some(r);
-                break;
+                out = Some((r, waiting_from));
             }
         }
-        if let Some(r) = out {
+        if let Some((r, _)) = out {
             self.take_rail_out(idx, r, RailState::TimedOut, now);
         }
     }
@@ -707,6 +715,7 @@ impl Port {
         set.last_rx = r as u8;
         let rail = &mut set.rails[r];
         rail.frames_received += 1;
+        rail.last_arrival = now;
         // A process that restarted may come another way.
         rail.route.link = route.link;
         if ping {
@@ -780,9 +789,23 @@ impl Port {
         }
     }
 
-    /// A retransmission timeout fired for peer `idx`: nothing is known to
-    /// be in flight on its rails any more (as TCP takes nothing to be in
-    /// the pipe after a timeout); what is resent is counted again.
+    /// A retransmission timeout fired for peer `idx`: its control frames
+    /// and resends move to the next rail in service, so that the probes of
+    /// successive timeouts try every rail (the peer may be silent, and the
+    /// rail its last frame came by dead).
+    pub(super) fn rails_on_timeout(&mut self, idx: PeerIdx) {
+        let Some(set) = self.rail_sets.get_mut(&idx) else {
+            return;
+        };
+        let n = set.rails.len();
+        let from = usize::from(set.last_rx);
+        if let Some(next) = (1..=n).map(|k| (from + k) % n).find(|&r| set.rails[r].up()) {
+            set.last_rx = next as u8;
+        }
+    }
+
+    /// Peer `idx` starts a new sequence space (its sends failed): nothing
+    /// is in flight on its rails any more.
     pub(super) fn rails_forget_flight(&mut self, idx: PeerIdx) {
         let Some(set) = self.rail_sets.get_mut(&idx) else {
             return;

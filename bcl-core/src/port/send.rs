@@ -1266,6 +1266,7 @@ impl Port {
         self.stats.timeouts += 1;
         if self.peers[idx as usize].has_rails() {
             self.check_rails(idx, now);
+            self.rails_on_timeout(idx);
         }
         let p = &mut self.peers[idx as usize];
         p.consecutive_timeouts = p.consecutive_timeouts.saturating_add(1);
@@ -1276,8 +1277,6 @@ impl Port {
         }
         p.rtt.back_off();
         let (una, next) = (p.una, p.next_seq);
-        self.rails_forget_flight(idx);
-        let p = &mut self.peers[idx as usize];
         if self.cfg.congestion.enabled && !p.reliable {
             if let Some(w) = p.tx.as_mut() {
                 let consecutive = p.consecutive_timeouts;

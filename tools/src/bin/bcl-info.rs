@@ -6,7 +6,7 @@
 //! bcl-info --cluster configs/mixed.toml --per-node 2   # + the method matrix of that cluster
 //! bcl-info --cluster configs/mixed.toml --node a1      # NICs of this host as node a1 sees them
 //! bcl-info --json                            # the same as one JSON object
-//! bcl-run --lab L --cluster C --per-node 2 -- bcl-info --job   # a running job's actual links
+//! bcl-run --lab L --cluster C --per-node 2 -- bcl-info --job   # a running job's actual links (and rails)
 //! ```
 //!
 //! The matrix comes from the configuration alone, with the same policy
@@ -149,10 +149,17 @@ fn job_row() -> Result<(), String> {
             Some(r) => (r.method.unwrap_or_else(|| "none".into()), r.reason),
             None => ("none".into(), "no link".into()),
         };
-        println!(
-            "link {}",
-            json!({"rank": me, "peer": p, "method": method, "reason": reason})
-        );
+        // Rails (a cluster file with `rails = true`): each with its state.
+        let rails: Vec<serde_json::Value> = ep
+            .rails(j.addrs[p])
+            .iter()
+            .map(|(name, r)| json!({"method": name, "state": r.state.to_string()}))
+            .collect();
+        let mut row = json!({"rank": me, "peer": p, "method": method, "reason": reason});
+        if !rails.is_empty() {
+            row["rails"] = json!(rails);
+        }
+        println!("link {row}");
     }
     // Stay until every rank has its row (peers still need our acks).
     if let Some(s) = j.session.as_mut() {
