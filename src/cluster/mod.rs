@@ -214,8 +214,9 @@ fn nic_of(d: &Descriptor) -> String {
 }
 
 /// Opens the further rails to `addr`, whose main link goes to descriptor
-/// `main`: each other method of this endpoint that may lose frames (not
-/// shared memory) takes the first of the peer's descriptors of its own
+/// `main`: each other method of this endpoint of the main link's kind (the
+/// Ethernet family, or the main method itself: a udp socket and an
+/// Ethernet method may sit on one NIC, which descriptors cannot tell) takes the first of the peer's descriptors of its own
 /// method not yet used by another rail and on the main link's fabric (when
 /// the peer's table says), so the k-th NIC of one end pairs with the k-th
 /// of the other, as BCL-3's dual-NIC protocol paired them.
@@ -250,8 +251,19 @@ fn add_rails(
         &methods[usize::from(main_route.method)].descriptor(),
     )];
     let mut routes = vec![main_route];
+    // Rails are NICs of one kind: methods of the main link's family (the
+    // Ethernet methods between them), or the main link's method itself.
+    let registry = crate::registry::Registry::builtin();
+    let family = |name: &str| registry.get(name).and_then(|k| k.family());
+    let main_name = methods[usize::from(main_route.method)].name();
+    let same_kind = |name: &str| {
+        name == main_name || (family(name).is_some() && family(name) == family(main_name))
+    };
     for i in 0..methods.len() {
-        if i == usize::from(main_route.method) || methods[i].caps().reliable {
+        if i == usize::from(main_route.method)
+            || methods[i].caps().reliable
+            || !same_kind(methods[i].name())
+        {
             continue;
         }
         let local_nic = nic_of(&methods[i].descriptor());

@@ -32,10 +32,11 @@
 //!   the answer to a ping on the rail the ping came by: a rail that is dead
 //!   both ways never carries the only acknowledgements.
 //! - **Failure.** A rail is taken out when the engine reports its link down
-//!   ([`Port::rail_failed`]) or when frames sent on it (or waiting for it)
-//!   have gone unacknowledged for longer than twice the retransmission
-//!   timeout, eight of its own round trips and 1 ms, while other rails
-//!   delivered. Everything in flight
+//!   ([`Port::rail_failed`]) or when frames sent on it have gone
+//!   unacknowledged for longer than twice the retransmission timeout, eight
+//!   of its own round trips and 10 ms (a busy two-core host stalls one
+//!   rail's receive path for milliseconds), while the peer showed itself
+//!   alive by another rail. Everything in flight
 //!   on it is then judged lost and resent on the others (the receiver
 //!   drops copies that arrive anyway, so nothing is delivered twice). The
 //!   last rail up is never taken out: a peer with no rail left is a matter
@@ -67,9 +68,10 @@ pub const MAX_RAILS: usize = 8;
 /// (at least; the peer's retransmission timeout if that is longer).
 pub const PROBE_INTERVAL: Duration = Duration::from_millis(5);
 
-/// A rail is never taken out for less silence than this (a scheduling
-/// hiccup of a busy host is not a dead link).
-const MIN_SILENCE: Duration = Duration::from_millis(1);
+/// A rail is never taken out for less silence than this: a scheduling
+/// hiccup of a busy host is not a dead link (at 1 ms, a stream between two
+/// processes on two busy cores lost a healthy rail once or twice a run).
+const MIN_SILENCE: Duration = Duration::from_millis(10);
 
 /// How often each rail's delivered bytes are turned into its share.
 const SHARE_INTERVAL: Duration = Duration::from_millis(2);
