@@ -882,8 +882,10 @@ mod tests {
 
     #[test]
     fn with_rails_packet_opens_every_nic_of_a_fabric_own_one_first() {
-        let mut pol = Policy::default();
-        pol.rails = true;
+        let mut pol = Policy {
+            rails: true,
+            ..Policy::default()
+        };
         let all: &[&str] = &["afxdp", "packet", "udp"];
         let rail: &[&str] = &["afxdp", "packet"];
         let two = slots(&[("to-fa", "A", all), ("to-fa-2", "A", rail)]);

@@ -259,18 +259,18 @@ fn add_rails(
     let same_kind = |name: &str| {
         name == main_name || (family(name).is_some() && family(name) == family(main_name))
     };
-    for i in 0..methods.len() {
+    for (i, method) in methods.iter_mut().enumerate() {
         if i == usize::from(main_route.method)
-            || methods[i].caps().reliable
-            || !same_kind(methods[i].name())
+            || method.caps().reliable
+            || !same_kind(method.name())
         {
             continue;
         }
-        let local_nic = nic_of(&methods[i].descriptor());
+        let local_nic = nic_of(&method.descriptor());
         if used_local.contains(&local_nic) {
             continue;
         }
-        let name = methods[i].name();
+        let name = method.name();
         let candidate = known.iter().find(|(d, fabric)| {
             d.method == name
                 && !used_peer.contains(&nic_of(d))
@@ -279,7 +279,7 @@ fn add_rails(
         let Some((d, _)) = candidate.cloned() else {
             continue;
         };
-        if let Ok(link) = methods[i].open_link(&d) {
+        if let Ok(link) = method.open_link(&d) {
             routes.push(Route {
                 method: i as u8,
                 link,

@@ -102,7 +102,7 @@ impl RailNet {
                     rail.sent += 1;
                     let start = rail.free_at[i].max(self.now);
                     if rail.cut
-                        || (rail.drop_every > 0 && rail.sent % rail.drop_every == 0)
+                        || (rail.drop_every > 0 && rail.sent.is_multiple_of(rail.drop_every))
                         || start.saturating_since(self.now) > rail.queue_limit
                     {
                         continue;
