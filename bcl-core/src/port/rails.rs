@@ -490,25 +490,20 @@ impl Port {
         if !rail.up() {
             return false;
         }
-        if rail.stripe_left > 0 {
+        if rail.stripe_left > 0 || rail.in_flight == 0 {
             return true;
         }
         let stripe = self.stripe_frames(idx);
-        if rail.in_flight == 0 {
-            return true;
-        }
         if rail.in_flight + stripe > set.cap(r, window, stripe) {
             return false;
         }
         // The least loaded rail takes the next stripe: this one only if it
         // is not a stripe ahead of another (loads in frames per share).
-        let load = u64::from(rail.in_flight) * u64::from(set.rails[r].share.max(1));
         set.rails.iter().enumerate().all(|(o, other)| {
             o == r
                 || !other.up()
                 || u64::from(rail.in_flight) * u64::from(other.share.max(1))
                     <= u64::from(other.in_flight + stripe) * u64::from(rail.share.max(1))
-                || load == 0
         })
     }
 
