@@ -1,6 +1,6 @@
 //! Liveness per node pair, between real processes on two bcl-lab nodes
 //! over udp: two ranks on node 1 watch the two ranks of node 2 (critical,
-//! 100 ms period, 4 silent checks). With the node board (the default) the
+//! 100 ms period, 3 misses). With the node board (the default) the
 //! watchers' pings together stay within one per node pair per period;
 //! with `BCL_NODE_LIVENESS=off` (each process on its own) they are counted
 //! for comparison. Then rank 3 is SIGKILLed: both watchers declare it
@@ -33,7 +33,7 @@ fn job(per_node_board: bool) -> String {
         ])
         .env("BCL_LAB_PREFIX", format!("t{}-nl", std::process::id()))
         .env("BCL_METHODS", "udp")
-        .env("BCL_LIVENESS", "100ms,4")
+        .env("BCL_LIVENESS", "100ms,3")
         .env("BCL_NODE_LIVENESS_TEST", "1");
     if !per_node_board {
         c.env("BCL_NODE_LIVENESS", "off");

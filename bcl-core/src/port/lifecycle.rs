@@ -37,8 +37,11 @@ use core::time::Duration;
 pub const STALE_FRAME_LIFETIME: Duration = Duration::from_secs(1);
 const STALE_FRAME_LIFETIME_TICKS: u16 = (STALE_FRAME_LIFETIME.as_nanos() >> TICK_SHIFT) as u16;
 
-/// A tick of `Peer::last_heard_tick` is 2^24 ns (about 1/60 s).
-const TICK_SHIFT: u32 = 24;
+/// A tick of `Peer::last_heard_tick` is 2^20 ns (about 1 ms): fine
+/// enough for liveness to date a peer's last frame, wrapping every 69 s.
+/// Only spans shorter than that are compared: the stale-frame lifetime,
+/// and a frame that arrived since the liveness check before.
+const TICK_SHIFT: u32 = 20;
 
 /// `t` in ticks, wrapping (for `Peer::last_heard_tick`).
 fn tick(t: Time) -> u16 {
@@ -58,6 +61,17 @@ pub(super) enum Incarnation {
 }
 
 impl Port {
+    /// When peer `idx`'s last frame arrived, to the tick (the start of its
+    /// tick: at most a tick early), and not before `not_before`. A frame
+    /// more than one wrap ago (69 s) looks later than it was.
+    pub(super) fn last_frame_at(&self, idx: PeerIdx, now: Time, not_before: Time) -> Time {
+        let ticks_ago = u64::from(tick(now).wrapping_sub(self.peers[idx as usize].last_heard_tick));
+        let now_tick_start = now.as_nanos() >> TICK_SHIFT << TICK_SHIFT;
+        Time::from_nanos(now_tick_start.saturating_sub(ticks_ago << TICK_SHIFT))
+            .max(not_before)
+            .min(now)
+    }
+
     /// Checks the incarnation of `frame`, from peer `idx`, against the one
     /// known, and notes a peer that restarted or came back.
     pub(super) fn note_incarnation(

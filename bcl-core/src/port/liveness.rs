@@ -14,22 +14,25 @@
 //!   idle peer costs nothing: no timer, no frame, so state and CPU stay flat
 //!   in the number of idle peers.
 //! - **Checks.** Once per `period` while any peer is watched, the port
-//!   checks each watched peer: did a valid frame of any kind arrive from
-//!   it since the check before? The receive path does nothing for this
-//!   (the check compares the peer's received-frame counter), and an
-//!   exchange in progress sends no extra frame at all.
-//! - **Ping.** A watched peer found silent is pinged: an ACK frame with
-//!   the [`flags::PING`] bit, which the peer's port answers at once with an
-//!   ACK frame (carrying its cumulative acknowledgement if it has one to
-//!   give). The pings are the probes before the verdict.
-//! - **Verdict.** A peer found silent by `misses` checks in a row is
-//!   declared dead: exactly what [`Port::peer_gone`] does (everything to
-//!   and from it fails, naming it; [`Port::poll_peer_event`] reports it). So
-//!   a peer that stops is declared dead between `misses` and `misses + 1`
-//!   periods after its last frame, and a live one that pauses for less
-//!   than `misses − 1` periods (a busy CPU, a descheduled or stopped
-//!   process, a long pause in the application) never is: it answers the
-//!   ping waiting for it before the next check.
+//!   checks each watched peer: when did a valid frame of any kind last
+//!   arrive from it? The receive path only notes the arrival's tick (about
+//!   a millisecond, for the incarnation check), and the check reads it
+//!   when the peer's received-frame counter moved; an exchange in progress
+//!   sends no extra frame at all.
+//! - **Ping.** A watched peer silent for half a period or more at a check
+//!   is pinged: an ACK frame with the [`flags::PING`] bit, which the peer's
+//!   port answers at once with an ACK frame (carrying its cumulative
+//!   acknowledgement if it has one to give). An idle critical peer is so
+//!   pinged once a period. The pings are the probes before the verdict.
+//! - **Verdict.** A peer silent for `misses` periods since its last frame,
+//!   and pinged meanwhile, is declared dead at that instant (the port's
+//!   timer is set for it): exactly what [`Port::peer_gone`] does
+//!   (everything to and from it fails, naming it; [`Port::poll_peer_event`]
+//!   reports it). So a peer that stops is declared dead `misses` periods
+//!   after its last frame, to the millisecond, and a live one that pauses
+//!   for less than `misses − 1` periods (a busy CPU, a descheduled or
+//!   stopped process, a long pause in the application) never is: it
+//!   answers the ping waiting for it, or the next, before the bound.
 //!
 //! A BCL process answers only while it makes progress (it is a library,
 //! not a daemon): a rank computing without calling into it for longer than
@@ -72,8 +75,8 @@ pub struct LivenessConfig {
     /// Interval between the checks of the watched peers; a peer found
     /// silent since the check before is pinged (default 2 s).
     pub period: Duration,
-    /// Checks in a row that find a watched peer silent before it is
-    /// declared dead (default 5; at least 2, so that a ping goes first).
+    /// Periods of silence after which a watched peer is declared dead
+    /// (default 5; at least 2, so that a ping goes first).
     pub misses: u32,
 }
 
@@ -105,10 +108,10 @@ impl LivenessConfig {
         None
     }
 
-    /// Longest silence of a watched peer before it is declared dead
-    /// (`misses + 1` periods after its last frame, at worst).
+    /// Silence of a watched peer after which it is declared dead:
+    /// `misses` periods after its last frame.
     pub fn bound(&self) -> Duration {
-        self.period.saturating_mul(self.misses.saturating_add(1))
+        self.period.saturating_mul(self.misses)
     }
 }
 
@@ -120,9 +123,11 @@ pub(super) struct Watch {
     /// ([`PeerStats::frames_received`](crate::stats::PeerStats)): a check
     /// that finds more has heard from it, at no cost per frame.
     frames_seen: u64,
-    /// Checks in a row that found no new frame from it.
+    /// Periodic checks in a row that found it silent (for half a period
+    /// or more): pings sent since it was last heard from.
     silent_checks: u32,
-    /// When it was last heard from (or vouched for by its node).
+    /// When it was last heard from (its last frame, to the tick; or the
+    /// view of its node that last vouched for it).
     heard_at: Time,
 }
 
@@ -182,18 +187,22 @@ impl Port {
 
     /// When the liveness check is due, if a watched peer is depended on
     /// now (a port with nothing outstanding has no liveness timer: a flush
-    /// before exit does not wait for one).
+    /// before exit does not wait for one): the next periodic check, or
+    /// earlier the instant a silent peer reaches the bound.
     pub(super) fn liveness_timeout(&self) -> Option<Time> {
         (self.liveness_at != Time::NEVER && self.watched.iter().any(|w| self.depends_on(w.peer)))
-            .then_some(self.liveness_at)
+            .then_some(self.liveness_at.min(self.liveness_verdict_at))
     }
 
-    /// The liveness check, once per period while any peer is watched:
-    /// stops watching the peers nothing depends on any more, pings those
-    /// silent since the check before, declares dead those silent for
-    /// `misses` checks in a row.
+    /// The liveness check: once per period while any peer is watched (the
+    /// periodic check: stops watching the peers nothing depends on any
+    /// more, pings those silent for half a period or more), and at the
+    /// instant a silent peer reaches the bound (declares dead those silent
+    /// for `misses` periods since their last frame, pinged meanwhile).
     pub(super) fn check_liveness(&mut self, now: Time) {
         let cfg = self.cfg.liveness;
+        let periodic = self.liveness_at <= now;
+        let bound = cfg.period.saturating_mul(cfg.misses);
         let mut dead = Vec::new();
         // With node liveness: nodes wanting a fresh view, each with the
         // watched peer to ping for it and how good a choice it is (listed
@@ -201,32 +210,36 @@ impl Port {
         // an answer, then heard from last: a dead one answers nothing).
         let mut want_view: Vec<(NodeId, PeerIdx, (bool, bool, Time))> = Vec::new();
         let mut local_live: Option<LivePorts> = None;
+        let mut verdict_at = Time::NEVER;
         let mut i = 0;
         while i < self.watched.len() {
             let idx = self.watched[i].peer;
             let depended_on = self.depends_on(idx);
+            let frames_received = self.peers[idx as usize].stats.frames_received;
+            if frames_received != self.watched[i].frames_seen {
+                let heard = self.last_frame_at(idx, now, self.watched[i].heard_at);
+                let w = &mut self.watched[i];
+                w.frames_seen = frames_received;
+                w.silent_checks = 0;
+                w.heard_at = heard;
+                self.peers[idx as usize].liveness.set_extra_pings(0);
+            }
             let p = &mut self.peers[idx as usize];
             let w = &mut self.watched[i];
-            if p.stats.frames_received != w.frames_seen {
-                w.frames_seen = p.stats.frames_received;
-                w.silent_checks = 0;
-                w.heard_at = now;
-                p.liveness.set_extra_pings(0);
-            } else {
-                w.silent_checks += 1;
-            }
             // Its node may vouch for a silent peer: then it needs no ping.
             let mut by_node = false;
-            // Per node only with three silent checks or more to the verdict:
-            // views come about once a period, and with two, one late view
-            // would leave a live peer silent for the whole bound.
-            if depended_on && w.silent_checks > 0 && p.addr.port.0 < NODE_PORTS && cfg.misses >= 3 {
+            // Per node only with three checks or more to the verdict: views
+            // come about once a period, and with two, one late view would
+            // leave a live peer silent for the whole bound.
+            let silent = now.saturating_since(w.heard_at) >= cfg.period / 2;
+            if depended_on && silent && p.addr.port.0 < NODE_PORTS && cfg.misses >= 3 {
                 if let Some(nl) = self.node_liveness.as_mut() {
                     let (node, port) = (p.addr.node, p.addr.port.0);
-                    let vouched = if node == self.cfg.local.node {
-                        by_node = true;
+                    let vouched_at = if node == self.cfg.local.node {
                         let live = *local_live.get_or_insert_with(|| nl.local_live(now));
-                        Some(node::is_live(&live, port))
+                        // Not listed (gone or stopped): probed itself.
+                        by_node = node::is_live(&live, port);
+                        by_node.then_some(now)
                     } else {
                         let view = nl.view(node, now);
                         match view {
@@ -235,36 +248,45 @@ impl Port {
                             // there), per process from the next check.
                             None if w.silent_checks >= 2 => None,
                             _ => {
-                                by_node = true;
                                 let (at, live) = view.unwrap_or((Time::ZERO, [0; 2]));
                                 let fresh = view.is_some() && at >= w.heard_at;
-                                if !fresh || !node::is_live(&live, port) {
+                                let listed = node::is_live(&live, port);
+                                let old = now.saturating_since(at) >= cfg.period / 2;
+                                if !fresh || !listed || old {
                                     // Wanted: a view after its silence
-                                    // began, or a later one (it may
-                                    // resume).
-                                    let rank = (
-                                        node::is_live(&live, port),
-                                        nl.unanswered(node) != Some(port),
-                                        w.heard_at,
-                                    );
+                                    // began, a later one (it may resume),
+                                    // or a newer one (views vouch for a
+                                    // period each).
+                                    let rank =
+                                        (listed, nl.unanswered(node) != Some(port), w.heard_at);
                                     match want_view.iter_mut().find(|v| v.0 == node) {
                                         Some(v) if rank > v.2 => (v.1, v.2) = (idx, rank),
                                         Some(_) => {}
                                         None => want_view.push((node, idx, rank)),
                                     }
                                 }
-                                fresh.then(|| node::is_live(&live, port))
+                                // A fresh view that does not list it (gone
+                                // or stopped): the peer itself is probed.
+                                by_node = !(fresh && !listed);
+                                (fresh && listed).then_some(at)
                             }
                         }
                     };
-                    if vouched == Some(true) {
+                    if let Some(at) = vouched_at {
                         w.silent_checks = 0;
-                        w.heard_at = now;
+                        w.heard_at = w.heard_at.max(at);
                         p.liveness.set_extra_pings(0);
                     }
                 }
             }
-            if !depended_on || w.silent_checks >= cfg.misses {
+            let silence = now.saturating_since(w.heard_at);
+            let silent = silence >= cfg.period / 2;
+            if periodic && silent {
+                w.silent_checks += 1;
+            }
+            // Dead: silent for the bound since its last frame (or the last
+            // view that vouched for it), and probed meanwhile.
+            if !depended_on || (silence >= bound && w.silent_checks > 0) {
                 if depended_on {
                     dead.push(p.addr);
                 }
@@ -274,7 +296,11 @@ impl Port {
                 self.watched.swap_remove(i);
                 continue;
             }
-            if w.silent_checks > 0 && !by_node {
+            let due = w.heard_at + bound;
+            if due > now {
+                verdict_at = verdict_at.min(due);
+            }
+            if periodic && silent && !by_node {
                 let suspect = w.silent_checks > 1;
                 self.ping(idx, suspect, now);
             }
@@ -283,7 +309,7 @@ impl Port {
         // One ping per node pair: to one peer of each node wanting a view,
         // if no process of this node pinged it this period — or if no view
         // came for two periods (the turn went to a ping nobody answers).
-        for (node, idx, _) in want_view {
+        for (node, idx, _) in want_view.into_iter().filter(|_| periodic) {
             let Some(nl) = self.node_liveness.as_mut() else {
                 break;
             };
@@ -291,11 +317,7 @@ impl Port {
                 .view(node, now)
                 .is_some_and(|(at, _)| now.saturating_since(at) > cfg.period * 2);
             let port = self.peers[idx as usize].addr.port.0;
-            // The turn comes back a tenth of a period early: checks are
-            // run late by up to a scheduling delay, and two processes'
-            // checks a period apart must not both find it taken.
-            let turn = cfg.period - cfg.period / 10;
-            if nl.take_ping(node, now, turn, port) || starved {
+            if nl.take_ping(node, now, cfg.period, port) || starved {
                 let suspect = self
                     .watched
                     .iter()
@@ -304,11 +326,15 @@ impl Port {
                 self.ping(idx, suspect, now);
             }
         }
-        self.liveness_at = if self.watched.is_empty() {
-            Time::NEVER
-        } else {
-            now + cfg.period
-        };
+        if self.watched.is_empty() {
+            self.liveness_at = Time::NEVER;
+        } else if periodic {
+            self.liveness_at = now + cfg.period;
+        }
+        // A verdict due before the next periodic check gets its own
+        // instant (at most one a period: a check finds it heard from, or
+        // declares it).
+        self.liveness_verdict_at = verdict_at;
         for addr in dead {
             self.stats.peers_declared_dead += 1;
             self.peer_gone(now, addr);

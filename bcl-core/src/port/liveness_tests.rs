@@ -128,12 +128,11 @@ fn a_peer_we_wait_for_that_dies_is_declared_dead_after_the_bound() {
     assert_eq!(seen.gone.len(), 1, "{seen:?}");
     let (who, gone, when) = seen.gone[0];
     assert_eq!((who, gone), (0, addr(1)));
-    // `misses` checks a period apart without a frame: between `misses`
-    // and `misses + 1` periods after its last frame (a millisecond before
-    // `died`).
+    // `misses` periods after its last frame (a millisecond before `died`),
+    // to the tick of about a millisecond.
     let took = when.saturating_since(died);
     assert!(
-        took + Duration::from_millis(2) >= PERIOD * MISSES && took <= PERIOD * (MISSES + 1),
+        took + Duration::from_millis(3) >= PERIOD * MISSES && took <= PERIOD * MISSES,
         "declared dead after {took:?}"
     );
     assert_eq!(net.ports[0].stats().peers_declared_dead, 1);
@@ -247,13 +246,13 @@ fn a_critical_peer_is_watched_while_idle() {
         took <= PERIOD * (MISSES + 1),
         "declared dead {took:?} after it died"
     );
-    // While it answered, a ping every other period (the check after an
-    // answer has heard from it); then those of the silent checks before
-    // the verdict.
+    // While it answered, a ping every period (its answer is a period old
+    // at the next check); then those of the silent checks before the
+    // verdict.
     let pings = net.ports[0].stats().pings_sent;
     let alive_checks = (dies.saturating_since(start).as_millis() / PERIOD.as_millis()) as u64;
     assert!(
-        (alive_checks / 2..=alive_checks / 2 + 1 + pings_before_verdict()).contains(&pings),
+        (alive_checks - 1..=alive_checks + pings_before_verdict()).contains(&pings),
         "{pings} pings"
     );
     assert_eq!(net.ports[0].stats().bad_frames.bad_ack, 0);

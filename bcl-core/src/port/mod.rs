@@ -327,10 +327,11 @@ pub struct Port {
     ready: Vec<VecDeque<PeerIdx>>,
     unrouted: VecDeque<PeerIdx>,
     timers: BinaryHeap<Reverse<(Time, PeerIdx)>>,
-    /// Peers whose liveness is watched (see `liveness`), and when they
-    /// are checked next.
+    /// Peers whose liveness is watched (see `liveness`), when they are
+    /// checked next, and when the first may be due for the verdict.
     watched: Vec<liveness::Watch>,
     liveness_at: Time,
+    liveness_verdict_at: Time,
     /// Nodes an administrator cut off (see `detach`).
     detached: detach::Detached,
     /// The rails of peers reached through several methods (see `rails`).
@@ -401,6 +402,7 @@ impl Port {
             timers: BinaryHeap::new(),
             watched: Vec::new(),
             liveness_at: Time::NEVER,
+            liveness_verdict_at: Time::NEVER,
             detached: detach::Detached::default(),
             rail_sets: FxHashMap::default(),
             tx_rail: None,

@@ -278,8 +278,8 @@ pub(crate) struct Peer {
     /// a newer one means it restarted.
     pub incarnation: u32,
     /// When the last frame of its current incarnation arrived, in ticks of
-    /// 2^24 ns, about 1/60 s (wrapping every 18 minutes; only compared over
-    /// spans of seconds).
+    /// 2^20 ns, about 1 ms (wrapping every 69 s; only compared over shorter
+    /// spans).
     pub last_heard_tick: u16,
     /// Next sequence number wanted (everything before it has arrived).
     pub expected: Seq,

@@ -36,7 +36,7 @@ impl Port {
     /// acknowledgements, the end of ring-full back-offs.
     pub fn handle_timeout(&mut self, now: Time) {
         self.check_stalled_transfers(now);
-        if self.liveness_at <= now {
+        if self.liveness_at.min(self.liveness_verdict_at) <= now {
             self.check_liveness(now);
         }
         while let Some(&Reverse((t, idx))) = self.timers.peek() {
