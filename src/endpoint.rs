@@ -170,8 +170,8 @@ fn congestion_from_env() -> Option<Result<bool, ConfigError>> {
 /// `BCL_LIVENESS`: how every endpoint of the process watches the peers it
 /// depends on (see `bcl_core::LivenessConfig`), unless the program
 /// configures it itself: `off`, `on` (the defaults), or a check period
-/// with an optional number of silent checks before a peer is declared
-/// dead, `PERIOD[,MISSES]` (`500ms`, `2s,3`). `None` when unset.
+/// with an optional number of periods of silence after which a peer is
+/// declared dead, `PERIOD[,MISSES]` (`500ms`, `2s,3`). `None` when unset.
 fn liveness_from_env(
     current: bcl_core::LivenessConfig,
 ) -> Option<Result<bcl_core::LivenessConfig, ConfigError>> {

@@ -3,7 +3,7 @@
 //! on who failed and go on in a communicator of themselves. Each rank runs
 //! in its own thread on the simulated fabric with a real clock (a little
 //! loss, recovered by real retransmission timers), liveness every 100 ms
-//! (a silent peer declared dead after 5 silent checks).
+//! (a silent peer declared dead 5 periods after its last frame).
 
 #[allow(dead_code)]
 mod coll_common;

@@ -1,7 +1,7 @@
 //! Failures between two lab nodes (network namespaces joined by a veth
 //! pair), with a verified stream each way over udp and liveness on (period
-//! 200 ms, 5 silent checks: a peer is declared gone 1.0–1.2 s after its
-//! last frame):
+//! 200 ms, 5 misses: a peer is declared gone 1.0 s after its last
+//! frame):
 //!
 //! - the link goes down for 300 ms, less than that bound: nobody is declared gone,
 //!   nothing fails, everything arrives exactly once and in order;

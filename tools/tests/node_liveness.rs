@@ -122,10 +122,16 @@ fn node_watching_rank() {
         ep.progress_or_wait(Some(until)).unwrap();
     };
     if me >= 2 {
+        // Rank 3 dies at a point of the period that varies from run to run
+        // (the watchers' checks keep the phase of their start).
+        let dies = all_lived + Duration::from_millis(u64::from(std::process::id() % 100));
         // Live until after the watchers have stopped watching (their
         // clocks start a few ms apart): leaving earlier would be a death.
         while start.elapsed() < end + Duration::from_secs(1) {
-            if me == 3 && start.elapsed() >= all_lived {
+            if me == 3 && start.elapsed() >= dies {
+                // CLOCK_MONOTONIC is the host's, shared by the lab's
+                // namespaces: the bench subtracts it from the watchers'.
+                println!("killed at {} ns", monotonic_ns());
                 let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
             }
             step(ep);
@@ -148,7 +154,11 @@ fn node_watching_rank() {
                 let r = addrs.iter().position(|x| *x == a).unwrap();
                 match start.elapsed().checked_sub(all_lived) {
                     Some(after) if r == 3 => {
-                        println!("rank {r} down after {:.0} ms", after.as_secs_f64() * 1e3)
+                        println!(
+                            "rank {r} down after {:.0} ms, at {} ns",
+                            after.as_secs_f64() * 1e3,
+                            monotonic_ns()
+                        )
                     }
                     // Alive all along: a false death.
                     _ => println!("rank {r} down, a false death (at {:?} after the live phase; declared dead by liveness so far: {})", start.elapsed().checked_sub(all_lived), ep.port().stats().peers_declared_dead),
@@ -157,4 +167,10 @@ fn node_watching_rank() {
         }
     }
     println!("done");
+}
+
+/// Nanoseconds of the host's `CLOCK_MONOTONIC`.
+fn monotonic_ns() -> u128 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).unwrap();
+    Duration::new(t.tv_sec() as u64, t.tv_nsec() as u32).as_nanos()
 }

@@ -10,28 +10,26 @@
 //!   the answering node's live ports ([`flags::NODE`]: a bitmap of ports
 //!   0..127 whose process exists and is not stopped, as that node's board
 //!   says). The view is shared by every process of the receiving node.
-//! - **A silent watched peer** is alive if a view of its node that arrived
-//!   after it went silent lists it (a peer on this node: if this node's own
-//!   board lists it, no ping at all). Not listed (its process is gone or
-//!   stopped), its silent checks go on counting to the verdict as before,
-//!   so a stopped process is declared dead only after the same bound.
-//! - **One ping per node pair.** A silent peer without a fresh view makes
-//!   its node want one; the port then pings *one* watched peer of that node
-//!   (one its last view lists live, not the one pinged last if that one
-//!   never answered, then the one heard from last), and only if no process
-//!   of this node pinged that node within the last 0.9 period
-//!   ([`NodeLiveness::take_ping`]: a tenth early, so that checks run a
-//!   little late cannot both find the turn taken and leave a period
-//!   without a ping). If views of
-//!   a node stop arriving for two periods (the process that took the turn
-//!   pings one that is gone), every process pings again, each its own
-//!   choice, so a dead representative cannot hide live ones.
+//! - **A silent watched peer** is alive as of the arrival of a view of its
+//!   node, newer than its silence, that lists it (a peer on this node: if
+//!   this node's own board lists it, no ping at all). Not listed (its
+//!   process is gone or stopped), it is pinged itself and its silence goes
+//!   on to the verdict as before, so a stopped process is declared dead
+//!   only after the same bound.
+//! - **One ping per node pair.** A silent peer without a view of its node
+//!   newer than half a period makes its node want one; the port then pings
+//!   *one* watched peer of that node (one its last view lists live, not the
+//!   one pinged last if that one never answered, then the one heard from
+//!   last), and only if no process of this node pinged that node within
+//!   the last period ([`NodeLiveness::take_ping`]). If views of a node stop
+//!   arriving for two periods (the process that took the turn pings one
+//!   that is gone), every process pings again, each its own choice, so a
+//!   dead representative cannot hide live ones.
 //! - A node that never sent a view (no board there), ports from 128 up,
-//!   and every peer when the verdict comes after fewer than three silent
-//!   checks, are watched per process as without node liveness: views
-//!   arrive about once a period, and with two checks to the verdict one
-//!   late view would leave a live peer silent for the whole bound (on two
-//!   lab nodes, 27 false deaths in 100 runs at two checks, none at three).
+//!   and every peer when the verdict comes after fewer than three periods,
+//!   are watched per process as without node liveness: views arrive about
+//!   once a period, and with two to the verdict one late view would leave a
+//!   live peer silent for the whole bound.
 //!
 //! [`flags::NODE`]: crate::wire::flags::NODE
 

@@ -70,7 +70,7 @@ fn cluster() -> (Net, Vec<Arc<Mutex<Board>>>) {
     cluster_with(MISSES, Duration::ZERO)
 }
 
-/// [`cluster`] with `misses` silent checks to the verdict.
+/// [`cluster`] with `misses` periods of silence to the verdict.
 fn cluster_with(misses: u32, offset: Duration) -> (Net, Vec<Arc<Mutex<Board>>>) {
     let mut addrs = vec![ProcessAddr::new(HOME, 0), ProcessAddr::new(HOME, 1)];
     let per_node = PER_NODE_NOW.with(|c| c.get());
