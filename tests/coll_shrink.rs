@@ -152,6 +152,12 @@ fn a_rank_that_dies_halfway_through_its_proposals_still_leaves_one_agreement() {
                 while std::time::Instant::now() < until {
                     c.progress().unwrap();
                 }
+                // Proposals from members that went on to a later round
+                // after this one decided are dropped, not kept.
+                let waiting = c.messenger().unexpected_waiting();
+                assert_eq!(waiting, 0, "rank {}", world.rank());
+                let late = c.messenger().stats().late_shrink_dropped;
+                println!("rank {}: {late} late shrink messages dropped", world.rank());
                 Some((world.rank(), shrunk.id(), shrunk.members().to_vec()))
             })
         })

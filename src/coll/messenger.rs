@@ -449,6 +449,9 @@ pub struct MessengerStats {
     pub rendezvous_sent: u64,
     /// Messages that arrived before their receive.
     pub unexpected: u64,
+    /// Messages of an agree-and-shrink that had returned here, dropped
+    /// (a member still in an earlier round sent them).
+    pub late_shrink_dropped: u64,
     /// Messages dropped because they could not be parsed.
     pub malformed: u64,
     /// Messages to oneself, delivered locally.
@@ -509,6 +512,10 @@ pub struct Messenger {
     /// Failure notices received (collective context, sender, body), not
     /// yet taken (see [`NOTICE_TAG`]).
     notices: Vec<(u32, ProcessAddr, Vec<u8>)>,
+    /// Per collective context, the last agree-and-shrink that returned
+    /// (see [`SHRINK_TAG`]): its late messages, and earlier ones', are
+    /// dropped instead of kept for a receive that will never be posted.
+    shrinks_done: HashMap<u32, u32>,
     /// Drains since `awaited` was last trimmed.
     drains_since_trim: u32,
     /// The peer contacted last (in `contacted`): a point-to-point stream
@@ -557,6 +564,7 @@ impl Messenger {
             awaited: Default::default(),
             failures: 0,
             notices: Vec::new(),
+            shrinks_done: HashMap::default(),
             drains_since_trim: 0,
             last_contacted: None,
             next_token: 1,
@@ -1200,6 +1208,39 @@ impl Messenger {
         peers.iter().find_map(|&p| self.peer_failure(p))
     }
 
+    /// Agree-and-shrink number `instance` on collective context `ctx` has
+    /// returned: its messages still waiting for a receive, and any that
+    /// come later, are dropped (see [`SHRINK_TAG`]).
+    pub(crate) fn shrink_done(&mut self, ctx: u32, instance: u32) {
+        let done = self.shrinks_done.entry(ctx).or_insert(instance);
+        *done = (*done).max(instance);
+        let keys: Vec<Key> = self
+            .unexpected
+            .keys()
+            .filter(|&&k| k.0 == ctx && self.shrink_is_done(k))
+            .copied()
+            .collect();
+        for k in keys {
+            if let Some(q) = self.unexpected.remove(&k) {
+                self.stats.late_shrink_dropped += q.len() as u64;
+            }
+        }
+    }
+
+    /// Messages that arrived and wait for a receive.
+    pub fn unexpected_waiting(&self) -> usize {
+        self.unexpected.values().map(VecDeque::len).sum()
+    }
+
+    /// Whether `key` is a message of an agree-and-shrink that returned.
+    fn shrink_is_done(&self, key: Key) -> bool {
+        key.2 & SHRINK_TAG != 0
+            && self
+                .shrinks_done
+                .get(&key.0)
+                .is_some_and(|&done| ((key.2 >> 32) as u32 & !(1 << 31)) <= done)
+    }
+
     /// Takes the failure notices received so far (see [`NOTICE_TAG`]).
     pub(crate) fn take_notices(&mut self) -> Vec<(u32, ProcessAddr, Vec<u8>)> {
         std::mem::take(&mut self.notices)
@@ -1480,6 +1521,9 @@ impl Messenger {
                 if let Arrival::Eager(data) = a {
                     self.notices.push((key.0, key.1, data));
                 }
+            }
+            None if matches!(a, Arrival::Eager(_)) && self.shrink_is_done(key) => {
+                self.stats.late_shrink_dropped += 1;
             }
             None => {
                 self.stats.unexpected += 1;
@@ -1814,6 +1858,11 @@ fn pop_first<T>(
 /// members waiting on live ones learn it too (see `coll::notice`). Below
 /// the shrink's bit (63); collectives' tags are their sequence numbers.
 pub(crate) const NOTICE_TAG: u64 = 1 << 62;
+
+/// The tag bit of agree-and-shrink messages on a collective context (see
+/// `coll::shrink`): the shrink's number on the communicator in bits 32–62
+/// (below this bit), the round in bits 0–31.
+pub(crate) const SHRINK_TAG: u64 = 1 << 63;
 
 /// Empty queues kept for reuse, per map.
 const SPARE_QUEUES: usize = 64;

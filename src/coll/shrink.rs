@@ -27,12 +27,9 @@
 
 use super::comm::Comm;
 use super::error::CollError;
-use super::messenger::{RecvId, SendId};
+use super::messenger::{RecvId, SendId, SHRINK_TAG};
 use super::runtime::Coll;
 use std::sync::Arc;
-
-/// The top bit of every shrink tag.
-const SHRINK_TAG: u64 = 1 << 63;
 
 /// What a member proposes or decides: failed members and the next id.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -107,6 +104,9 @@ impl Coll {
             sends.retain(|&s| c.messenger().take_send(s).is_none());
             sends.is_empty()
         });
+        // Proposals of later rounds from members slower to decide are not
+        // kept waiting for a receive that will never come.
+        self.messenger().shrink_done(comm.coll_context(), instance);
         // Unmarked again, unless a posted receive still waits for it.
         for (r, &a) in members.iter().enumerate() {
             if r != me && !self.messenger().awaits(a) {
