@@ -244,3 +244,92 @@ fn a_members_death_fails_the_collective_at_every_survivor() {
         eprintln!("rank {r}: the allreduce failed {took:?} after it started");
     }
 }
+
+/// A communicator whose collective failed stays broken when the failed
+/// member comes back (a partition that heals): point-to-point with it
+/// works again, but the members left the failed collective at different
+/// steps, so collectives there fail at once, naming it, until the
+/// communicator is shrunk. Virtual time; liveness every 100 ms.
+#[test]
+fn a_communicator_stays_broken_when_the_failed_member_comes_back() {
+    let (mut cluster, mut colls) =
+        coll_common::sim_job_with(3, FaultProfile::perfect(), 1, 9000, |c| {
+            c.ring_blocks = 256;
+            c.liveness.enabled = true;
+            c.liveness.period = Duration::from_millis(100);
+            c.liveness.misses = 3;
+        });
+    let world = colls[0].world().clone();
+    let member = SimCluster::addr(1);
+    let cut = FaultProfile {
+        loss: 1.0,
+        ..FaultProfile::perfect()
+    };
+    cluster.fabric.set_faults(0, 1, cut.clone());
+    cluster.fabric.set_faults(1, 0, cut);
+    let reqs: Vec<_> = colls
+        .iter_mut()
+        .map(|c| c.ibarrier(&world).unwrap())
+        .collect();
+    let run_until = |cluster: &mut SimCluster,
+                     colls: &mut [bcl::coll::Coll],
+                     done: &mut dyn FnMut(&mut [bcl::coll::Coll]) -> bool| {
+        let start = cluster.now();
+        while !done(colls) {
+            for c in colls.iter_mut() {
+                c.progress().unwrap();
+            }
+            let next = colls
+                .iter_mut()
+                .filter_map(|c| c.messenger().endpoint().next_timeout())
+                .chain(cluster.fabric.next_delivery())
+                .min()
+                .expect("something is pending");
+            assert!(next - start < Duration::from_secs(10), "stuck");
+            cluster.clock.set(next.max(cluster.now()));
+        }
+    };
+    let mut first = None;
+    run_until(&mut cluster, &mut colls, &mut |colls| {
+        first = colls[0].test(&reqs[0]).err();
+        first.is_some()
+    });
+    let e = first.unwrap();
+    assert!(
+        matches!(e, CollError::PeerFailed { peer, .. } if peer == member),
+        "{e}"
+    );
+    // The partition heals: a frame each way, and each takes the other
+    // back.
+    cluster.fabric.clear_faults(0, 1);
+    cluster.fabric.clear_faults(1, 0);
+    let rank0 = SimCluster::addr(0);
+    colls[0]
+        .messenger()
+        .endpoint_mut()
+        .send(member, b"hello")
+        .unwrap();
+    colls[1]
+        .messenger()
+        .endpoint_mut()
+        .send(rank0, b"hello")
+        .unwrap();
+    run_until(&mut cluster, &mut colls, &mut |colls| {
+        !colls[0].messenger().peer_failed(member) && !colls[1].messenger().peer_failed(rank0)
+    });
+    let rx = colls[0].irecv(&world, 1, 5).unwrap();
+    colls[1].isend(&world, 0, 5, b"back").unwrap();
+    let mut got = None;
+    run_until(&mut cluster, &mut colls, &mut |colls| {
+        got = colls[0].messenger().take_recv(rx);
+        got.is_some()
+    });
+    assert_eq!(got.unwrap().unwrap(), b"back");
+    let again = colls[0].ibarrier(&world).unwrap();
+    colls[0].progress().unwrap();
+    let e = colls[0].test(&again).unwrap_err();
+    assert!(
+        matches!(&e, CollError::PeerFailed { peer, why, .. } if *peer == member && why.contains("until shrunk")),
+        "{e}"
+    );
+}

@@ -1227,6 +1227,12 @@ impl Messenger {
         }
     }
 
+    /// Whether `peer` is taken as failed now (operations with it fail at
+    /// once); a frame from it after that makes it usable again.
+    pub fn peer_failed(&self, peer: ProcessAddr) -> bool {
+        self.failed.contains_key(&peer)
+    }
+
     /// Messages that arrived and wait for a receive.
     pub fn unexpected_waiting(&self) -> usize {
         self.unexpected.values().map(VecDeque::len).sum()

@@ -15,7 +15,10 @@
 //! A member that gets one takes the communicator as broken: its operations
 //! in progress there fail at once, naming the failed member and who
 //! reported it, and so does every later one (shrink the communicator to
-//! the survivors first: [`super::Coll::shrink`]). A hierarchical call
+//! the survivors first: [`super::Coll::shrink`]). A communicator is broken
+//! for good, also where the failure was seen first-hand and the member
+//! comes back later (a healed partition): the members left the failed
+//! collective at different steps, so their calls no longer pair up. A hierarchical call
 //! fails when its own communicator breaks, whichever smaller one its
 //! current step runs on.
 //!
@@ -34,8 +37,8 @@ use std::collections::{HashMap, HashSet};
 /// What this process knows about failures in its communicators.
 #[derive(Default)]
 pub(super) struct Failures {
-    /// Communicators a member reported broken, by id: the failed member
-    /// and who reported it.
+    /// Broken communicators, by id: the failed member and who reported it
+    /// (this process itself for a failure it saw).
     broken: HashMap<u32, (ProcessAddr, ProcessAddr)>,
     /// (communicator id, failed peer) pairs this process has told about.
     told: HashSet<(u32, ProcessAddr)>,
@@ -91,10 +94,17 @@ impl Failures {
             return None;
         }
         let &(peer, from) = self.broken.get(&comm.id())?;
+        let me = comm.members()[comm.rank()];
+        let why = if from == me {
+            "failed in an earlier collective on this communicator, which stays broken until shrunk"
+                .to_string()
+        } else {
+            format!("reported failed by {from}, a member of the communicator")
+        };
         Some(CollError::PeerFailed {
             peer,
             rank: None,
-            why: format!("reported failed by {from}, a member of the communicator"),
+            why,
         })
     }
 
@@ -105,14 +115,15 @@ impl Failures {
             return;
         };
         let peer = *peer;
-        if msg.peer_failure(peer).is_none()
-            || !comm.members().contains(&peer)
-            || !self.told.insert((comm.id(), peer))
-        {
+        if msg.peer_failure(peer).is_none() || !comm.members().contains(&peer) {
+            return;
+        }
+        let me = comm.members()[comm.rank()];
+        self.broken.entry(comm.id()).or_insert((peer, me));
+        if !self.told.insert((comm.id(), peer)) {
             return;
         }
         let body = encode(peer);
-        let me = comm.members()[comm.rank()];
         for &m in comm.members() {
             if m != me && m != peer && msg.peer_failure(m).is_none() {
                 // A member that cannot be told fails its own way.
