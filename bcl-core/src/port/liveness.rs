@@ -267,7 +267,7 @@ impl Port {
                                 }
                                 // A fresh view that does not list it (gone
                                 // or stopped): the peer itself is probed.
-                                by_node = !(fresh && !listed);
+                                by_node = !fresh || listed;
                                 (fresh && listed).then_some(at)
                             }
                         }
