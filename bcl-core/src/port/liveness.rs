@@ -72,8 +72,8 @@ pub struct LivenessConfig {
     /// the retransmission timeouts of frames sent to it, and by the
     /// transfer-stall timeout.
     pub enabled: bool,
-    /// Interval between the checks of the watched peers; a peer found
-    /// silent since the check before is pinged (default 2 s).
+    /// Interval between the checks of the watched peers; a peer silent
+    /// for half a period or more at a check is pinged (default 2 s).
     pub period: Duration,
     /// Periods of silence after which a watched peer is declared dead
     /// (default 5; at least 2, so that a ping goes first).
@@ -228,9 +228,10 @@ impl Port {
             let w = &mut self.watched[i];
             // Its node may vouch for a silent peer: then it needs no ping.
             let mut by_node = false;
-            // Per node only with three checks or more to the verdict: views
-            // come about once a period, and with two, one late view would
-            // leave a live peer silent for the whole bound.
+            // Per node only with three periods or more to the verdict: views
+            // come once a period, and a turn spent pinging a peer that just
+            // died costs its node a view; with two, its live neighbours'
+            // next view would come at the verdict's instant.
             let silent = now.saturating_since(w.heard_at) >= cfg.period / 2;
             if depended_on && silent && p.addr.port.0 < NODE_PORTS && cfg.misses >= 3 {
                 if let Some(nl) = self.node_liveness.as_mut() {
