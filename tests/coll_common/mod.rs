@@ -5,7 +5,7 @@
 
 use bcl::coll::{Coll, Request};
 use bcl::sim::FaultProfile;
-use bcl::{PortConfig, SimCluster};
+use bcl::{PortConfig, SimCluster, Time};
 use std::time::Duration;
 
 /// A job of `p` processes on the simulated fabric with `faults`, each with
@@ -56,17 +56,24 @@ pub fn drive(
             }
         }
         if moved == 0 {
-            let next = colls
-                .iter_mut()
-                .filter_map(|c| c.messenger().endpoint().next_timeout())
-                .chain(cluster.fabric.next_delivery())
-                .min()
-                .expect("something is pending");
-            assert!(next - start < limit, "stuck");
-            cluster.clock.set(next.max(cluster.now()));
+            to_next_event(cluster, colls, start, limit);
         }
     }
     end - start
+}
+
+/// Moves the virtual clock to the next event of any process or of the
+/// fabric. Fails if nothing is pending, or if that is `limit` or more
+/// after `start`.
+pub fn to_next_event(cluster: &mut SimCluster, colls: &mut [Coll], start: Time, limit: Duration) {
+    let next = colls
+        .iter_mut()
+        .filter_map(|c| c.messenger().endpoint().next_timeout())
+        .chain(cluster.fabric.next_delivery())
+        .min()
+        .expect("something is pending");
+    assert!(next - start < limit, "stuck");
+    cluster.clock.set(next.max(cluster.now()));
 }
 
 /// `p` endpoints on one simulated fabric with `faults` and a real clock
