@@ -9,6 +9,12 @@
 //!   reports the other `Down`, then `Up` at its first frame after the heal;
 //!   what was reported sent arrived, nothing twice or out of order, and new
 //!   traffic flows;
+//! - node b's process is stopped (SIGSTOP) for 500 ms, less than the
+//!   (misses − 1) periods liveness tolerates: nobody is declared gone,
+//!   nothing fails or is lost, and both directions go on after it resumes;
+//! - it is stopped for 2 s, past the bound: node a reports it `Down` while
+//!   it is stopped, then `Up` once it resumes, and both directions carry
+//!   new traffic, in order;
 //! - node b "reboots": its process is killed, its namespace deleted and made
 //!   again, and a new process starts there at the same BCL address: node a
 //!   reports it `Restarted` and both directions carry new traffic.
@@ -56,6 +62,8 @@ struct Seen {
     completed: Vec<u32>,
     failed: Vec<(u32, SendFailure)>,
     received: Vec<u32>,
+    /// When each of `received` arrived.
+    received_at: Vec<Instant>,
     events: Vec<(PeerEvent, Instant)>,
 }
 
@@ -92,6 +100,7 @@ fn stream(
             assert_eq!(m.len(), MSG_LEN);
             seen.received
                 .push(u32::from_le_bytes(m[..4].try_into().unwrap()));
+            seen.received_at.push(Instant::now());
             ep.release(d).unwrap();
         }
         while let Some(ev) = ep.poll_send_event() {
@@ -414,6 +423,140 @@ fn a_node_that_reboots_rejoins_with_a_new_process() {
         out.iter().any(|l| l.starts_with("from-a ")),
         "the new process got nothing from a: {out:?}"
     );
+}
+
+/// What a run of [`stop_b_for`] saw.
+struct Stopped {
+    /// Node a's view.
+    a: Seen,
+    /// Node b's output after it was resumed.
+    b_after: Vec<String>,
+    stopped: Instant,
+    resumed: Instant,
+}
+
+/// Node b's process is stopped (SIGSTOP) while both stream, then resumed
+/// (SIGCONT).
+fn stop_b_for(lab: &LabGuard, stopped: Duration) -> Stopped {
+    let stop = Arc::new(AtomicBool::new(false));
+    let drained = Arc::new(AtomicUsize::new(0));
+    let a = {
+        let (stop, drained) = (stop.clone(), drained.clone());
+        lab.spawn_in("a", move || {
+            let mut ep = endpoint(A, A_AT, B, B_AT);
+            stream(&mut ep, B, &stop, &drained, 1)
+        })
+    };
+    let b = NodeB::start(lab, 0);
+    std::thread::sleep(Duration::from_secs(1));
+    let signal = |sig| nix::sys::signal::kill(nix::unistd::Pid::from_raw(b.child.id() as i32), sig);
+    signal(nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let stopped_at = Instant::now();
+    std::thread::sleep(stopped);
+    let _before = b.output();
+    signal(nix::sys::signal::Signal::SIGCONT).unwrap();
+    let resumed_at = Instant::now();
+    // Time to recover and carry new traffic.
+    std::thread::sleep(Duration::from_secs(2));
+    stop.store(true, Ordering::Relaxed);
+    let a = a.join().unwrap();
+    Stopped {
+        a,
+        b_after: b.output(),
+        stopped: stopped_at,
+        resumed: resumed_at,
+    }
+}
+
+impl Stopped {
+    /// Messages a got from b after `t`.
+    fn a_received_after(&self, t: Instant) -> usize {
+        self.a.received_at.iter().filter(|&&at| at > t).count()
+    }
+}
+
+/// Each side received the other's messages in order, nothing twice, and
+/// new ones after b resumed (b prints `from-a N` every 100 from a).
+fn check_both_ways(r: &Stopped) {
+    assert!(
+        r.a.received.windows(2).all(|w| w[0] < w[1]),
+        "a received out of order or twice"
+    );
+    assert!(
+        !r.b_after.iter().any(|l| l.starts_with("BAD")),
+        "{:?}",
+        r.b_after
+    );
+    let after = r.a_received_after(r.resumed);
+    assert!(
+        after > 100,
+        "a got only {after} messages from b after it resumed"
+    );
+    assert!(
+        r.b_after.iter().any(|l| l.starts_with("from-a ")),
+        "b got nothing from a after it resumed: {:?}",
+        r.b_after
+    );
+}
+
+#[test]
+fn a_process_stopped_for_less_than_the_bound_loses_and_fails_nothing() {
+    if !bcl_lab::require_privileges("a_process_stopped_for_less_than_the_bound") {
+        return;
+    }
+    let lab = common::lab("pair.toml", "stop");
+    // Under the (misses − 1) periods that liveness tolerates (800 ms).
+    let r = stop_b_for(&lab, Duration::from_millis(500));
+    let a = &r.a;
+    assert!(a.events.is_empty(), "{:?}", a.events);
+    assert!(
+        a.failed.is_empty(),
+        "{:?}",
+        &a.failed[..a.failed.len().min(3)]
+    );
+    assert!(a.sent > 100, "a sent only {}", a.sent);
+    assert_eq!(a.completed.len() as u32, a.sent, "not everything completed");
+    check_both_ways(&r);
+    // Nothing b sent was lost: its numbers arrived without a gap.
+    let expected: Vec<u32> = (0..a.received.len() as u32).collect();
+    assert_eq!(a.received, expected, "a's messages from b have a gap");
+    println!(
+        "b stopped 500 ms: a sent {} (all completed), received {} ({} after b resumed)",
+        a.sent,
+        a.received.len(),
+        r.a_received_after(r.resumed)
+    );
+}
+
+#[test]
+fn a_process_stopped_past_the_bound_is_declared_down_then_up() {
+    if !bcl_lab::require_privileges("a_process_stopped_past_the_bound") {
+        return;
+    }
+    let lab = common::lab("pair.toml", "stpl");
+    let r = stop_b_for(&lab, Duration::from_secs(2));
+    let (a, stopped, resumed) = (&r.a, r.stopped, r.resumed);
+    let kinds: Vec<PeerEvent> = a.events.iter().map(|e| e.0).collect();
+    assert_eq!(kinds, vec![PeerEvent::Down(B), PeerEvent::Up(B)]);
+    let (down_at, up_at) = (a.events[0].1, a.events[1].1);
+    println!(
+        "b stopped 2 s: declared down {:?} after the stop (bound {:?} after its last frame), up {:?} after it resumed",
+        down_at - stopped,
+        PERIOD * MISSES,
+        up_at.saturating_duration_since(resumed)
+    );
+    // Declared down while it was stopped: silent since the stop at most.
+    assert!(down_at > stopped && down_at < resumed);
+    assert!(up_at > resumed);
+    assert!(
+        a.failed
+            .iter()
+            .all(|(_, f)| *f == SendFailure::PeerUnreachable(B)),
+        "{:?}",
+        &a.failed[..a.failed.len().min(3)]
+    );
+    assert!(!a.failed.is_empty(), "nothing failed while b was stopped");
+    check_both_ways(&r);
 }
 
 /// The process of node b (does nothing in a normal test run): streams to

@@ -144,7 +144,13 @@ impl Port {
     /// from it and buffers posted for it fail, and [`Port::poll_peer_event`]
     /// reports [`PeerEvent::Down`]. A frame heard from it later reports it
     /// back ([`PeerEvent::Up`], or [`PeerEvent::Restarted`] from a new
-    /// incarnation) and starts afresh.
+    /// incarnation, which starts afresh).
+    ///
+    /// Where its stream to us stands is kept: a peer that was only stopped
+    /// or cut off, and never gave up on us, resumes the same stream and
+    /// resends what it saw no acknowledgement for; the kept position tells
+    /// those frames apart as duplicates. A peer that gave up on us starts a
+    /// new stream generation, which resets the position anyway.
     pub fn peer_gone(&mut self, now: Time, addr: ProcessAddr) {
         let _ = now;
         self.note_service_failure(SendFailure::PeerUnreachable(addr));
@@ -159,10 +165,7 @@ impl Port {
         // (they are among the peer's transfers).
         self.fail_peer(idx, SendFailure::PeerUnreachable(addr));
         self.fail_inbound_from(idx, TransferError::PeerUnreachable(addr));
-        let p = &mut self.peers[idx as usize];
-        p.liveness.set(Liveness::DOWN, true);
-        p.rx_known = false;
-        p.set_deliver_id(None);
+        self.peers[idx as usize].liveness.set(Liveness::DOWN, true);
     }
 
     /// Queues `event` for [`Port::poll_peer_event`], within a bound (an

@@ -233,3 +233,43 @@ fn a_restarted_peer_is_answered_the_way_it_came() {
     let tx = net.ports[0].poll_transmit(0, net.now, &mut buf).unwrap();
     assert_eq!(tx.link, LinkId(7));
 }
+
+/// Port 1 streams to port 0, which watches it, and then stops for longer
+/// than the liveness bound with everything sent to it lost meanwhile (a
+/// stopped process whose socket buffer overflowed: port 0's
+/// acknowledgements never reach it). Port 0 declares it dead; it resumes
+/// and resends what it saw no acknowledgement for: those
+/// frames are duplicates of messages port 0 delivered, and are not
+/// delivered again (port 0 kept where port 1's stream stood). Port 1, whose
+/// own checks ran late, pings port 0 before judging it and never declares
+/// it dead.
+#[test]
+fn a_peer_declared_down_that_resumes_its_stream_delivers_nothing_twice() {
+    use super::liveness_tests::{run, watched_config, State, MISSES, PERIOD};
+    let mut net = Net::new(vec![watched_config(0), watched_config(1)]);
+    net.ports[0].watch_peer(net.now, addr(1), true).unwrap();
+    const MESSAGES: u64 = 20;
+    for i in 0..MESSAGES {
+        net.ports[1]
+            .send(net.now, addr(0), &[i as u8; 100])
+            .unwrap();
+    }
+    // Its frames go out at once; from the next microsecond it is stopped
+    // (nothing it is sent survives) until well past the bound.
+    let start = net.now;
+    let resumes = start + PERIOD * (MISSES + 2);
+    let seen = run(&mut net, resumes + PERIOD * 5, |i, now| {
+        if i == 1 && now > start && now < resumes {
+            State::Dead
+        } else {
+            State::Running
+        }
+    });
+    let gone: Vec<_> = seen.gone.iter().map(|g| (g.0, g.1)).collect();
+    assert_eq!(gone, vec![(0, addr(1))]);
+    assert!(seen.gone[0].2 < resumes);
+    let s = net.ports[0].stats();
+    assert_eq!(s.messages_delivered, MESSAGES, "{s:?}");
+    assert!(s.duplicates > 0, "port 1 resent nothing: {s:?}");
+    assert_eq!(net.ports[1].stats().messages_completed, MESSAGES);
+}

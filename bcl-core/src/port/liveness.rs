@@ -32,7 +32,10 @@
 //!   after its last frame, to the millisecond, and a live one that pauses
 //!   for less than `misses − 1` periods (a busy CPU, a descheduled or
 //!   stopped process, a long pause in the application) never is: it
-//!   answers the ping waiting for it, or the next, before the bound.
+//!   answers the ping waiting for it, or the next, before the bound. A port
+//!   whose own check runs more than half a period late was itself stopped
+//!   or starved: it pings the silent peers and judges none for another
+//!   half period, so its own pause is not taken for theirs.
 //!
 //! A BCL process answers only while it makes progress (it is a library,
 //! not a daemon): a rank computing without calling into it for longer than
@@ -203,6 +206,14 @@ impl Port {
         let cfg = self.cfg.liveness;
         let periodic = self.liveness_at <= now;
         let bound = cfg.period.saturating_mul(cfg.misses);
+        // A periodic check more than half a period late: this process did
+        // not run (stopped, descheduled, starved), and the silence it sees
+        // may be its own. Its peers are pinged, and judged only once the
+        // pings had half a period to be answered.
+        if periodic && now.saturating_since(self.liveness_at) > cfg.period / 2 {
+            self.liveness_verdicts_from = now + cfg.period / 2;
+        }
+        let may_judge = now >= self.liveness_verdicts_from;
         let mut dead = Vec::new();
         // With node liveness: nodes wanting a fresh view, each with the
         // watched peer to ping for it and how good a choice it is (listed
@@ -287,7 +298,7 @@ impl Port {
             }
             // Dead: silent for the bound since its last frame (or the last
             // view that vouched for it), and probed meanwhile.
-            if !depended_on || (silence >= bound && w.silent_checks > 0) {
+            if !depended_on || (silence >= bound && w.silent_checks > 0 && may_judge) {
                 if depended_on {
                     dead.push(p.addr);
                 }
@@ -297,7 +308,7 @@ impl Port {
                 self.watched.swap_remove(i);
                 continue;
             }
-            let due = w.heard_at + bound;
+            let due = (w.heard_at + bound).max(self.liveness_verdicts_from);
             if due > now {
                 verdict_at = verdict_at.min(due);
             }

@@ -332,6 +332,9 @@ pub struct Port {
     watched: Vec<liveness::Watch>,
     liveness_at: Time,
     liveness_verdict_at: Time,
+    /// No verdict before this instant: the port itself ran late (it was
+    /// stopped or starved), so what looked like silence is probed first.
+    liveness_verdicts_from: Time,
     /// Nodes an administrator cut off (see `detach`).
     detached: detach::Detached,
     /// The rails of peers reached through several methods (see `rails`).
@@ -403,6 +406,7 @@ impl Port {
             watched: Vec::new(),
             liveness_at: Time::NEVER,
             liveness_verdict_at: Time::NEVER,
+            liveness_verdicts_from: Time::ZERO,
             detached: detach::Detached::default(),
             rail_sets: FxHashMap::default(),
             tx_rail: None,
