@@ -57,6 +57,7 @@ impl Registry {
         BUILTIN.get_or_init(|| {
             Registry::from_kinds(vec![
                 Arc::new(bcl_shm::ShmKind),
+                Arc::new(bcl_shm::engine::EngineKind),
                 Arc::new(bcl_vfio::VfioKind),
                 Arc::new(bcl_afxdp::AfXdpKind),
                 Arc::new(bcl_packet::PacketKind),

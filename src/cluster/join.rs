@@ -154,16 +154,16 @@ pub fn plan(
 pub type NicSlot = (String, Option<Ipv4Addr>, String, Vec<String>);
 
 /// The methods used on interfaces found without a configuration: every
-/// kind opened on an interface or an IP address that is not opt-in
-/// (`packet`, `udp`; `afxdp` attaches a program to the NIC, so only where
-/// a configuration allows it).
+/// kind opened on an interface, an IP address or through the node daemon
+/// that is not opt-in (`bcld`, `packet`, `udp`; `afxdp` attaches a program
+/// to the NIC, so only where a configuration allows it).
 fn unconfigured_methods(registry: &Registry) -> Vec<String> {
     registry
         .kinds()
         .filter(|k| {
             matches!(
                 k.attachment(),
-                Attachment::Interface | Attachment::IpAddress
+                Attachment::Interface | Attachment::IpAddress | Attachment::Daemon
             ) && k.opt_in().is_none()
         })
         .map(|k| k.name().to_string())
@@ -176,6 +176,11 @@ fn unconfigured_methods(registry: &Registry) -> Vec<String> {
 ///
 /// * once per process ([`Attachment::Process`]: `shm`), if `node_local`
 ///   (the node's `shm` setting) allows it;
+/// * once per process for the node daemon ([`Attachment::Daemon`]:
+///   `bcld`), on the fabric of the node's first NIC that allows it (every
+///   interface found without a configuration does); where the daemon runs
+///   and opens, the process opens no method of its family itself
+///   ([`join`]);
 /// * on an IP address ([`Attachment::IpAddress`]: `udp`): once, on the
 ///   first NIC that allows it and has an address; `unconfigured` (no
 ///   cluster configuration) falls back to 127.0.0.1;
@@ -242,6 +247,23 @@ pub fn plan_on(
             }
             Attachment::InProcess => {
                 notes.push(format!("{m}: in-process only, never opened for a job"))
+            }
+            Attachment::Daemon => {
+                // The daemon's NIC is taken to be on the node's first
+                // fabric that allows the method.
+                let first = nics_here
+                    .iter()
+                    .find(|(_, _, _, allowed)| allowed.iter().any(|x| x == m));
+                // Nothing to say where no NIC allows it (a configuration
+                // that does not use the daemon).
+                if let Some((_, _, fabric, _)) = first {
+                    out.push(Planned {
+                        method: m.to_string(),
+                        ifname: None,
+                        ip: None,
+                        fabric: Some(fabric.clone()),
+                    });
+                }
             }
             Attachment::Interface | Attachment::Device => plan_nic_method(
                 kind,
@@ -602,9 +624,29 @@ pub fn join(opts: JoinOptions) -> Result<Joined, JoinError> {
             .map_err(|_| JoinError::Config(format!("static file: bad address {:?}", me.addr)))?;
         methods = open_static(&me.table, job, local, &opts.registry)?;
     }
+    // A node daemon that opens owns the node's NICs of its family: the
+    // process's own endpoints there would see the same frames twice (or,
+    // for afxdp and vfio, fight the daemon for the NIC).
+    let mut daemon_family: Option<&str> = None;
     for p in &planned {
+        let kind = opts.registry.get(&p.method);
+        let family = kind.and_then(|k| k.family());
+        if let (Some(owner), Some(f)) = (daemon_family, family) {
+            if owner == f {
+                notes.push(format!(
+                    "{}: not opened, the node daemon (bcld) serves its NICs",
+                    p.method
+                ));
+                continue;
+            }
+        }
         match open(p, job, local, &opts.registry) {
-            Ok(m) => methods.push((m, p.fabric.clone())),
+            Ok(m) => {
+                if kind.is_some_and(|k| k.attachment() == Attachment::Daemon) {
+                    daemon_family = daemon_family.or(family);
+                }
+                methods.push((m, p.fabric.clone()))
+            }
             Err(e) => notes.push(format!(
                 "{}{}: cannot open: {e}",
                 p.method,
@@ -1030,12 +1072,13 @@ mod tests {
             on(&p),
             pairs(&[
                 ("shm", ""),
+                ("bcld", ""),
                 ("afxdp", "r1"),
                 ("packet", "r1"),
                 ("udp", "r0")
             ])
         );
-        assert_eq!(p[3].ip, Some("10.1.0.5".parse().unwrap()));
+        assert_eq!(p[4].ip, Some("10.1.0.5".parse().unwrap()));
     }
 
     #[test]

@@ -527,12 +527,15 @@ fabric = "B"
     #[test]
     fn a_good_file_parses_with_defaults() {
         let c = parse(GOOD).unwrap();
-        assert_eq!(c.preference, vec!["shm", "vfio", "afxdp", "packet", "udp"]);
+        assert_eq!(
+            c.preference,
+            vec!["shm", "bcld", "vfio", "afxdp", "packet", "udp"]
+        );
         assert_eq!(c.pin, None);
         assert_eq!(c.fabric("A").unwrap().subnet, Subnet::parse("10.1.0.0/24"));
         assert_eq!(
             c.fabric("B").unwrap().methods,
-            vec!["vfio", "afxdp", "packet", "udp"]
+            vec!["bcld", "vfio", "afxdp", "packet", "udp"]
         );
         let a1 = c.node("a1").unwrap();
         assert_eq!((a1.host.as_str(), a1.shm), ("a1", true));

@@ -51,6 +51,9 @@ pub enum Attachment {
     Device,
     /// An IP address of an interface ([`OpenSpec::bind`]).
     IpAddress,
+    /// The node's engine (`bcld`), which owns the NICs: opened once per
+    /// process, where the daemon runs; the daemon chooses the NIC.
+    Daemon,
     /// Only inside one process (a simulation): never opened for a job.
     InProcess,
 }

@@ -21,7 +21,7 @@ use std::fmt;
 
 /// The methods that speak this grammar and put the same frames on the
 /// wire; each opens a link from a descriptor of any of them.
-pub const ETHERNET_METHODS: [&str; 3] = ["packet", "afxdp", "vfio"];
+pub const ETHERNET_METHODS: [&str; 4] = ["packet", "afxdp", "vfio", "bcld"];
 
 /// The address part of an Ethernet method's descriptor.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

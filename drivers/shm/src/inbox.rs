@@ -524,6 +524,37 @@ impl InboxProducer {
         Ok(wake)
     }
 
+    /// As [`try_send`](Self::try_send) with the payload `prefix` followed
+    /// by `bytes`, both written straight into the slot.
+    #[inline]
+    pub(crate) fn try_send_prefixed(
+        &self,
+        prefix: &[u8],
+        bytes: &[u8],
+    ) -> Result<bool, InboxSendError> {
+        let len = prefix.len() + bytes.len();
+        if len > self.view.payload_max {
+            return Err(InboxSendError::TooLarge);
+        }
+        let (pos, slot, wake) = self.claim_raw().ok_or(InboxSendError::Full)?;
+        self.view.cell(pos).write(|| {
+            // SAFETY: prefix.len() + bytes.len() <= payload_max, so both
+            // copies lie in the claimed slot's payload area, which by the
+            // inbox protocol nobody else touches until we publish; the
+            // sources are the caller's separate buffers.
+            unsafe {
+                crate::copy::copy_bytes(slot.add(SLOT_HDR), prefix.as_ptr(), prefix.len());
+                crate::copy::copy_bytes(
+                    slot.add(SLOT_HDR + prefix.len()),
+                    bytes.as_ptr(),
+                    bytes.len(),
+                )
+            }
+        });
+        self.publish(pos, slot, len as u32, 0);
+        Ok(wake)
+    }
+
     /// Publishes the claimed position `pos` in `slot` with a payload of
     /// `len` bytes (at most the slot's capacity) and `flags`.
     #[inline]

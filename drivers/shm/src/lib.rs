@@ -54,6 +54,8 @@ mod loom_models;
 #[cfg(not(loom))]
 pub mod doorbell;
 #[cfg(not(loom))]
+pub mod engine;
+#[cfg(not(loom))]
 pub mod kind;
 #[cfg(not(loom))]
 pub mod layout;

@@ -351,6 +351,11 @@ impl Mailbox {
         self.seg.path()
     }
 
+    /// Path of this process's doorbell socket (beside the segment).
+    pub fn doorbell_path(&self) -> PathBuf {
+        doorbell::path_for(self.seg.path())
+    }
+
     /// Largest message [`try_send`](Self::try_send) carries (one inbox slot).
     pub fn max_inline(&self) -> usize {
         self.rx.payload_max()
@@ -495,6 +500,21 @@ impl Mailbox {
         Ok(l)
     }
 
+    /// Whether `peer`'s inbox has a free slot now. Exact when this mailbox
+    /// is the inbox's only sender; a hint otherwise (another sender may
+    /// take the slot first). When there is none, a sleeping
+    /// [`prepare_wait`](Self::prepare_wait) asks the peer to ring when it
+    /// frees one, as after a [`try_send`](Self::try_send) that found the
+    /// inbox full.
+    pub fn has_room(&mut self, peer: PeerId) -> bool {
+        let Some(link) = self.links.get_mut(peer.0 as usize) else {
+            return false;
+        };
+        let room = !link.dead && link.producer.has_space();
+        link.inbox_blocked = !room && !link.dead;
+        room
+    }
+
     /// Sends `msg` (at most [`max_inline`](Self::max_inline) bytes) through
     /// `peer`'s inbox: one claim, one copy, one publish. `Full` is
     /// back-pressure: nothing was sent, retry on a later progress call.
@@ -507,31 +527,38 @@ impl Mailbox {
     /// periodically and after every sleep.
     #[inline]
     pub fn try_send(&mut self, peer: PeerId, msg: &[u8]) -> Result<(), SendError> {
-        self.try_send_parts(peer, None, msg)
+        self.try_send_parts(peer, &[], msg)
+    }
+
+    /// As [`Mailbox::try_send`] with `prefix` followed by `msg`, written
+    /// straight into the inbox slot (no staging copy to join them).
+    pub fn try_send_prefixed(
+        &mut self,
+        peer: PeerId,
+        prefix: &[u8],
+        msg: &[u8],
+    ) -> Result<(), SendError> {
+        self.try_send_parts(peer, prefix, msg)
     }
 
     /// As [`Mailbox::try_send`] with the message `tag` followed by `msg`,
     /// written straight into the inbox slot.
     pub fn try_send_tagged(&mut self, peer: PeerId, tag: u8, msg: &[u8]) -> Result<(), SendError> {
-        self.try_send_parts(peer, Some(tag), msg)
+        self.try_send_parts(peer, &[tag], msg)
     }
 
     #[inline]
-    fn try_send_parts(
-        &mut self,
-        peer: PeerId,
-        tag: Option<u8>,
-        msg: &[u8],
-    ) -> Result<(), SendError> {
+    fn try_send_parts(&mut self, peer: PeerId, prefix: &[u8], msg: &[u8]) -> Result<(), SendError> {
         let Some(link) = self.links.get_mut(peer.0 as usize) else {
             return Err(SendError::UnknownPeer(peer));
         };
         if link.dead {
             return Err(SendError::PeerGone(link.addr));
         }
-        let sent = match tag {
-            Some(tag) => link.producer.try_send_tagged(tag, msg),
-            None => link.producer.try_send(msg),
+        let sent = match *prefix {
+            [] => link.producer.try_send(msg),
+            [tag] => link.producer.try_send_tagged(tag, msg),
+            _ => link.producer.try_send_prefixed(prefix, msg),
         };
         match sent {
             Ok(wake) => {
@@ -544,7 +571,7 @@ impl Mailbox {
                 Ok(())
             }
             Err(InboxSendError::TooLarge) => Err(SendError::TooLarge {
-                len: msg.len() + usize::from(tag.is_some()),
+                len: msg.len() + prefix.len(),
                 max: link.producer.payload_max(),
             }),
             Err(InboxSendError::Full) => {

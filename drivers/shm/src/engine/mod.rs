@@ -1,0 +1,224 @@
+//! The engine's rings: how an application reaches `bcld`, the per-node
+//! daemon that owns the node's NICs (BCL-3's semi-user-level mode).
+//!
+//! An application (a *client*) does not open the NIC. It connects to the
+//! daemon's Unix socket and says which job it belongs to ([`Request::Hello`]);
+//! the daemon learns the caller's uid and pid from the kernel
+//! (`SO_PEERCRED`), checks the job's secret, and gives the client a pair
+//! of private shared-memory rings, each an inbox of this crate
+//! ([`Mailbox`](crate::Mailbox)) with one sender:
+//!
+//! * the **daemon's ring** of the client, created by the daemon and handed
+//!   to the client's uid: the client writes the frames it sends into it;
+//! * the **client's ring**, created by the client: the daemon writes the
+//!   frames that arrive for the client into it.
+//!
+//! Every message in either ring is a 4-byte link number (little-endian)
+//! followed by one BCL frame ([`LINK_PREFIX`]). Links are the daemon's NIC
+//! method's links (one per peer station), plus [`LOCAL_LINK`] for the
+//! daemon's other local clients. A client asks for a link to a peer's
+//! descriptor over the socket ([`Request::OpenLink`]).
+//!
+//! The trusted path is the daemon's: it sends a client's frame only if its
+//! header names the client's own process address and job key, and
+//! delivers a received frame only to the client whose job and port the
+//! header names. A client therefore cannot send as another process or into
+//! another job, and never sees another job's frames.
+//!
+//! [`EngineMethod`] is the client's side, a BCL method like any other
+//! (`bcld`, in the registry as [`EngineKind`]); the daemon is the `bcld`
+//! tool.
+
+mod client;
+mod kind;
+
+pub use client::{query_status, EngineMethod, EngineStats};
+pub use kind::EngineKind;
+
+use crate::layout::Geometry;
+use bcl_core::ProcessAddr;
+use serde::{Deserialize, Serialize};
+use std::os::fd::RawFd;
+use std::path::PathBuf;
+
+/// The method's name, in descriptors, pins and `--method`.
+pub const METHOD_NAME: &str = "bcld";
+
+/// Where the daemon listens unless told otherwise.
+pub const DEFAULT_SOCKET: &str = "/run/bcl/bcld.sock";
+
+/// The environment variable naming the daemon's socket for applications.
+pub const SOCKET_ENV: &str = "BCL_BCLD_SOCKET";
+
+/// The version of the socket protocol; a daemon refuses other versions.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Bytes before the frame in every ring message: the link, little-endian.
+pub const LINK_PREFIX: usize = 4;
+
+/// The link on which frames between two clients of one daemon travel (no
+/// NIC involved).
+pub const LOCAL_LINK: u32 = u32::MAX - 1;
+
+/// Largest BCL frame the rings carry (a jumbo Ethernet payload).
+pub const MAX_FRAME: usize = 9216;
+
+/// Node ids with either of these bits are reserved for the rings'
+/// shared-memory addresses, so that they never meet a process's own
+/// mailbox: clients must use node ids below 2^30.
+pub const RING_NODE_BITS: u32 = 0b11 << 30;
+
+/// The shared-memory address of the ring the client reads (the client's
+/// own ring) for the client at `client`.
+pub fn client_ring_addr(client: ProcessAddr) -> ProcessAddr {
+    ProcessAddr::new(client.node.0 | 1 << 30, client.port.0)
+}
+
+/// The shared-memory address of the ring the daemon reads for the client
+/// at `client`.
+pub fn daemon_ring_addr(client: ProcessAddr) -> ProcessAddr {
+    ProcessAddr::new(client.node.0 | 1 << 31, client.port.0)
+}
+
+/// The geometry of both rings of a client whose frames are at most `mtu`
+/// bytes: one sender, slots that hold a whole frame and its link, and the
+/// smallest exchange queue (frames never use it).
+pub fn ring_geometry(mtu: usize) -> Geometry {
+    let slot = crate::inbox::SLOT_HDR + LINK_PREFIX + mtu.min(MAX_FRAME);
+    Geometry {
+        inbox_slots: 512,
+        block_size: slot.next_multiple_of(64) as u32,
+        dir_entries: 1,
+        chunk_size: 64,
+        chunks: 2,
+    }
+}
+
+/// The daemon's socket: `$BCL_BCLD_SOCKET`, else [`DEFAULT_SOCKET`].
+pub fn socket_path() -> PathBuf {
+    std::env::var_os(SOCKET_ENV)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET))
+}
+
+/// What a client (or `bcl-info`) asks the daemon, one JSON object per line.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Request {
+    /// The first request of a client: who it is.
+    Hello {
+        /// [`PROTOCOL_VERSION`].
+        version: u32,
+        /// The job key.
+        job: u32,
+        /// The job's secret (`BCL_JOB_SECRET`, empty when the job has
+        /// none): every client of one job must present the same one.
+        secret: String,
+        /// The client's process address, `NODE.PORT`; the node must be
+        /// the daemon's.
+        local: String,
+    },
+    /// The client has created its ring (at [`client_ring_addr`]); the
+    /// daemon maps it and creates its own.
+    Attach,
+    /// A link to the peer with this descriptor (`METHOD:ADDRESS`, of the
+    /// daemon's method family).
+    OpenLink {
+        /// The peer's descriptor.
+        descriptor: String,
+    },
+    /// The daemon's NICs and clients, for people (needs no hello).
+    Status,
+}
+
+/// The daemon's answers, one per request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reply {
+    /// The hello was accepted.
+    Welcome {
+        /// The daemon's node.
+        node: u32,
+        /// Largest BCL frame the client may send.
+        mtu: usize,
+        /// The NIC method the daemon sends with (`packet`, `afxdp`, ...).
+        method: String,
+        /// The daemon's descriptor on its NIC: the address peers reach
+        /// this client at (the method's name aside).
+        address: String,
+        /// The daemon's pid, for messages.
+        pid: u32,
+    },
+    /// The rings are connected: the client connects to the daemon's ring
+    /// and may send.
+    Attached,
+    /// The link for an [`Request::OpenLink`].
+    Link {
+        /// The link number to put before frames for that peer.
+        link: u32,
+    },
+    /// The answer to [`Request::Status`].
+    Status(Status),
+    /// The request was refused; nothing changed.
+    Refused {
+        /// Why, for a person.
+        reason: String,
+    },
+}
+
+/// What the daemon reports about itself.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Status {
+    /// The daemon's node.
+    pub node: u32,
+    /// Its pid.
+    pub pid: u32,
+    /// The NIC method and its descriptor.
+    pub nics: Vec<String>,
+    /// The clients connected now.
+    pub clients: Vec<ClientStatus>,
+    /// Counters of the daemon as a whole, by name.
+    pub counters: Vec<(String, u64)>,
+}
+
+/// One client, as [`Status`] shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientStatus {
+    /// Its process address.
+    pub addr: String,
+    /// Its job key.
+    pub job: u32,
+    /// Its uid and pid, as the kernel told the daemon.
+    pub uid: u32,
+    /// Its pid.
+    pub pid: u32,
+    /// Its counters, by name.
+    pub counters: Vec<(String, u64)>,
+}
+
+/// Sleeps until one of `fds` is readable (or has hung up), or `timeout_ms`
+/// passes (negative: no limit); returns how many are. The daemon's wait
+/// on its socket, its NIC and its clients' rings and sockets; an
+/// interrupted wait (a signal) returns 0.
+pub fn wait_readable(fds: &[RawFd], timeout_ms: i32) -> std::io::Result<usize> {
+    let mut polls: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    // SAFETY: `polls` is a valid array of `polls.len()` pollfd structs that
+    // lives across the call; poll only writes their `revents`. An fd that
+    // is not open is reported as POLLNVAL, never dereferenced.
+    let n = unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, timeout_ms) };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() == std::io::ErrorKind::Interrupted {
+            return Ok(0);
+        }
+        return Err(e);
+    }
+    Ok(n as usize)
+}

@@ -1,0 +1,670 @@
+//! The daemon: one NIC method, the listening socket, the clients, and the
+//! loop that moves frames between the clients' rings and the NIC.
+//!
+//! One thread does everything, in rounds: accept new clients, answer
+//! their requests, move frames from every client's ring to the NIC (all
+//! clients' frames in one transmit burst of the NIC method), move
+//! received frames into the rings of the clients they are for, and sleep
+//! when a round found nothing to do (unless busy-polling).
+
+use crate::session::{Cred, Job, Session};
+use crate::trusted::{check_outgoing, destination, Undeliverable};
+use bcl::registry::Registry;
+use bcl_core::method::{Descriptor, LinkId, Method, OpenSpec, TxFrame};
+use bcl_core::{JobKey, ProcessAddr};
+use bcl_shm::engine::{ClientStatus, Status, LOCAL_LINK, MAX_FRAME, RING_NODE_BITS};
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// Frames taken from one client's ring per round, so that one busy client
+/// cannot hold the NIC while others wait.
+const PER_CLIENT_BURST: usize = 32;
+
+/// Frames received from the NIC per round.
+const RX_BURST: usize = 64;
+
+/// Longest sleep: the daemon wakes this often even when idle, to notice
+/// dead clients whose sockets the kernel has not closed yet.
+const IDLE_SLEEP_MS: u16 = 1000;
+
+/// How the daemon runs.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The node's id (the same as in the cluster description).
+    pub node: u32,
+    /// The Unix socket clients connect to.
+    pub socket: PathBuf,
+    /// The NIC method (`packet`, `afxdp`, `vfio`).
+    pub method: String,
+    /// The interface or PCI device; `None`: the only candidate.
+    pub nic: Option<String>,
+    /// The EtherType of BCL frames; `None`: the method's default for jobs.
+    pub ethertype: Option<u16>,
+    /// Spin instead of sleeping when idle.
+    pub busy_poll: bool,
+    /// Where the rings live.
+    pub shm_dir: PathBuf,
+}
+
+/// Why the daemon could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A setting cannot work.
+    #[error("{0}")]
+    Config(String),
+    /// Another daemon answers on the socket.
+    #[error("another bcld answers at {0}; stop it first (or use another --socket)")]
+    Running(PathBuf),
+    /// The NIC method could not be opened.
+    #[error("opening {method} on {nic}: {reason}")]
+    Nic {
+        /// The method.
+        method: String,
+        /// The NIC.
+        nic: String,
+        /// Why.
+        reason: String,
+    },
+    /// A system call failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What the daemon was doing.
+        context: String,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> StartError {
+    let context = context.into();
+    move |source| StartError::Io { context, source }
+}
+
+/// Counters of the daemon as a whole, by name.
+pub type Counters = BTreeMap<&'static str, u64>;
+
+/// The running daemon.
+pub struct Daemon {
+    cfg: Config,
+    nic: Box<dyn Method>,
+    address: String,
+    mtu: usize,
+    listener: UnixListener,
+    sessions: Vec<Option<Session>>,
+    by_port: HashMap<(u32, u16), usize>,
+    jobs: HashMap<u32, Job>,
+    /// NIC links below this number exist (the method numbers them from 0).
+    links: u32,
+    counters: Counters,
+    /// Frames between two local clients, waiting for delivery: records of
+    /// job (4), port (2), length (2) and the frame.
+    local: Vec<u8>,
+    /// The client whose ring is read first in the next round.
+    next_first: usize,
+}
+
+impl Daemon {
+    /// Cleans up what a previous daemon left, opens the NIC and listens.
+    pub fn start(cfg: Config) -> Result<Daemon, StartError> {
+        if cfg.node & RING_NODE_BITS != 0 {
+            return Err(StartError::Config(format!(
+                "--node {} is too large: node ids of clients must be below 2^30",
+                cfg.node
+            )));
+        }
+        let cleaned = bcl_shm::cleanup_stale(&cfg.shm_dir)
+            .map_err(|e| StartError::Config(format!("cleaning up old rings: {e}")))?;
+        if !cleaned.removed.is_empty() {
+            eprintln!(
+                "bcld: removed {} shared-memory files of dead processes",
+                cleaned.removed.len()
+            );
+        }
+        let registry = Registry::builtin();
+        let kind = registry.get(&cfg.method).ok_or_else(|| {
+            StartError::Config(format!(
+                "--method {}: not a method (known: {})",
+                cfg.method,
+                registry.names().join(", ")
+            ))
+        })?;
+        if kind.family() != Some("ethernet") || kind.name() == bcl_shm::engine::METHOD_NAME {
+            return Err(StartError::Config(format!(
+                "--method {}: bcld drives Ethernet NICs (packet, afxdp, vfio)",
+                cfg.method
+            )));
+        }
+        let mut spec = OpenSpec::new(JobKey(0), ProcessAddr::new(cfg.node, 0));
+        spec.nic = cfg.nic.clone();
+        spec.ethertype = cfg.ethertype;
+        spec.busy_poll = cfg.busy_poll;
+        let nic = kind.open(&spec).map_err(|e| StartError::Nic {
+            method: cfg.method.clone(),
+            nic: cfg.nic.clone().unwrap_or_else(|| "the only NIC".into()),
+            reason: e.to_string(),
+        })?;
+        let address = nic.descriptor().address;
+        let mtu = nic.caps().mtu.min(MAX_FRAME);
+        let listener = listen(&cfg.socket)?;
+        Ok(Daemon {
+            cfg,
+            nic,
+            address,
+            mtu,
+            listener,
+            sessions: Vec::new(),
+            by_port: HashMap::new(),
+            jobs: HashMap::new(),
+            links: 0,
+            counters: Counters::new(),
+            local: Vec::new(),
+            next_first: 0,
+        })
+    }
+
+    /// The NIC method's descriptor.
+    pub fn descriptor(&self) -> Descriptor {
+        Descriptor::new(self.nic.name(), self.address.clone())
+    }
+
+    /// The method's notes (attach mode, queues).
+    pub fn notes(&self) -> Vec<String> {
+        self.nic.notes()
+    }
+
+    /// Runs rounds until `stop` is set.
+    pub fn run(&mut self, stop: &Arc<AtomicBool>) {
+        while !stop.load(Ordering::Relaxed) {
+            let mut work = self.accept();
+            work |= self.serve_requests();
+            work |= self.forward_out();
+            work |= self.forward_in();
+            if !work && !self.cfg.busy_poll {
+                self.sleep();
+            }
+        }
+    }
+
+    fn count(&mut self, name: &'static str) {
+        *self.counters.entry(name).or_default() += 1;
+    }
+
+    fn accept(&mut self) -> bool {
+        let mut any = false;
+        loop {
+            match self.listener.accept() {
+                Ok((stream, _)) => {
+                    any = true;
+                    match Cred::of(&stream) {
+                        Ok(cred) if stream.set_nonblocking(true).is_ok() => {
+                            self.count("connections");
+                            let s = Session::new(stream, cred);
+                            match self.sessions.iter().position(Option::is_none) {
+                                Some(i) => self.sessions[i] = Some(s),
+                                None => self.sessions.push(Some(s)),
+                            }
+                        }
+                        _ => self.count("connections_without_credentials"),
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return any,
+                Err(_) => {
+                    self.count("accept_errors");
+                    return any;
+                }
+            }
+        }
+    }
+
+    /// Reads every client's socket and answers complete requests; removes
+    /// clients whose socket closed.
+    fn serve_requests(&mut self) -> bool {
+        let mut any = false;
+        for i in 0..self.sessions.len() {
+            let Some(mut s) = self.sessions[i].take() else {
+                continue;
+            };
+            let (requests, open) = s.read_requests();
+            any |= !requests.is_empty() || !open;
+            for line in requests {
+                let reply = self.answer(i, &mut s, &line);
+                if s.reply(&reply).is_err() {
+                    break;
+                }
+            }
+            if open && !s.ring_gone() {
+                self.sessions[i] = Some(s);
+            } else {
+                self.forget(s);
+            }
+        }
+        any
+    }
+
+    fn answer(&mut self, i: usize, s: &mut Session, line: &str) -> bcl_shm::engine::Reply {
+        use bcl_shm::engine::{Reply, Request};
+        let request: Request = match serde_json::from_str(line) {
+            Ok(r) => r,
+            Err(e) => {
+                self.count("refused_requests");
+                return Reply::Refused {
+                    reason: format!("not a request ({e})"),
+                };
+            }
+        };
+        let reply = match request {
+            Request::Hello {
+                version,
+                job,
+                secret,
+                local,
+            } => self.hello(i, s, version, JobKey(job), &secret, &local),
+            Request::Attach => s.attach(&self.cfg.shm_dir, self.mtu),
+            Request::OpenLink { descriptor } => self.open_link(s, &descriptor),
+            Request::Status => Reply::Status(self.status()),
+        };
+        if matches!(reply, Reply::Refused { .. }) {
+            self.count("refused_requests");
+            s.count("refused_requests");
+        }
+        reply
+    }
+
+    fn hello(
+        &mut self,
+        i: usize,
+        s: &mut Session,
+        version: u32,
+        job: JobKey,
+        secret: &str,
+        local: &str,
+    ) -> bcl_shm::engine::Reply {
+        use bcl_shm::engine::{Reply, PROTOCOL_VERSION};
+        let refuse = |reason: String| Reply::Refused { reason };
+        if version != PROTOCOL_VERSION {
+            return refuse(format!(
+                "protocol version {version}; this bcld speaks {PROTOCOL_VERSION}"
+            ));
+        }
+        if s.identity().is_some() {
+            return refuse("this connection has said hello already".into());
+        }
+        let addr: ProcessAddr = match local.parse() {
+            Ok(a) => a,
+            Err(e) => return refuse(e.to_string()),
+        };
+        if addr.node.0 != self.cfg.node {
+            return refuse(format!(
+                "this bcld serves node {}; the endpoint is {addr} (open it with node {})",
+                self.cfg.node, self.cfg.node
+            ));
+        }
+        if let Some(&other) = self.by_port.get(&(job.0, addr.port.0)) {
+            let pid = self.sessions[other].as_ref().map_or(0, |o| o.cred().pid);
+            return refuse(format!("{addr} of job {:#x} is taken by pid {pid}", job.0));
+        }
+        let cred = s.cred();
+        match self.jobs.get_mut(&job.0) {
+            Some(j) => {
+                if j.uid != cred.uid {
+                    return refuse(format!(
+                        "job {:#x} belongs to uid {}, not uid {}",
+                        job.0, j.uid, cred.uid
+                    ));
+                }
+                if !j.secret_matches(secret) {
+                    return refuse(format!("wrong secret for job {:#x}", job.0));
+                }
+                j.members += 1;
+            }
+            None => {
+                self.jobs.insert(job.0, Job::new(cred.uid, secret));
+            }
+        }
+        s.set_identity(job, addr);
+        self.by_port.insert((job.0, addr.port.0), i);
+        Reply::Welcome {
+            node: self.cfg.node,
+            mtu: self.mtu,
+            method: self.nic.name().to_string(),
+            address: self.address.clone(),
+            pid: std::process::id(),
+        }
+    }
+
+    fn open_link(&mut self, s: &mut Session, descriptor: &str) -> bcl_shm::engine::Reply {
+        use bcl_shm::engine::Reply;
+        if s.identity().is_none() {
+            return Reply::Refused {
+                reason: "say hello first".into(),
+            };
+        }
+        let d: Descriptor = match descriptor.parse() {
+            Ok(d) => d,
+            Err(e) => {
+                self.count("refused_descriptors");
+                return Reply::Refused {
+                    reason: e.to_string(),
+                };
+            }
+        };
+        if d.method == self.nic.name() && d.address == self.address {
+            return Reply::Link { link: LOCAL_LINK };
+        }
+        if d.method != self.nic.name() {
+            self.count("refused_descriptors");
+            return Reply::Refused {
+                reason: format!("{d}: this bcld sends with {}", self.nic.name()),
+            };
+        }
+        match self.nic.open_link(&d) {
+            Ok(l) => {
+                self.links = self.links.max(l.0.saturating_add(1));
+                Reply::Link { link: l.0 }
+            }
+            Err(e) => {
+                self.count("refused_descriptors");
+                Reply::Refused {
+                    reason: e.to_string(),
+                }
+            }
+        }
+    }
+
+    /// The daemon's NIC, clients and counters.
+    pub fn status(&self) -> Status {
+        let mut counters: Vec<(String, u64)> = self
+            .counters
+            .iter()
+            .map(|(k, v)| (k.to_string(), *v))
+            .collect();
+        let c = self.nic.counters();
+        counters.push(("nic_tx_frames".into(), c.tx_frames));
+        counters.push(("nic_rx_dropped".into(), c.rx_dropped()));
+        Status {
+            node: self.cfg.node,
+            pid: std::process::id(),
+            nics: vec![self.descriptor().to_string()],
+            clients: self
+                .sessions
+                .iter()
+                .flatten()
+                .filter_map(|s| {
+                    let (job, addr) = s.identity()?;
+                    Some(ClientStatus {
+                        addr: addr.to_string(),
+                        job: job.0,
+                        uid: s.cred().uid,
+                        pid: s.cred().pid,
+                        counters: s.counters(),
+                    })
+                })
+                .collect(),
+            counters,
+        }
+    }
+
+    /// Removes a client: its port, its job membership, its ring.
+    fn forget(&mut self, s: Session) {
+        if let Some((job, addr)) = s.identity() {
+            self.by_port.remove(&(job.0, addr.port.0));
+            if let Some(j) = self.jobs.get_mut(&job.0) {
+                j.members -= 1;
+                if j.members == 0 {
+                    self.jobs.remove(&job.0);
+                }
+            }
+            self.count("clients_left");
+        }
+        drop(s);
+    }
+
+    /// Moves frames from the clients' rings to the NIC (and to local
+    /// clients); returns whether it moved any.
+    fn forward_out(&mut self) -> bool {
+        let Daemon {
+            nic,
+            sessions,
+            counters,
+            links,
+            local,
+            next_first,
+            mtu,
+            ..
+        } = self;
+        let n = sessions.len();
+        if n == 0 {
+            return false;
+        }
+        let first = *next_first % n;
+        *next_first = first + 1;
+        let mut visited = 0;
+        let mut taken = 0;
+        let mut moved = 0usize;
+        local.clear();
+        let mut source = |buf: &mut [u8]| -> Option<TxFrame> {
+            while visited < n {
+                let idx = (first + visited) % n;
+                let next = |visited: &mut usize, taken: &mut usize| {
+                    *visited += 1;
+                    *taken = 0;
+                };
+                let Some(s) = sessions[idx].as_mut() else {
+                    next(&mut visited, &mut taken);
+                    continue;
+                };
+                if taken >= PER_CLIENT_BURST {
+                    next(&mut visited, &mut taken);
+                    continue;
+                }
+                let Some((job, addr)) = s.identity() else {
+                    next(&mut visited, &mut taken);
+                    continue;
+                };
+                let (ring, stats) = s.ring_and_counters();
+                let Some(ring) = ring else {
+                    next(&mut visited, &mut taken);
+                    continue;
+                };
+                let Some(m) = ring.recv() else {
+                    next(&mut visited, &mut taken);
+                    continue;
+                };
+                taken += 1;
+                moved += 1;
+                let out = match check_outgoing(m.bytes(), job, addr, *mtu) {
+                    Ok(out) => out,
+                    Err(r) => {
+                        *stats.entry(r.name()).or_default() += 1;
+                        *counters.entry(r.name()).or_default() += 1;
+                        m.release();
+                        continue;
+                    }
+                };
+                if out.link == LOCAL_LINK {
+                    // Kept for delivery after the burst: the target's ring
+                    // belongs to another session.
+                    local.extend_from_slice(&job.0.to_le_bytes());
+                    local.extend_from_slice(&out.dst.port.0.to_le_bytes());
+                    local.extend_from_slice(&(out.frame.len() as u16).to_le_bytes());
+                    local.extend_from_slice(out.frame);
+                    *stats.entry("tx_local").or_default() += 1;
+                    m.release();
+                    continue;
+                }
+                if out.link >= *links {
+                    let name = crate::trusted::Refusal::UnknownLink.name();
+                    *stats.entry(name).or_default() += 1;
+                    *counters.entry(name).or_default() += 1;
+                    m.release();
+                    continue;
+                }
+                let len = out.frame.len().min(buf.len());
+                buf[..len].copy_from_slice(&out.frame[..len]);
+                let link = LinkId(out.link);
+                m.release();
+                *stats.entry("tx_frames").or_default() += 1;
+                return Some(TxFrame { link, len });
+            }
+            None
+        };
+        let mut tx_errors = 0;
+        loop {
+            match nic.tx_burst(&mut source) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(_) => {
+                    tx_errors += 1;
+                    break;
+                }
+            }
+        }
+        if tx_errors > 0 {
+            *self.counters.entry("nic_tx_errors").or_default() += tx_errors;
+        }
+        self.deliver_local();
+        moved > 0
+    }
+
+    /// Delivers the frames between local clients collected by
+    /// [`forward_out`](Self::forward_out).
+    fn deliver_local(&mut self) {
+        let local = std::mem::take(&mut self.local);
+        let mut rest = &local[..];
+        while let Some((head, tail)) = rest.split_first_chunk::<8>() {
+            let job = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+            let port = u16::from_le_bytes([head[4], head[5]]);
+            let len = usize::from(u16::from_le_bytes([head[6], head[7]]));
+            let (frame, after) = tail.split_at(len.min(tail.len()));
+            rest = after;
+            let result = self.deliver(JobKey(job), port, LOCAL_LINK, frame);
+            if let Err(u) = result {
+                self.count(u.name());
+            }
+        }
+        self.local = local;
+    }
+
+    /// Puts `frame` from `link` into the ring of the client at `port` of
+    /// `job`.
+    fn deliver(
+        &mut self,
+        job: JobKey,
+        port: u16,
+        link: u32,
+        frame: &[u8],
+    ) -> Result<(), Undeliverable> {
+        deliver_to(&mut self.sessions, &self.by_port, job, port, link, frame)
+    }
+
+    /// Moves received frames into the clients' rings; returns whether any
+    /// arrived.
+    fn forward_in(&mut self) -> bool {
+        let Daemon {
+            nic,
+            sessions,
+            by_port,
+            counters,
+            links,
+            cfg,
+            ..
+        } = self;
+        let node = cfg.node;
+        let result = nic.rx_burst(RX_BURST, &mut |link, frame| {
+            *links = (*links).max(link.0.saturating_add(1));
+            let r = destination(frame, node)
+                .and_then(|(job, port)| deliver_to(sessions, by_port, job, port, link.0, frame));
+            match r {
+                Ok(()) => *counters.entry("rx_delivered").or_default() += 1,
+                Err(u) => *counters.entry(u.name()).or_default() += 1,
+            }
+        });
+        match result {
+            Ok(n) => n > 0,
+            Err(_) => {
+                self.count("nic_rx_errors");
+                false
+            }
+        }
+    }
+
+    /// Sleeps until a client, the NIC or the listening socket has work.
+    fn sleep(&mut self) {
+        let mut ready = self.nic.prepare_wait();
+        let mut prepared = Vec::new();
+        for (i, s) in self.sessions.iter_mut().enumerate() {
+            if let Some(ring) = s.as_mut().and_then(|s| s.ring_and_counters().0) {
+                ready &= ring.prepare_wait();
+                prepared.push(i);
+            }
+        }
+        if ready {
+            let mut fds = vec![self.listener.as_raw_fd()];
+            fds.extend(self.nic.readiness_fd());
+            for s in self.sessions.iter().flatten() {
+                fds.push(s.ctl_fd());
+                fds.extend(s.ring_fd());
+            }
+            let _ = bcl_shm::engine::wait_readable(&fds, i32::from(IDLE_SLEEP_MS));
+            self.count("sleeps");
+        }
+        self.nic.finish_wait();
+        for i in prepared {
+            if let Some(ring) = self.sessions[i]
+                .as_mut()
+                .and_then(|s| s.ring_and_counters().0)
+            {
+                ring.finish_wait();
+            }
+        }
+    }
+}
+
+/// [`Daemon::deliver`] on the parts of the daemon it needs.
+fn deliver_to(
+    sessions: &mut [Option<Session>],
+    by_port: &HashMap<(u32, u16), usize>,
+    job: JobKey,
+    port: u16,
+    link: u32,
+    frame: &[u8],
+) -> Result<(), Undeliverable> {
+    let s = by_port
+        .get(&(job.0, port))
+        .and_then(|&i| sessions.get_mut(i)?.as_mut())
+        .ok_or(Undeliverable::NoClient)?;
+    s.deliver(link, frame)
+}
+
+/// Binds the socket at `path`: the directory is created, a stale socket
+/// of a dead daemon is removed, a live daemon's is left alone.
+fn listen(path: &std::path::Path) -> Result<UnixListener, StartError> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(io_err(format!("creating {}", dir.display())))?;
+    }
+    if path.exists() {
+        if UnixStream::connect(path).is_ok() {
+            return Err(StartError::Running(path.to_path_buf()));
+        }
+        std::fs::remove_file(path).map_err(io_err(format!(
+            "removing the stale socket {}",
+            path.display()
+        )))?;
+    }
+    let listener =
+        UnixListener::bind(path).map_err(io_err(format!("binding {}", path.display())))?;
+    // Anyone may connect: the daemon decides by the caller's credentials.
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
+        .map_err(io_err(format!("opening {} to all users", path.display())))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(io_err("making the socket non-blocking"))?;
+    Ok(listener)
+}
