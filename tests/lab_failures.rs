@@ -221,8 +221,10 @@ fn a_partition_longer_than_the_bound_is_reported_down_then_up() {
         link(&lab, false);
         cut = Some(Instant::now());
         std::thread::sleep(Duration::from_secs(3));
-        link(&lab, true);
+        // Taken before the link comes up: a frame may arrive (and the
+        // peer be reported up) before `ip link set up` has returned.
         healed = Some(Instant::now());
+        link(&lab, true);
     });
     let (cut, healed) = (cut.unwrap(), healed.unwrap());
     for (x, peer, what) in [(&a, B, "a"), (&b, A, "b")] {

@@ -17,10 +17,12 @@
 //!   tables, argument values.
 //! - [`plot`]: charts of the results (`--plot`, `bcl-plot`); [`progress`]:
 //!   progress bars of long runs.
+//! - [`bcld`]: the per-node engine daemon (the `bcld` binary).
 
 pub mod afxdp_raw;
 pub mod args;
 pub mod bcl_transport;
+pub mod bcld;
 pub mod bw;
 pub mod cli;
 pub mod coll_check;

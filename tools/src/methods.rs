@@ -235,8 +235,12 @@ fn open_method(
 }
 
 /// A method of `kind`'s family that every host can use where `kind` cannot
-/// (not opt-in: `packet` for `afxdp` and `vfio`).
+/// (not opt-in: `packet` for `afxdp` and `vfio`; none for `bcld`).
 fn alternative(kind: &dyn MethodKind) -> Option<&'static str> {
+    // The daemon's users are the ones who cannot open a NIC themselves.
+    if kind.attachment() == Attachment::Daemon {
+        return None;
+    }
     let family = kind.family()?;
     Registry::builtin()
         .kinds()

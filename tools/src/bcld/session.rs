@@ -1,11 +1,11 @@
 //! One client of the daemon: its socket, who the kernel says it is, which
 //! job and process it is, and its pair of rings.
 
-use crate::daemon::Counters;
-use crate::trusted::Undeliverable;
-use bcl_core::{JobKey, ProcessAddr};
-use bcl_shm::engine::{client_ring_addr, daemon_ring_addr, ring_geometry, Reply};
-use bcl_shm::{Mailbox, MailboxConfig, PeerId, SendError, ShmEvent};
+use super::daemon::Counters;
+use super::trusted::Undeliverable;
+use bcl::core::{JobKey, ProcessAddr};
+use bcl::shm::engine::{client_ring_addr, daemon_ring_addr, ring_geometry, Reply};
+use bcl::shm::{Mailbox, MailboxConfig, PeerId, SendError, ShmEvent};
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};

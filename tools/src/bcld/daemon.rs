@@ -7,12 +7,12 @@
 //! received frames into the rings of the clients they are for, and sleep
 //! when a round found nothing to do (unless busy-polling).
 
-use crate::session::{Cred, Job, Session};
-use crate::trusted::{check_outgoing, destination, Undeliverable};
+use super::session::{Cred, Job, Session};
+use super::trusted::{check_outgoing, destination, Undeliverable};
+use bcl::core::method::{Descriptor, LinkId, Method, OpenSpec, TxFrame};
+use bcl::core::{JobKey, ProcessAddr};
 use bcl::registry::Registry;
-use bcl_core::method::{Descriptor, LinkId, Method, OpenSpec, TxFrame};
-use bcl_core::{JobKey, ProcessAddr};
-use bcl_shm::engine::{ClientStatus, Status, LOCAL_LINK, MAX_FRAME, RING_NODE_BITS};
+use bcl::shm::engine::{ClientStatus, Status, LOCAL_LINK, MAX_FRAME, RING_NODE_BITS};
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::os::fd::AsRawFd;
@@ -119,7 +119,7 @@ impl Daemon {
                 cfg.node
             )));
         }
-        let cleaned = bcl_shm::cleanup_stale(&cfg.shm_dir)
+        let cleaned = bcl::shm::cleanup_stale(&cfg.shm_dir)
             .map_err(|e| StartError::Config(format!("cleaning up old rings: {e}")))?;
         if !cleaned.removed.is_empty() {
             eprintln!(
@@ -135,7 +135,7 @@ impl Daemon {
                 registry.names().join(", ")
             ))
         })?;
-        if kind.family() != Some("ethernet") || kind.name() == bcl_shm::engine::METHOD_NAME {
+        if kind.family() != Some("ethernet") || kind.name() == bcl::shm::engine::METHOD_NAME {
             return Err(StartError::Config(format!(
                 "--method {}: bcld drives Ethernet NICs (packet, afxdp, vfio)",
                 cfg.method
@@ -248,8 +248,8 @@ impl Daemon {
         any
     }
 
-    fn answer(&mut self, i: usize, s: &mut Session, line: &str) -> bcl_shm::engine::Reply {
-        use bcl_shm::engine::{Reply, Request};
+    fn answer(&mut self, i: usize, s: &mut Session, line: &str) -> bcl::shm::engine::Reply {
+        use bcl::shm::engine::{Reply, Request};
         let request: Request = match serde_json::from_str(line) {
             Ok(r) => r,
             Err(e) => {
@@ -285,8 +285,8 @@ impl Daemon {
         job: JobKey,
         secret: &str,
         local: &str,
-    ) -> bcl_shm::engine::Reply {
-        use bcl_shm::engine::{Reply, PROTOCOL_VERSION};
+    ) -> bcl::shm::engine::Reply {
+        use bcl::shm::engine::{Reply, PROTOCOL_VERSION};
         let refuse = |reason: String| Reply::Refused { reason };
         if version != PROTOCOL_VERSION {
             return refuse(format!(
@@ -339,8 +339,8 @@ impl Daemon {
         }
     }
 
-    fn open_link(&mut self, s: &mut Session, descriptor: &str) -> bcl_shm::engine::Reply {
-        use bcl_shm::engine::Reply;
+    fn open_link(&mut self, s: &mut Session, descriptor: &str) -> bcl::shm::engine::Reply {
+        use bcl::shm::engine::Reply;
         if s.identity().is_none() {
             return Reply::Refused {
                 reason: "say hello first".into(),
@@ -424,6 +424,9 @@ impl Daemon {
             self.count("clients_left");
         }
         drop(s);
+        // A client that died leaves its own ring behind; the daemon may
+        // remove it (and any other ring of a dead process).
+        let _ = bcl::shm::cleanup_stale(&self.cfg.shm_dir);
     }
 
     /// Moves frames from the clients' rings to the NIC (and to local
@@ -500,7 +503,7 @@ impl Daemon {
                     continue;
                 }
                 if out.link >= *links {
-                    let name = crate::trusted::Refusal::UnknownLink.name();
+                    let name = super::trusted::Refusal::UnknownLink.name();
                     *stats.entry(name).or_default() += 1;
                     *counters.entry(name).or_default() += 1;
                     m.release();
@@ -612,7 +615,7 @@ impl Daemon {
                 fds.push(s.ctl_fd());
                 fds.extend(s.ring_fd());
             }
-            let _ = bcl_shm::engine::wait_readable(&fds, i32::from(IDLE_SLEEP_MS));
+            let _ = bcl::shm::engine::wait_readable(&fds, i32::from(IDLE_SLEEP_MS));
             self.count("sleeps");
         }
         self.nic.finish_wait();

@@ -1,6 +1,6 @@
-//! `bcld`: the per-node BCL engine (see the crate documentation).
+//! `bcld`: the per-node BCL engine (see `bcl_tools::bcld`).
 
-use bcld::{Config, Daemon};
+use bcl_tools::bcld::{Config, Daemon};
 use clap::Parser;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -38,7 +38,7 @@ struct Args {
     #[arg(long, value_parser = parse_ethertype)]
     ethertype: Option<u16>,
     /// The socket applications connect to.
-    #[arg(long, default_value = bcl_shm::engine::DEFAULT_SOCKET)]
+    #[arg(long, default_value = bcl::shm::engine::DEFAULT_SOCKET)]
     socket: PathBuf,
     /// Spin on one core instead of sleeping when idle (lowest latency).
     #[arg(long)]

@@ -6,8 +6,8 @@
 //! receiving core validates the whole frame (CRC, bundle records) again:
 //! the daemon checks exactly what identity depends on.
 
-use bcl_core::wire::{Header, HEADER_LEN, VERSION};
-use bcl_core::{JobKey, ProcessAddr};
+use bcl::core::wire::{Header, HEADER_LEN, VERSION};
+use bcl::core::{JobKey, ProcessAddr};
 use zerocopy::FromBytes;
 
 /// Why a frame from a client's ring was not sent.
@@ -120,7 +120,7 @@ pub fn destination(frame: &[u8], node: u32) -> Result<(JobKey, u16), Undeliverab
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bcl_core::wire::{encode, FrameType, HeaderFields};
+    use bcl::core::wire::{encode, FrameType, HeaderFields};
 
     const JOB: JobKey = JobKey(7);
     const ME: ProcessAddr = ProcessAddr::new(1, 5);

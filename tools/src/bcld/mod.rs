@@ -1,9 +1,9 @@
-//! bcld: the per-node engine of BCL's semi-user-level mode.
+//! `bcld`: the per-node engine of BCL's semi-user-level mode.
 //!
 //! One daemon per node opens the node's NIC and serves the node's BCL
 //! processes, which then need no privilege: a process reaches the daemon
 //! through its Unix socket and a pair of shared-memory rings
-//! (`bcl_shm::engine`), and the daemon sends and receives for it. The
+//! (`bcl::shm::engine`), and the daemon sends and receives for it. The
 //! daemon is the trusted path: it lets a frame out only in its client's
 //! own name and job ([`trusted`]), and hands a received frame only to the
 //! client of the job and port it is addressed to.
