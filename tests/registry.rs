@@ -90,7 +90,7 @@ fn an_extra_kind_is_pinned_configured_opened_selected_and_listed() {
     let e = Pin::parse("simnet", "BCL_METHODS=simnet", builtin).unwrap_err();
     assert!(
         e.to_string()
-            .starts_with("BCL_METHODS=simnet: unknown method \"simnet\" (known: shm, vfio, afxdp, packet, udp, sim)"),
+            .starts_with("BCL_METHODS=simnet: unknown method \"simnet\" (known: shm, bcld, vfio, afxdp, packet, udp, sim)"),
         "{e}"
     );
 
@@ -138,19 +138,27 @@ fn an_extra_kind_is_pinned_configured_opened_selected_and_listed() {
 #[test]
 fn the_builtin_registry_lists_every_method_once_in_preference_order() {
     let r = Registry::builtin();
-    assert_eq!(r.names(), ["shm", "vfio", "afxdp", "packet", "udp", "sim"]);
+    assert_eq!(
+        r.names(),
+        ["shm", "bcld", "vfio", "afxdp", "packet", "udp", "sim"]
+    );
     assert_eq!(
         r.default_preference(),
-        ["shm", "vfio", "afxdp", "packet", "udp"]
+        ["shm", "bcld", "vfio", "afxdp", "packet", "udp"]
     );
-    assert_eq!(r.network_methods(), ["vfio", "afxdp", "packet", "udp"]);
-    // The Ethernet methods reach each other's descriptors; others do not.
+    assert_eq!(
+        r.network_methods(),
+        ["bcld", "vfio", "afxdp", "packet", "udp"]
+    );
+    // The Ethernet methods (and the node daemon's, which are Ethernet
+    // frames) reach each other's descriptors; others do not.
     assert!(r.reaches("packet", "vfio") && r.reaches("afxdp", "packet"));
+    assert!(r.reaches("bcld", "packet") && r.reaches("afxdp", "bcld"));
     assert!(!r.reaches("udp", "packet") && !r.reaches("shm", "sim"));
     let e = r.lookup("tcp").err().unwrap().to_string();
     assert_eq!(
         e,
-        "unknown method \"tcp\" (known: shm, vfio, afxdp, packet, udp, sim)"
+        "unknown method \"tcp\" (known: shm, bcld, vfio, afxdp, packet, udp, sim)"
     );
     // Every kind's name is what its open methods report, and its address
     // grammar accepts what they publish: checked for the kinds that open

@@ -172,6 +172,13 @@ pub struct CommonArgs {
     #[arg(long, value_name = "BYTES")]
     pub udp_mtu: Option<usize>,
 
+    /// BCL port of this end; both ends take the same (the server is
+    /// node 2, the client node 1). Several pairs through one node daemon
+    /// (`--method bcld`) need one port each. Node-local methods use the
+    /// process id.
+    #[arg(long, default_value_t = 0)]
+    pub port: u16,
+
     /// Lower bound of BCL's retransmission timeout in microseconds (default:
     /// the core's, 200 µs). A VM whose vCPUs stall for milliseconds under
     /// load times out spuriously with a small bound.
@@ -268,6 +275,7 @@ impl CommonArgs {
             pcap: self.pcap.clone(),
             congestion: self.congestion,
             rails: self.rails.as_ref().map(|r| r.0.clone()).unwrap_or_default(),
+            port: self.port,
         }
     }
 

@@ -194,9 +194,18 @@ pub struct EndSpec {
     /// Rails (`--rails`): per rail, its method if not `method`, and its
     /// interface. Empty: one NIC (`ifname`).
     pub rails: Vec<(Option<String>, String)>,
+    /// The BCL port of both ends (`--port`; node-local methods use the
+    /// process id instead).
+    pub port: u16,
 }
 
 impl EndSpec {
+    /// The serving end's process address (node 2, `--port`), for methods
+    /// whose descriptors do not name it.
+    pub fn server_addr(&self) -> ProcessAddr {
+        ProcessAddr::new(SERVER_ADDR.node.0, self.port)
+    }
+
     /// `method` with nothing else chosen (the tools' defaults: blocking,
     /// EtherType 0x88B5, a 1500-byte sim wire, the methods' own MTUs and
     /// timeouts, no interface, address or device named).
@@ -213,6 +222,7 @@ impl EndSpec {
             udp_mtu: None,
             pci: None,
             pcap: None,
+            port: 0,
             congestion: None,
             rails: Vec::new(),
         }
@@ -251,15 +261,15 @@ pub const CLIENT_ADDR: ProcessAddr = ProcessAddr::new(1, 0);
 pub const JOB: JobKey = JobKey(0xbc1_7001);
 
 /// The address of an end on `node` (2 serves, 1 connects) for a method of
-/// `kind`: a node-local method (shared memory, whose resources are named
+/// `kind`: port `port` (`--port`), except that a node-local method (shared memory, whose resources are named
 /// after the process address) gets the process id as its port, so that
 /// runs on one node never meet; the server's address then travels in its
 /// descriptor ([`MethodKind::process_of`]).
-pub fn end_addr(kind: &dyn MethodKind, node: u32) -> ProcessAddr {
+pub fn end_addr(kind: &dyn MethodKind, node: u32, port: u16) -> ProcessAddr {
     if kind.attachment() == Attachment::Process {
         ProcessAddr::new(node, (std::process::id() & 0xffff) as u16)
     } else {
-        ProcessAddr::new(node, 0)
+        ProcessAddr::new(node, port)
     }
 }
 
@@ -397,7 +407,7 @@ mod tests {
         }
         let e = "tcp".parse::<MethodArg>().unwrap_err();
         assert!(
-            e.starts_with("unknown method \"tcp\" (BCL methods: shm, vfio, afxdp, packet, udp, sim; baselines: kernel-udp,"),
+            e.starts_with("unknown method \"tcp\" (BCL methods: shm, bcld, vfio, afxdp, packet, udp, sim; baselines: kernel-udp,"),
             "{e}"
         );
         let help = MethodArg::help();

@@ -84,7 +84,10 @@ pub fn open_server(spec: &EndSpec) -> Result<Served, String> {
                 ));
             }
             let (d, t) = if spec.rails.is_empty() {
-                serve_on(open_method(kind, spec, end_addr(kind, 2), None)?, spec)?
+                serve_on(
+                    open_method(kind, spec, end_addr(kind, 2, spec.port), None)?,
+                    spec,
+                )?
             } else {
                 let methods = open_rails(registry, kind, spec, 2)?;
                 serve_on_rails(methods, spec)?
@@ -146,7 +149,7 @@ pub fn open_client(
                 return connect_on_rails(registry, kind, spec, descriptor);
             }
             let peer = peer_descriptor(registry, kind, descriptor)?;
-            let method = open_method(kind, spec, end_addr(kind, 1), Some(&peer))?;
+            let method = open_method(kind, spec, end_addr(kind, 1, spec.port), Some(&peer))?;
             connect_on(method, spec, peer)
         }
         MethodArg::Baseline(Baseline::KernelUdp) => {
@@ -244,7 +247,12 @@ fn alternative(kind: &dyn MethodKind) -> Option<&'static str> {
     let family = kind.family()?;
     Registry::builtin()
         .kinds()
-        .find(|k| k.family() == Some(family) && k.name() != kind.name() && k.opt_in().is_none())
+        .find(|k| {
+            k.family() == Some(family)
+                && k.name() != kind.name()
+                && k.opt_in().is_none()
+                && k.attachment() != Attachment::Daemon
+        })
         .map(|k| k.name())
 }
 
@@ -287,7 +295,7 @@ fn kind_of(method: &dyn Method) -> Result<&'static dyn MethodKind, String> {
 
 /// The serving end over an opened `method`: its descriptor and transport.
 pub fn serve_on(method: Box<dyn Method>, spec: &EndSpec) -> Result<(String, BoxTransport), String> {
-    let local = end_addr(kind_of(&*method)?, 2);
+    let local = end_addr(kind_of(&*method)?, 2, spec.port);
     let d = method.descriptor().to_string();
     let ep = endpoint(local, method, spec, None)?;
     Ok((d, Box::new(BclTransport::new(ep, None))))
@@ -301,8 +309,8 @@ pub fn connect_on(
     peer: Descriptor,
 ) -> Result<BoxTransport, String> {
     let kind = kind_of(&*method)?;
-    let server = kind.process_of(&peer.address).unwrap_or(SERVER_ADDR);
-    let mut ep = endpoint(end_addr(kind, 1), method, spec, None)?;
+    let server = kind.process_of(&peer.address).unwrap_or(spec.server_addr());
+    let mut ep = endpoint(end_addr(kind, 1, spec.port), method, spec, None)?;
     ep.add_peer(server, peer);
     Ok(Box::new(BclTransport::new(ep, Some(server))))
 }
@@ -346,7 +354,7 @@ fn open_rails(
         .map(|(k, ifname)| {
             let mut one = spec.clone();
             one.ifname = Some(ifname.clone());
-            open_method(k, &one, end_addr(k, node), None)
+            open_method(k, &one, end_addr(k, node, spec.port), None)
                 .map_err(|e| format!("--rails: rail {}@{ifname}: {e}", k.name()))
         })
         .collect()
@@ -359,7 +367,7 @@ fn serve_on_rails(
     spec: &EndSpec,
 ) -> Result<(String, BoxTransport), String> {
     let d: Vec<String> = methods.iter().map(|m| m.descriptor().to_string()).collect();
-    let ep = endpoint_over(SERVER_ADDR, methods, spec, None)?;
+    let ep = endpoint_over(spec.server_addr(), methods, spec, None)?;
     Ok((d.join("+"), Box::new(BclTransport::new(ep, None))))
 }
 
@@ -386,11 +394,12 @@ fn connect_on_rails(
         .map(|((k, _), t)| peer_descriptor(registry, *k, t))
         .collect::<Result<_, _>>()?;
     let methods = open_rails(registry, kind, spec, 1)?;
-    let mut ep = endpoint_over(end_addr(kind, 1), methods, spec, None)?;
+    let mut ep = endpoint_over(end_addr(kind, 1, spec.port), methods, spec, None)?;
+    let server = spec.server_addr();
     for p in peers {
-        ep.add_peer(SERVER_ADDR, p);
+        ep.add_peer(server, p);
     }
-    Ok(Box::new(BclTransport::new(ep, Some(SERVER_ADDR))))
+    Ok(Box::new(BclTransport::new(ep, Some(server))))
 }
 
 /// Both ends of an in-process method on one real-time simulated fabric.
@@ -466,7 +475,7 @@ mod tests {
         );
         let e = peer_descriptor(r, kind("vfio"), "udp:10.0.0.1:5").unwrap_err();
         assert!(
-            e.contains("the vfio method reaches only vfio, afxdp, packet peers"),
+            e.contains("the vfio method reaches only bcld, vfio, afxdp, packet peers"),
             "{e}"
         );
         let e = peer_descriptor(r, kind("udp"), p).unwrap_err();

@@ -99,7 +99,10 @@ fn the_mixed_clusters_matrix_follows_the_policy() {
         .iter()
         .map(|m| m["method"].as_str().unwrap())
         .collect();
-    assert_eq!(methods, ["shm", "vfio", "afxdp", "packet", "udp", "sim"]);
+    assert_eq!(
+        methods,
+        ["shm", "bcld", "vfio", "afxdp", "packet", "udp", "sim"]
+    );
     assert!(v["nics"]
         .as_array()
         .unwrap()

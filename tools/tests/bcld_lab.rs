@@ -16,15 +16,17 @@
 //!
 //! Needs root; fails loudly without it unless BCL_SKIP_PRIVILEGED=1.
 
+mod bcld_common;
+
 use bcl::core::method::{Descriptor, LinkId, Method, OpenSpec, TxFrame};
 use bcl::core::wire::{encode, FrameType, HeaderFields, HEADER_LEN};
-use bcl::shm::engine::{query_status, EngineMethod, Status};
+use bcl::shm::engine::EngineMethod;
 use bcl::{Endpoint, JobKey, ProcessAddr, ProgressMode, SendEvent};
 use bcl_lab::{require_privileges, Lab, LabGuard};
+use bcld_common::{open_dir, public_copy, Daemon};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -32,7 +34,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const BCLD: &str = env!("CARGO_BIN_EXE_bcld");
 const BW: &str = env!("CARGO_BIN_EXE_bcl-bw");
 const PINGPONG: &str = env!("CARGO_BIN_EXE_bcl-pingpong");
 /// The unprivileged user the tools run as.
@@ -57,105 +58,11 @@ fn lab_up(tag: &str) -> (Lab, LabGuard) {
     (lab, guard)
 }
 
-/// A directory every user may enter and write (sockets, JSON output,
-/// copies of the tools an unprivileged user can execute wherever the
-/// checkout lives).
-fn open_dir() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    dir
-}
-
-/// `tool` copied into `dir`, executable by everybody.
-fn public_copy(tool: &str, dir: &Path) -> PathBuf {
-    let to = dir.join(Path::new(tool).file_name().unwrap());
-    std::fs::copy(tool, &to).unwrap();
-    std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).unwrap();
-    to
-}
-
-/// A `bcld` running in a lab namespace.
-struct Daemon {
-    child: Child,
-    socket: PathBuf,
-    node: u32,
-}
-
-impl Daemon {
-    fn start(lab: &Lab, ns: &str, node: u32, socket: PathBuf) -> Daemon {
-        let nic = lab.interfaces(ns).unwrap().remove(0).ifname;
-        let child = lab
-            .command(ns, BCLD)
-            .unwrap()
-            .args(["--foreground", "--node", &node.to_string(), "--nic", &nic])
-            .arg("--socket")
-            .arg(&socket)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let d = Daemon {
-            child,
-            socket,
-            node,
-        };
-        let until = Instant::now() + Duration::from_secs(20);
-        while query_status(&d.socket).is_err() {
-            assert!(Instant::now() < until, "bcld on {ns} did not come up");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        d
-    }
-
-    fn status(&self) -> Status {
-        query_status(&self.socket).unwrap()
-    }
-
-    fn counter(&self, name: &str) -> u64 {
-        let s = self.status();
-        s.counters
-            .iter()
-            .find(|(k, _)| k == name)
-            .map_or(0, |(_, v)| *v)
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// Waits until the daemon lists no client at `addr`.
-    fn wait_gone(&self, addr: &str) {
-        let until = Instant::now() + Duration::from_secs(10);
-        while self.status().clients.iter().any(|c| c.addr == addr) {
-            assert!(
-                Instant::now() < until,
-                "bcld still lists {addr}: {:?}",
-                self.status()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        let _ = self.child.wait();
-    }
-}
-
 /// The daemons of both nodes: a is node 1, b is node 2.
 fn daemons(lab: &Lab, dir: &Path) -> (Daemon, Daemon) {
     (
-        Daemon::start(lab, "a", 1, dir.join("a.sock")),
-        Daemon::start(lab, "b", 2, dir.join("b.sock")),
+        Daemon::on_node(lab, "a", 1, dir.join("a.sock")),
+        Daemon::on_node(lab, "b", 2, dir.join("b.sock")),
     )
 }
 
@@ -395,7 +302,7 @@ fn a_hostile_client_is_refused_and_counted_and_jobs_stay_apart() {
 
     // Identities that are not the caller's are refused at hello.
     let refusal = |r: Result<EngineMethod, bcl::core::method::MethodError>| {
-        r.err().expect("refused").to_string()
+        r.expect_err("refused").to_string()
     };
     let spec = |j, n, p| OpenSpec::new(j, ProcessAddr::new(n, p));
     let e = refusal(EngineMethod::connect(&a.socket, &spec(job, 3, 7), "s1"));
@@ -639,10 +546,84 @@ fn a_killed_client_is_reclaimed_and_a_killed_daemon_is_an_error_not_a_hang() {
     // one, whose ring holds the address).
     drop(ep);
     // A new daemon removes what the dead one left and serves again.
-    let a = Daemon::start(&lab, "a", 1, dir.path().join("a.sock"));
+    let a = Daemon::on_node(&lab, "a", 1, dir.path().join("a.sock"));
     assert!(ring_files(job, 1, 5).iter().all(|p| !p
         .to_string_lossy()
         .contains(&format!("-{}-", 1u32 | 1 << 31))));
     let _again = client(&a, job, ProcessAddr::new(1, 6), "");
-    assert_eq!(a.node, 1);
+}
+
+#[test]
+fn four_ranks_per_node_share_one_afxdp_nic_through_the_daemon() {
+    if !require_privileges("four_ranks_per_node_share_one_afxdp_nic") {
+        return;
+    }
+    let (lab, _guard) = lab_up("bcld4");
+    let dir = open_dir();
+    // Each node's daemon owns its NIC with AF_XDP; bcl-run numbers the lab
+    // nodes a, b as 1, 2.
+    let daemon = |ns: &str, node: u32| {
+        let nic = lab.interfaces(ns).unwrap().remove(0).ifname;
+        let args: Vec<String> = [
+            "--node",
+            &node.to_string(),
+            "--nic",
+            &nic,
+            "--method",
+            "afxdp",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        Daemon::start(&lab, ns, &args, dir.path().join(format!("bcld-{ns}.sock")))
+    };
+    let (a, b) = (daemon("a", 1), daemon("b", 2));
+    assert!(a.status().nics[0].starts_with("afxdp:"), "{:?}", a.status());
+    // The ranks run as root (bcl-run's lab mode and rendezvous are root's);
+    // they open no Ethernet method of their own once the daemon answers.
+    let out = Command::new(env!("CARGO_BIN_EXE_bcl-run"))
+        .env("BCL_LAB_PREFIX", lab.prefix())
+        .env("BCL_BCLD_SOCKET", dir.path().join("bcld-%n.sock"))
+        .arg("--lab")
+        .arg(lab.file())
+        .args(["--nodes", "a,b", "--per-node", "4", "--timeout", "60", "--"])
+        .arg(env!("CARGO_BIN_EXE_bcl-alltoall"))
+        .args(["--sizes", "8,1024,65536", "--timeout", "60"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "bcl-run: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Every rank got everything; ranks of different nodes went through the
+    // daemons, ranks of one node through shared memory.
+    let mut links = 0;
+    for line in stdout.lines() {
+        let Some((tag, rest)) = line.split_once("] ") else {
+            continue;
+        };
+        let rank: u32 = tag.trim_start_matches('[').parse().unwrap();
+        if let Some(json) = rest.strip_prefix("link ") {
+            let v: Value = serde_json::from_str(json).unwrap();
+            let peer = v["peer"].as_u64().unwrap() as u32;
+            let want = if rank / 4 == peer / 4 { "shm" } else { "bcld" };
+            assert_eq!(v["method"], want, "{line}");
+            links += 1;
+        }
+        if let Some(json) = rest.strip_prefix("done ") {
+            let v: Value = serde_json::from_str(json).unwrap();
+            assert_eq!(v["received"], 7 * 3, "{line}");
+        }
+    }
+    assert_eq!(links, 8 * 7, "{stdout}");
+    for d in [&a, &b] {
+        let s = d.status();
+        assert!(s.clients.is_empty(), "{s:?}");
+        let count = |k: &str| s.counters.iter().find(|(x, _)| x == k).map_or(0, |c| c.1);
+        assert_eq!(count("clients_left"), 4, "{s:?}");
+        assert!(count("rx_delivered") > 0, "{s:?}");
+    }
 }

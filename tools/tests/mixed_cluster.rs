@@ -6,7 +6,12 @@
 //! verified messages of 8 B to 1 MiB; the test checks that every rank ran
 //! the same file (by hash) and asserts the method matrix. Then the same job
 //! with `BCL_METHODS=udp`, and one with three processes per node (more
-//! processes than AF_XDP NICs). Needs root.
+//! processes than AF_XDP NICs). Then the same job with the node daemon
+//! on (`configs/mixed-bcld.toml`): a1, a2 and p each run `bcld`, which owns
+//! the node's fabric-A NIC (AF_XDP on a1 and a2, AF_PACKET on p), and the
+//! ranks reach fabric A only through it. Needs root.
+
+mod bcld_common;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -43,14 +48,35 @@ fn run_job(prefix: &str, methods: Option<&str>) -> Job {
 }
 
 fn run_program(prefix: &str, methods: Option<&str>, per_node: u32, program: &[&str]) -> Job {
+    run_on(
+        "configs/mixed.toml",
+        &[],
+        prefix,
+        methods,
+        per_node,
+        program,
+    )
+}
+
+/// [`run_program`] with the resource database `cluster` and `env` added to
+/// bcl-run's environment.
+fn run_on(
+    cluster: &str,
+    env: &[(&str, &str)],
+    prefix: &str,
+    methods: Option<&str>,
+    per_node: u32,
+    program: &[&str],
+) -> Job {
     let mut c = Command::new(env!("CARGO_BIN_EXE_bcl-run"));
     c.current_dir(root())
         .env("BCL_LAB_PREFIX", prefix)
+        .envs(env.iter().copied())
         .args([
             "--lab",
             "configs/lab/mixed.toml",
             "--cluster",
-            "configs/mixed.toml",
+            cluster,
             "--per-node",
             &per_node.to_string(),
             "--timeout",
@@ -274,5 +300,83 @@ fn mixed_cluster_all_to_all_with_the_method_matrix_then_all_udp() {
         let _ = std::fs::remove_file(&json);
         assert_eq!(v["method"], method, "{nodes}");
         assert_eq!(v["results"][0]["iters"], 200);
+    }
+}
+
+#[test]
+fn mixed_cluster_all_to_all_through_the_node_daemons() {
+    if !bcl_lab::require_privileges("mixed_cluster_all_to_all_through_the_node_daemons") {
+        return;
+    }
+    use bcld_common::{open_dir, Daemon};
+    let prefix = format!("bl-mxd{}", std::process::id() % 100_000);
+    let lab = bcl_lab::Lab::load(&root().join("configs/lab/mixed.toml"))
+        .unwrap()
+        .with_prefix(&prefix)
+        .unwrap();
+    let _guard = bcl_lab::LabGuard::new(lab.clone()).expect("lab up");
+    let dir = open_dir();
+    let cluster = root().join("configs/mixed-bcld.toml");
+    // Each daemon finds its node and NIC in the resource database.
+    let daemons: Vec<Daemon> = ["a1", "a2", "p"]
+        .iter()
+        .map(|n| {
+            let args = [
+                "--cluster".to_string(),
+                cluster.display().to_string(),
+                "--node-name".to_string(),
+                n.to_string(),
+            ];
+            Daemon::start(&lab, n, &args, dir.path().join(format!("bcld-{n}.sock")))
+        })
+        .collect();
+    let nics: Vec<String> = daemons.iter().map(|d| d.status().nics[0].clone()).collect();
+    assert!(
+        nics[0].starts_with("afxdp:") && nics[1].starts_with("afxdp:"),
+        "{nics:?}"
+    );
+    assert!(nics[2].starts_with("packet:"), "{nics:?}");
+    let socket = dir.path().join("bcld-%n.sock");
+    let job = run_on(
+        "configs/mixed-bcld.toml",
+        &[("BCL_BCLD_SOCKET", socket.to_str().unwrap())],
+        &prefix,
+        None,
+        2,
+        &[
+            env!("CARGO_BIN_EXE_bcl-alltoall"),
+            "--sizes",
+            "8,64,1024,8192,65536,1048576",
+            "--timeout",
+            "60",
+        ],
+    );
+    assert_eq!(job.hashes.len(), 8, "every rank reports its hash");
+    for r in 0..8u32 {
+        assert_eq!(job.received.get(&r), Some(&(7 * 6)), "rank {r}");
+        for p in (0..8).filter(|p| *p != r) {
+            let (m, why) = &job.links[&(r, p)];
+            let want = match (node(r, 2), node(p, 2)) {
+                (a, b) if a == b => "shm",
+                ("u", _) | (_, "u") => "udp",
+                _ => "bcld",
+            };
+            assert_eq!(m, want, "{r} -> {p}: {why}");
+        }
+    }
+    // Both ranks of a node went through its one daemon, which refused
+    // nothing and let them go at the end.
+    for (d, n) in daemons.iter().zip(["a1", "a2", "p"]) {
+        let s = d.status();
+        assert!(s.clients.is_empty(), "{n}: {s:?}");
+        let count = |k: &str| s.counters.iter().find(|(x, _)| x == k).map_or(0, |c| c.1);
+        assert_eq!(count("clients_left"), 2, "{n}: {s:?}");
+        assert!(count("rx_delivered") > 0, "{n}: {s:?}");
+        assert!(
+            !s.counters
+                .iter()
+                .any(|(k, v)| k.starts_with("refused") && *v > 0),
+            "{n}: {s:?}"
+        );
     }
 }

@@ -40,16 +40,33 @@ pub struct Config {
     pub node: u32,
     /// The Unix socket clients connect to.
     pub socket: PathBuf,
-    /// The NIC method (`packet`, `afxdp`, `vfio`).
-    pub method: String,
-    /// The interface or PCI device; `None`: the only candidate.
-    pub nic: Option<String>,
+    /// The NICs and methods to try, best first: the daemon owns the first
+    /// that opens.
+    pub candidates: Vec<Candidate>,
     /// The EtherType of BCL frames; `None`: the method's default for jobs.
     pub ethertype: Option<u16>,
     /// Spin instead of sleeping when idle.
     pub busy_poll: bool,
     /// Where the rings live.
     pub shm_dir: PathBuf,
+}
+
+/// A NIC and a method to open it with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Candidate {
+    /// The method (`packet`, `afxdp`, `vfio`).
+    pub method: String,
+    /// The interface or PCI device; `None`: the only candidate there is.
+    pub nic: Option<String>,
+}
+
+impl std::fmt::Display for Candidate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.nic {
+            Some(n) => write!(f, "{} on {n}", self.method),
+            None => write!(f, "{} on the only NIC", self.method),
+        }
+    }
 }
 
 /// Why the daemon could not start.
@@ -61,16 +78,9 @@ pub enum StartError {
     /// Another daemon answers on the socket.
     #[error("another bcld answers at {0}; stop it first (or use another --socket)")]
     Running(PathBuf),
-    /// The NIC method could not be opened.
-    #[error("opening {method} on {nic}: {reason}")]
-    Nic {
-        /// The method.
-        method: String,
-        /// The NIC.
-        nic: String,
-        /// Why.
-        reason: String,
-    },
+    /// No NIC method could be opened.
+    #[error("no NIC could be opened: {0}")]
+    Nic(String),
     /// A system call failed.
     #[error("{context}: {source}")]
     Io {
@@ -127,29 +137,7 @@ impl Daemon {
                 cleaned.removed.len()
             );
         }
-        let registry = Registry::builtin();
-        let kind = registry.get(&cfg.method).ok_or_else(|| {
-            StartError::Config(format!(
-                "--method {}: not a method (known: {})",
-                cfg.method,
-                registry.names().join(", ")
-            ))
-        })?;
-        if kind.family() != Some("ethernet") || kind.name() == bcl::shm::engine::METHOD_NAME {
-            return Err(StartError::Config(format!(
-                "--method {}: bcld drives Ethernet NICs (packet, afxdp, vfio)",
-                cfg.method
-            )));
-        }
-        let mut spec = OpenSpec::new(JobKey(0), ProcessAddr::new(cfg.node, 0));
-        spec.nic = cfg.nic.clone();
-        spec.ethertype = cfg.ethertype;
-        spec.busy_poll = cfg.busy_poll;
-        let nic = kind.open(&spec).map_err(|e| StartError::Nic {
-            method: cfg.method.clone(),
-            nic: cfg.nic.clone().unwrap_or_else(|| "the only NIC".into()),
-            reason: e.to_string(),
-        })?;
+        let nic = open_nic(&cfg)?;
         let address = nic.descriptor().address;
         let mtu = nic.caps().mtu.min(MAX_FRAME);
         let listener = listen(&cfg.socket)?;
@@ -644,6 +632,39 @@ fn deliver_to(
         .and_then(|&i| sessions.get_mut(i)?.as_mut())
         .ok_or(Undeliverable::NoClient)?;
     s.deliver(link, frame)
+}
+
+/// Opens the first of `cfg`'s candidates that opens.
+fn open_nic(cfg: &Config) -> Result<Box<dyn Method>, StartError> {
+    let registry = Registry::builtin();
+    let mut failures = Vec::new();
+    for c in &cfg.candidates {
+        let kind = registry.get(&c.method).ok_or_else(|| {
+            StartError::Config(format!(
+                "method {}: not a method (known: {})",
+                c.method,
+                registry.names().join(", ")
+            ))
+        })?;
+        if kind.family() != Some("ethernet") || kind.name() == bcl::shm::engine::METHOD_NAME {
+            return Err(StartError::Config(format!(
+                "method {}: bcld drives Ethernet NICs (packet, afxdp, vfio)",
+                c.method
+            )));
+        }
+        let mut spec = OpenSpec::new(JobKey(0), ProcessAddr::new(cfg.node, 0));
+        spec.nic = c.nic.clone();
+        spec.ethertype = cfg.ethertype;
+        spec.busy_poll = cfg.busy_poll;
+        match kind.open(&spec) {
+            Ok(m) => return Ok(m),
+            Err(e) => failures.push(format!("{c}: {e}")),
+        }
+    }
+    if failures.is_empty() {
+        failures.push("no candidate NIC (does the node have an Ethernet NIC?)".into());
+    }
+    Err(StartError::Nic(failures.join("; ")))
 }
 
 /// Binds the socket at `path`: the directory is created, a stale socket

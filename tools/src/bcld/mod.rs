@@ -9,11 +9,13 @@
 //! client of the job and port it is addressed to.
 //!
 //! - [`daemon`]: the NIC, the socket, the loop.
+//! - [`resources`]: the node and its NICs from a cluster file.
 //! - [`session`]: one client (credentials, identity, rings).
 //! - [`trusted`]: the checks on every frame, in and out.
 
 pub mod daemon;
+pub mod resources;
 pub mod session;
 pub mod trusted;
 
-pub use daemon::{Config, Daemon, StartError};
+pub use daemon::{Candidate, Config, Daemon, StartError};

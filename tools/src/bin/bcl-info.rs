@@ -2,7 +2,7 @@
 //! cluster (like `ucx_info -e` / `fi_info`).
 //!
 //! ```text
-//! bcl-info                                   # methods usable here (and why not), NICs per fabric
+//! bcl-info                                   # methods usable here (and why not), NICs per fabric, the node daemon
 //! bcl-info --cluster configs/mixed.toml --per-node 2   # + the method matrix of that cluster
 //! bcl-info --cluster configs/mixed.toml --node a1      # NICs of this host as node a1 sees them
 //! bcl-info --json                            # the same as one JSON object
@@ -276,8 +276,19 @@ fn run(args: &Args) -> Result<(), String> {
             }
         }
     }
+    let daemon_socket = bcl::shm::engine::socket_path();
+    let daemon = bcl::shm::engine::query_status(&daemon_socket).ok();
     if args.json {
         let v = json!({
+            "bcld": daemon.as_ref().map(|d| json!({
+                "socket": daemon_socket.display().to_string(),
+                "pid": d.pid, "node": d.node, "nics": d.nics,
+                "clients": d.clients.iter().map(|c| json!({
+                    "addr": c.addr, "job": c.job, "uid": c.uid, "pid": c.pid,
+                    "counters": c.counters.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
+                })).collect::<Vec<_>>(),
+                "counters": d.counters.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
+            })),
             "methods": methods.iter().map(|r| json!({
                 "method": r.method, "usable": r.usable, "why": r.detail,
                 "scope": r.scope.name(), "summary": r.summary,
@@ -335,6 +346,43 @@ fn run(args: &Args) -> Result<(), String> {
             },
             ips.join(",")
         );
+    }
+    match &daemon {
+        Some(d) => {
+            println!(
+                "Node daemon (bcld) at {}: pid {}, node {}, {}; {} client(s)",
+                daemon_socket.display(),
+                d.pid,
+                d.node,
+                d.nics.join(", "),
+                d.clients.len()
+            );
+            for c in &d.clients {
+                let counters: Vec<String> =
+                    c.counters.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                println!(
+                    "  {} job {:#x} uid {} pid {}: {}",
+                    c.addr,
+                    c.job,
+                    c.uid,
+                    c.pid,
+                    counters.join(" ")
+                );
+            }
+            let refused: Vec<String> = d
+                .counters
+                .iter()
+                .filter(|(k, v)| *v > 0 && (k.starts_with("refused") || k.starts_with("rx_")))
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            if !refused.is_empty() {
+                println!("  counters: {}", refused.join(" "));
+            }
+        }
+        None => println!(
+            "Node daemon (bcld): none answers at {}",
+            daemon_socket.display()
+        ),
     }
     if !plan_notes.is_empty() {
         println!("Left out here:");

@@ -1,6 +1,6 @@
 //! `bcld`: the per-node BCL engine (see `bcl_tools::bcld`).
 
-use bcl_tools::bcld::{Config, Daemon};
+use bcl_tools::bcld::{resources, Candidate, Config, Daemon};
 use clap::Parser;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -21,22 +21,33 @@ struct Args {
     /// in the background.
     #[arg(long)]
     foreground: bool,
-    /// This node's id, as in the cluster description; the daemon serves
-    /// only endpoints of this node. Below 2^30.
-    #[arg(long)]
-    node: u32,
-    /// The interface (packet, afxdp) or PCI device (vfio) to own; default:
-    /// the only candidate.
+    /// The resource database: the node's id and NICs come from its entry
+    /// in this cluster file (NICs in file order, on each the best method it
+    /// allows that opens: vfio, afxdp, packet).
+    #[arg(long, conflicts_with_all = ["node", "nic", "method"])]
+    cluster: Option<PathBuf>,
+    /// This node's name in --cluster (default: $BCL_NODE, else the host
+    /// name).
+    #[arg(long, requires = "cluster")]
+    node_name: Option<String>,
+    /// Without --cluster: this node's id (the cluster file's position of
+    /// the node, from 1); the daemon serves only endpoints of this node.
+    /// Below 2^30.
+    #[arg(long, required_unless_present = "cluster")]
+    node: Option<u32>,
+    /// Without --cluster: the interface (packet, afxdp) or PCI device
+    /// (vfio) to own; default: the only candidate.
     #[arg(long)]
     nic: Option<String>,
-    /// The NIC method: packet (any NIC), afxdp (attaches an XDP program),
-    /// vfio (a NIC bound to vfio-pci).
+    /// Without --cluster: the NIC method: packet (any NIC), afxdp
+    /// (attaches an XDP program), vfio (a NIC bound to vfio-pci).
     #[arg(long, default_value = "packet")]
     method: String,
-    /// EtherType of BCL frames (e.g. 0x88b6); default: the method's for
-    /// jobs. Every direct peer on the fabric must use the same.
-    #[arg(long, value_parser = parse_ethertype)]
-    ethertype: Option<u16>,
+    /// EtherType of BCL frames, whatever the method: the default is the
+    /// one `packet` endpoints of jobs speak, so that they and the daemons
+    /// (on any method) reach each other.
+    #[arg(long, value_parser = parse_ethertype, default_value = "0x88b6")]
+    ethertype: u16,
     /// The socket applications connect to.
     #[arg(long, default_value = bcl::shm::engine::DEFAULT_SOCKET)]
     socket: PathBuf,
@@ -56,12 +67,30 @@ fn parse_ethertype(s: &str) -> Result<u16, String> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    let (node, candidates) = match &args.cluster {
+        Some(file) => {
+            let name = args.node_name.clone().unwrap_or_else(resources::own_name);
+            match resources::from_cluster(file, &name) {
+                Ok(x) => x,
+                Err(e) => {
+                    eprintln!("bcld: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        None => (
+            args.node.unwrap_or_default(),
+            vec![Candidate {
+                method: args.method.clone(),
+                nic: args.nic.clone(),
+            }],
+        ),
+    };
     let cfg = Config {
-        node: args.node,
+        node,
         socket: args.socket,
-        method: args.method,
-        nic: args.nic,
-        ethertype: args.ethertype,
+        candidates,
+        ethertype: Some(args.ethertype),
         busy_poll: args.busy_poll,
         shm_dir: args.shm_dir,
     };

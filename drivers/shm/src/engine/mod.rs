@@ -94,11 +94,23 @@ pub fn ring_geometry(mtu: usize) -> Geometry {
     }
 }
 
-/// The daemon's socket: `$BCL_BCLD_SOCKET`, else [`DEFAULT_SOCKET`].
+/// The daemon's socket: `$BCL_BCLD_SOCKET`, else [`DEFAULT_SOCKET`]. A
+/// `%n` in the variable becomes the node's name (`$BCL_NODE`, which
+/// `bcl-run` gives every rank), so that one setting serves a job whose
+/// nodes share a file system but not a daemon (lab namespaces, containers).
 pub fn socket_path() -> PathBuf {
-    std::env::var_os(SOCKET_ENV)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET))
+    match std::env::var(SOCKET_ENV) {
+        Ok(p) => PathBuf::from(expand_node(&p, std::env::var("BCL_NODE").ok().as_deref())),
+        Err(_) => PathBuf::from(DEFAULT_SOCKET),
+    }
+}
+
+/// `path` with `%n` replaced by `node` (left as it is without one).
+fn expand_node(path: &str, node: Option<&str>) -> String {
+    match node {
+        Some(n) => path.replace("%n", n),
+        None => path.to_string(),
+    }
 }
 
 /// What a client (or `bcl-info`) asks the daemon, one JSON object per line.
@@ -221,4 +233,36 @@ pub fn wait_readable(fds: &[RawFd], timeout_ms: i32) -> std::io::Result<usize> {
         return Err(e);
     }
     Ok(n as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_pattern_in_the_socket_path_takes_the_nodes_name() {
+        assert_eq!(
+            expand_node("/tmp/bcld-%n.sock", Some("a1")),
+            "/tmp/bcld-a1.sock"
+        );
+        assert_eq!(
+            expand_node("/run/bcl/bcld.sock", Some("a1")),
+            "/run/bcl/bcld.sock"
+        );
+        assert_eq!(expand_node("/tmp/bcld-%n.sock", None), "/tmp/bcld-%n.sock");
+    }
+
+    #[test]
+    fn ring_slots_hold_a_link_and_a_whole_frame() {
+        for mtu in [1500, 4096, 9000, MAX_FRAME, 65535] {
+            let g = ring_geometry(mtu);
+            assert!(g.validate().is_ok(), "{g:?}");
+            assert!(g.max_inline() >= LINK_PREFIX + mtu.min(MAX_FRAME));
+            assert_eq!(g.dir_entries, 1);
+        }
+        let a = ProcessAddr::new(3, 9);
+        assert_ne!(client_ring_addr(a), daemon_ring_addr(a));
+        assert_eq!(client_ring_addr(a).node.0 & !RING_NODE_BITS, 3);
+        assert_eq!(daemon_ring_addr(a).node.0 & !RING_NODE_BITS, 3);
+    }
 }

@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# bench/bcld.sh — the node daemon bcld against the direct method it wraps,
+# in one run, on configs/lab/pair.toml (one veth pair, nodes a and b).
+#
+# Each round runs the direct method (packet, as root, daemons stopped) and
+# then the same through a daemon on each node (bcld --method packet, the
+# tools as uid 65534), alternating, --runs times:
+#
+#   latency   bcl-pingpong 64 B, blocking (everything sleeps when idle):
+#             p50 and p99 round trips; ratio bcld / direct. Through the
+#             daemons a round trip takes 4 more hand-offs (client -> daemon
+#             -> NIC -> daemon -> client, each way), each a wake-up here.
+#   bandwidth bcl-bw 64 KiB messages, blocking: MB/s, ratio bcld / direct.
+#   four      four bcl-bw pairs at once through the same two daemons
+#             (--port 1..4): their sum against one direct pair of the same
+#             round.
+#   idle      CPU time the two daemons used over --idle-seconds with a
+#             client connected to each and no traffic (target: none).
+#
+# Busy-polling is not measured: through the daemons a round trip involves
+# four busy processes, and this host has two CPUs.
+#
+#   bench/bcld.sh [--runs 5] [--iters 5000] [--bw-iters 200] [--idle-seconds 10]
+#
+# Needs root. Builds the release tools first (CARGO_TARGET_DIR is honoured).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RUNS=5
+ITERS=5000
+BW_ITERS=200
+IDLE=10
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --runs) RUNS=$2; shift 2 ;;
+    --iters) ITERS=$2; shift 2 ;;
+    --bw-iters) BW_ITERS=$2; shift 2 ;;
+    --idle-seconds) IDLE=$2; shift 2 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    *) echo "bcld.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+[ "$(id -u)" = 0 ] || { echo "bcld.sh: needs root (namespaces, the daemons)" >&2; exit 2; }
+
+cargo build --release -q -p bcl-tools -p bcl-lab
+BIN=${CARGO_TARGET_DIR:-target}/release
+LAB=configs/lab/pair.toml
+export BCL_LAB_PREFIX=bl-bcld
+OUT=$(mktemp -d /tmp/bcld-bench.XXXXXX)
+chmod 777 "$OUT"
+# Copies an unprivileged user can execute wherever the checkout lives.
+for t in bcl-pingpong bcl-bw bcld; do install -m 755 "$BIN/$t" "$OUT/$t"; done
+ETHERTYPE=0x88b6
+
+"$BIN/bcl-lab" up "$LAB" >/dev/null
+DPIDS=()
+cleanup() {
+  stop_daemons
+  "$BIN/bcl-lab" down "$LAB" >/dev/null 2>&1 || true
+}
+start_daemons() {
+  ip netns exec "$BCL_LAB_PREFIX.a" "$OUT/bcld" --foreground --node 1 --socket "$OUT/a.sock" 2>>"$OUT/bcld.log" &
+  DPIDS+=($!)
+  ip netns exec "$BCL_LAB_PREFIX.b" "$OUT/bcld" --foreground --node 2 --socket "$OUT/b.sock" 2>>"$OUT/bcld.log" &
+  DPIDS+=($!)
+  for s in a b; do
+    for _ in $(seq 100); do [ -S "$OUT/$s.sock" ] && break; sleep 0.05; done
+  done
+}
+stop_daemons() {
+  for p in "${DPIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${DPIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  DPIDS=()
+}
+trap cleanup EXIT
+
+NOBODY=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+# run NODE SOCKET_OR_EMPTY TOOL ARGS...: as root when no socket, else as nobody.
+run() {
+  local node=$1 sock=$2; shift 2
+  if [ -z "$sock" ]; then
+    ip netns exec "$BCL_LAB_PREFIX.$node" "$@"
+  else
+    ip netns exec "$BCL_LAB_PREFIX.$node" env BCL_BCLD_SOCKET="$sock" "${NOBODY[@]}" "$@"
+  fi
+}
+# pair TOOL METHOD SOCK_A SOCK_B JSON ARGS...: server on b, client on a.
+pair() {
+  local tool=$1 method=$2 sa=$3 sb=$4 json=$5; shift 5
+  local fifo; fifo=$(mktemp -u "$OUT/fifo.XXXXXX"); mkfifo "$fifo"
+  run b "$sb" "$OUT/$tool" --method "$method" --ethertype $ETHERTYPE --serve "$@" >"$fifo" 2>>"$OUT/server.log" &
+  local spid=$!
+  local d
+  exec 3<"$fifo"
+  read -r d <&3; d=${d#listening: }
+  cat <&3 >/dev/null &
+  exec 3<&-
+  run a "$sa" "$OUT/$tool" --method "$method" --ethertype $ETHERTYPE --connect "$d" --json "$json" "$@" >/dev/null 2>>"$OUT/client.log"
+  wait "$spid" 2>/dev/null || true
+  rm -f "$fifo"
+}
+
+for r in $(seq "$RUNS"); do
+  echo "# round $r/$RUNS"
+  pair bcl-pingpong packet "" "" "$OUT/lat-direct-$r.json" --sizes 64 --iters "$ITERS"
+  pair bcl-bw packet "" "" "$OUT/bw-direct-$r.json" --sizes 64K --iters "$BW_ITERS"
+  start_daemons
+  pair bcl-pingpong bcld "$OUT/a.sock" "$OUT/b.sock" "$OUT/lat-bcld-$r.json" --sizes 64 --iters "$ITERS"
+  pair bcl-bw bcld "$OUT/a.sock" "$OUT/b.sock" "$OUT/bw-bcld-$r.json" --sizes 64K --iters "$BW_ITERS"
+  FOUR=()
+  for p in 1 2 3 4; do
+    pair bcl-bw bcld "$OUT/a.sock" "$OUT/b.sock" "$OUT/four-$r-$p.json" --sizes 64K --iters "$BW_ITERS" --port $p &
+    FOUR+=($!)
+  done
+  wait "${FOUR[@]}"
+  stop_daemons
+done
+
+# Idle: a client on each daemon, no traffic.
+start_daemons
+run b "$OUT/b.sock" "$OUT/bcl-pingpong" --method bcld --serve >/dev/null 2>&1 &
+IDLE_SERVER=$!
+sleep 1
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+before=0; for p in "${DPIDS[@]}"; do before=$((before + $(ticks "$p"))); done
+sleep "$IDLE"
+after=0; for p in "${DPIDS[@]}"; do after=$((after + $(ticks "$p"))); done
+kill "$IDLE_SERVER" 2>/dev/null || true
+wait "$IDLE_SERVER" 2>/dev/null || true
+HZ=$(getconf CLK_TCK)
+
+python3 - "$OUT" "$RUNS" "$(( after - before ))" "$HZ" "$IDLE" <<'EOF'
+import json, statistics, sys
+out, runs, idle_ticks, hz, idle_s = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+def load(name):
+    with open(f"{out}/{name}") as f:
+        return json.load(f)
+def summary(label, xs, unit=""):
+    xs = sorted(xs)
+    print(f"  {label:<44} median {statistics.median(xs):8.3f}{unit}  range {xs[0]:.3f}-{xs[-1]:.3f}  (n={len(xs)})")
+lat = {"p50": [], "p99": []}
+rows = []
+bw, four = [], []
+for r in range(1, runs + 1):
+    d = load(f"lat-direct-{r}.json")["results"][0]
+    b = load(f"lat-bcld-{r}.json")["results"][0]
+    lat["p50"].append(b["p50_ns"] / d["p50_ns"])
+    lat["p99"].append(b["p99_ns"] / d["p99_ns"])
+    rows.append((d["p50_ns"] / 1e3, b["p50_ns"] / 1e3, d["p99_ns"] / 1e3, b["p99_ns"] / 1e3))
+    bd = load(f"bw-direct-{r}.json")["results"][0]["mbytes_per_s"]
+    bb = load(f"bw-bcld-{r}.json")["results"][0]["mbytes_per_s"]
+    f = sum(load(f"four-{r}-{p}.json")["results"][0]["mbytes_per_s"] for p in (1, 2, 3, 4))
+    bw.append((bd, bb, f))
+print("Round trips, 64 B, blocking (µs): direct p50, bcld p50, direct p99, bcld p99")
+for row in rows:
+    print("  " + "  ".join(f"{x:8.1f}" for x in row))
+summary("p50 ratio bcld / direct packet", lat["p50"])
+summary("p99 ratio bcld / direct packet", lat["p99"])
+added = [ (b - d) / 4 for d, b, _, _ in rows ]
+half = [ d / 2 for d, _, _, _ in rows ]
+summary("added per daemon hand-off, µs ((bcld-direct)/4)", added)
+summary("direct one-way (half round trip), µs", half)
+summary("hand-off / direct one-way", [a / h for a, h in zip(added, half)])
+print("Bandwidth, 64 KiB, blocking (MB/s): direct, bcld, four bcld pairs together")
+for row in bw:
+    print("  " + "  ".join(f"{x:8.1f}" for x in row))
+summary("one client: bcld / direct packet", [b / d for d, b, _ in bw])
+summary("four clients together / one direct", [f / d for d, _, f in bw])
+print(f"Idle: the two daemons used {idle_ticks} clock ticks ({idle_ticks / hz:.3f} s of CPU) in {idle_s:.0f} s with a client each")
+EOF
+echo "raw JSON: $OUT"

@@ -1,0 +1,116 @@
+//! Node daemons in lab namespaces, for the tests that run jobs and tools
+//! through them (`bcld_lab.rs`, `mixed_cluster.rs`).
+
+#![allow(dead_code)]
+
+use bcl::shm::engine::{query_status, Status};
+use bcl_lab::Lab;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+const BCLD: &str = env!("CARGO_BIN_EXE_bcld");
+
+/// A directory every user may enter and write (sockets, JSON output,
+/// copies of the tools an unprivileged user can execute wherever the
+/// checkout lives).
+pub fn open_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    dir
+}
+
+/// `tool` copied into `dir`, executable by everybody.
+pub fn public_copy(tool: &str, dir: &Path) -> PathBuf {
+    let to = dir.join(Path::new(tool).file_name().unwrap());
+    std::fs::copy(tool, &to).unwrap();
+    std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).unwrap();
+    to
+}
+
+/// A `bcld` running in a lab namespace.
+pub struct Daemon {
+    child: Child,
+    /// Its socket.
+    pub socket: PathBuf,
+}
+
+impl Daemon {
+    /// Node `node`'s daemon on `ns`'s only interface.
+    pub fn on_node(lab: &Lab, ns: &str, node: u32, socket: PathBuf) -> Daemon {
+        let nic = lab.interfaces(ns).unwrap().remove(0).ifname;
+        let args = ["--node".to_string(), node.to_string(), "--nic".into(), nic];
+        Daemon::start(lab, ns, &args, socket)
+    }
+
+    /// A daemon on `ns` started with `args` (besides `--foreground` and
+    /// `--socket`), once its socket answers.
+    pub fn start(lab: &Lab, ns: &str, args: &[String], socket: PathBuf) -> Daemon {
+        let child = lab
+            .command(ns, BCLD)
+            .unwrap()
+            .arg("--foreground")
+            .args(args)
+            .arg("--socket")
+            .arg(&socket)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let d = Daemon { child, socket };
+        let until = Instant::now() + Duration::from_secs(20);
+        while query_status(&d.socket).is_err() {
+            assert!(Instant::now() < until, "bcld on {ns} did not come up");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        d
+    }
+
+    /// What it reports.
+    pub fn status(&self) -> Status {
+        query_status(&self.socket).unwrap()
+    }
+
+    /// One of its counters (0 if never counted).
+    pub fn counter(&self, name: &str) -> u64 {
+        let s = self.status();
+        s.counters
+            .iter()
+            .find(|(k, _)| k == name)
+            .map_or(0, |(_, v)| *v)
+    }
+
+    /// Its pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGKILLs it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Waits until the daemon lists no client at `addr`.
+    pub fn wait_gone(&self, addr: &str) {
+        let until = Instant::now() + Duration::from_secs(10);
+        while self.status().clients.iter().any(|c| c.addr == addr) {
+            assert!(
+                Instant::now() < until,
+                "bcld still lists {addr}: {:?}",
+                self.status()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let _ = self.child.wait();
+    }
+}
