@@ -14,6 +14,8 @@
 #   four      four bcl-bw pairs at once through the same two daemons
 #             (--port 1..4): their sum against one direct pair of the same
 #             round.
+#   cpu       host CPU time per GB moved during the bandwidth runs, bcld /
+#             direct: the work per byte the daemons add.
 #   idle      CPU time the two daemons used over --idle-seconds with a
 #             client connected to each and no traffic (target: none).
 #
@@ -36,7 +38,7 @@ while [ $# -gt 0 ]; do
     --iters) ITERS=$2; shift 2 ;;
     --bw-iters) BW_ITERS=$2; shift 2 ;;
     --idle-seconds) IDLE=$2; shift 2 ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "bcld.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -100,13 +102,21 @@ pair() {
   rm -f "$fifo"
 }
 
+# busy: CPU time of the whole host (user, nice, system, irq, softirq), in
+# clock ticks; every process and the kernel's veth work count.
+busy() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8}' /proc/stat; }
+
 for r in $(seq "$RUNS"); do
   echo "# round $r/$RUNS"
   pair bcl-pingpong packet "" "" "$OUT/lat-direct-$r.json" --sizes 64 --iters "$ITERS"
+  t0=$(busy)
   pair bcl-bw packet "" "" "$OUT/bw-direct-$r.json" --sizes 64K --iters "$BW_ITERS"
+  echo $(( $(busy) - t0 )) >"$OUT/cpu-direct-$r"
   start_daemons
   pair bcl-pingpong bcld "$OUT/a.sock" "$OUT/b.sock" "$OUT/lat-bcld-$r.json" --sizes 64 --iters "$ITERS"
+  t0=$(busy)
   pair bcl-bw bcld "$OUT/a.sock" "$OUT/b.sock" "$OUT/bw-bcld-$r.json" --sizes 64K --iters "$BW_ITERS"
+  echo $(( $(busy) - t0 )) >"$OUT/cpu-bcld-$r"
   FOUR=()
   for p in 1 2 3 4; do
     pair bcl-bw bcld "$OUT/a.sock" "$OUT/b.sock" "$OUT/four-$r-$p.json" --sizes 64K --iters "$BW_ITERS" --port $p &
@@ -141,6 +151,10 @@ def summary(label, xs, unit=""):
 lat = {"p50": [], "p99": []}
 rows = []
 bw, four = [], []
+cpu = []
+def ticks(name):
+    with open(f"{out}/{name}") as f:
+        return int(f.read())
 for r in range(1, runs + 1):
     d = load(f"lat-direct-{r}.json")["results"][0]
     b = load(f"lat-bcld-{r}.json")["results"][0]
@@ -151,6 +165,9 @@ for r in range(1, runs + 1):
     bb = load(f"bw-bcld-{r}.json")["results"][0]["mbytes_per_s"]
     f = sum(load(f"four-{r}-{p}.json")["results"][0]["mbytes_per_s"] for p in (1, 2, 3, 4))
     bw.append((bd, bb, f))
+    # CPU seconds per GB moved (10^9 bytes), host-wide.
+    per_gb = lambda kind: ticks(f"cpu-{kind}-{r}") / hz / (load(f"bw-{kind}-{r}.json")["results"][0]["bytes"] / 1e9)
+    cpu.append((per_gb("direct"), per_gb("bcld")))
 print("Round trips, 64 B, blocking (µs): direct p50, bcld p50, direct p99, bcld p99")
 for row in rows:
     print("  " + "  ".join(f"{x:8.1f}" for x in row))
@@ -166,6 +183,10 @@ for row in bw:
     print("  " + "  ".join(f"{x:8.1f}" for x in row))
 summary("one client: bcld / direct packet", [b / d for d, b, _ in bw])
 summary("four clients together / one direct", [f / d for d, _, f in bw])
+print("CPU seconds per GB moved, whole host (direct, bcld)")
+for row in cpu:
+    print("  " + "  ".join(f"{x:8.2f}" for x in row))
+summary("CPU per GB: bcld / direct packet", [b / d for d, b in cpu])
 print(f"Idle: the two daemons used {idle_ticks} clock ticks ({idle_ticks / hz:.3f} s of CPU) in {idle_s:.0f} s with a client each")
 EOF
 echo "raw JSON: $OUT"

@@ -21,6 +21,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Frames taken from one client's ring per round, so that one busy client
 /// cannot hold the NIC while others wait.
@@ -32,6 +33,9 @@ const RX_BURST: usize = 64;
 /// Longest sleep: the daemon wakes this often even when idle, to notice
 /// dead clients whose sockets the kernel has not closed yet.
 const IDLE_SLEEP_MS: u16 = 1000;
+
+/// A daemon that has not slept looks at its sockets this often.
+const SOCKET_PERIOD: Duration = Duration::from_millis(1);
 
 /// How the daemon runs.
 #[derive(Clone, Debug)]
@@ -118,6 +122,10 @@ pub struct Daemon {
     local: Vec<u8>,
     /// The client whose ring is read first in the next round.
     next_first: usize,
+    /// The listening socket or a client's socket may have something.
+    sockets_due: bool,
+    /// Per fd of the last sleep: whether it woke up.
+    woke: Vec<bool>,
 }
 
 impl Daemon {
@@ -154,6 +162,8 @@ impl Daemon {
             counters: Counters::new(),
             local: Vec::new(),
             next_first: 0,
+            sockets_due: true,
+            woke: Vec::new(),
         })
     }
 
@@ -169,9 +179,19 @@ impl Daemon {
 
     /// Runs rounds until `stop` is set.
     pub fn run(&mut self, stop: &Arc<AtomicBool>) {
+        let mut checked = Instant::now();
         while !stop.load(Ordering::Relaxed) {
-            let mut work = self.accept();
-            work |= self.serve_requests();
+            // The sockets cost a system call each to look at: only when the
+            // last sleep says they have something, or once a millisecond
+            // while the daemon is too busy to sleep.
+            let mut work = false;
+            if self.sockets_due || checked.elapsed() >= SOCKET_PERIOD {
+                checked = Instant::now();
+                self.sockets_due = false;
+                work |= self.accept();
+                work |= self.serve_requests();
+                self.sockets_due = work;
+            }
             work |= self.forward_out();
             work |= self.forward_in();
             if !work && !self.cfg.busy_poll {
@@ -597,13 +617,20 @@ impl Daemon {
             }
         }
         if ready {
+            // The sockets first: their readiness is what `sockets_due` needs.
             let mut fds = vec![self.listener.as_raw_fd()];
+            fds.extend(self.sessions.iter().flatten().map(Session::ctl_fd));
+            let sockets = fds.len();
             fds.extend(self.nic.readiness_fd());
-            for s in self.sessions.iter().flatten() {
-                fds.push(s.ctl_fd());
-                fds.extend(s.ring_fd());
-            }
-            let _ = bcl::shm::engine::wait_readable(&fds, i32::from(IDLE_SLEEP_MS));
+            fds.extend(self.sessions.iter().flatten().filter_map(Session::ring_fd));
+            let n = bcl::shm::engine::wait_readable(
+                &fds,
+                i32::from(IDLE_SLEEP_MS),
+                &mut self.woke,
+            )
+            .unwrap_or(0);
+            // A timeout (nothing woke us) is the time to look at everything.
+            self.sockets_due |= n == 0 || self.woke[..sockets].iter().any(|&w| w);
             self.count("sleeps");
         }
         self.nic.finish_wait();

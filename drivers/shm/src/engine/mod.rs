@@ -209,10 +209,14 @@ pub struct ClientStatus {
 }
 
 /// Sleeps until one of `fds` is readable (or has hung up), or `timeout_ms`
-/// passes (negative: no limit); returns how many are. The daemon's wait
-/// on its socket, its NIC and its clients' rings and sockets; an
-/// interrupted wait (a signal) returns 0.
-pub fn wait_readable(fds: &[RawFd], timeout_ms: i32) -> std::io::Result<usize> {
+/// passes (negative: no limit), and sets `ready[i]` for each fd that is;
+/// returns how many are. The daemon's wait on its socket, its NIC and its
+/// clients' rings and sockets; an interrupted wait (a signal) returns 0.
+pub fn wait_readable(
+    fds: &[RawFd],
+    timeout_ms: i32,
+    ready: &mut Vec<bool>,
+) -> std::io::Result<usize> {
     let mut polls: Vec<libc::pollfd> = fds
         .iter()
         .map(|&fd| libc::pollfd {
@@ -225,6 +229,8 @@ pub fn wait_readable(fds: &[RawFd], timeout_ms: i32) -> std::io::Result<usize> {
     // lives across the call; poll only writes their `revents`. An fd that
     // is not open is reported as POLLNVAL, never dereferenced.
     let n = unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, timeout_ms) };
+    ready.clear();
+    ready.extend(polls.iter().map(|p| p.revents != 0));
     if n < 0 {
         let e = std::io::Error::last_os_error();
         if e.kind() == std::io::ErrorKind::Interrupted {
