@@ -85,30 +85,22 @@ pub fn plan(
             // to its driver and has no kernel interface: only NICs allowing
             // other methods are looked up among the interfaces; `pci`
             // names the device for the device kinds.
-            let on_device = |m: &String| {
+            let on_device = |m: &str| {
                 policy
                     .registry
                     .get(m)
                     .is_some_and(|k| k.attachment() == Attachment::Device)
             };
-            let kernel = Node {
-                nics: node
-                    .nics
-                    .iter()
-                    .filter(|n| n.methods.iter().any(|m| !on_device(m)))
-                    .cloned()
-                    .collect(),
-                ..node.clone()
-            };
-            let found = nics::resolve(cfg, &kernel, ifs)?;
-            for (nic, i) in kernel.nics.iter().zip(found) {
+            let found = nics::resolve_kernel(cfg, node, ifs, on_device)?;
+            for (nic, i) in node.nics.iter().zip(found) {
+                let Some(i) = i else { continue };
                 nics_here.push((
                     i.name.clone(),
                     i.ipv4.first().map(|a| a.0),
                     nic.fabric.clone(),
                     nic.methods
                         .iter()
-                        .filter(|m| !on_device(m))
+                        .filter(|m| !on_device(m.as_str()))
                         .cloned()
                         .collect(),
                 ));
@@ -117,7 +109,7 @@ pub fn plan(
                 let devices: Vec<String> = nic
                     .methods
                     .iter()
-                    .filter(|m| on_device(m))
+                    .filter(|m| on_device(m.as_str()))
                     .cloned()
                     .collect();
                 if let (Some(pci), false) = (&nic.pci, devices.is_empty()) {

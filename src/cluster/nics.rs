@@ -104,6 +104,35 @@ pub fn interfaces() -> std::io::Result<Vec<NicInfo>> {
     Ok(out)
 }
 
+/// [`resolve`] for the NICs of `node` that have a kernel interface: those
+/// that allow a method for which `on_device` is false (a NIC that only
+/// device methods use is bound to vfio-pci and has none). Index for index
+/// with `node.nics`, `None` for the device-only ones.
+pub fn resolve_kernel<'a>(
+    cfg: &ClusterConfig,
+    node: &Node,
+    ifs: &'a [NicInfo],
+    on_device: impl Fn(&str) -> bool,
+) -> Result<Vec<Option<&'a NicInfo>>, String> {
+    let has_interface =
+        |n: &crate::cluster::resources::Nic| n.methods.iter().any(|m| !on_device(m));
+    let kernel = Node {
+        nics: node
+            .nics
+            .iter()
+            .filter(|n| has_interface(n))
+            .cloned()
+            .collect(),
+        ..node.clone()
+    };
+    let mut found = resolve(cfg, &kernel, ifs)?.into_iter();
+    Ok(node
+        .nics
+        .iter()
+        .map(|n| if has_interface(n) { found.next() } else { None })
+        .collect())
+}
+
 /// The interfaces of all of `node`'s NICs among `ifs`, index for index
 /// with `node.nics`: the named one, or one (never loopback, bridge or
 /// container plumbing) with an address in the fabric's subnet.

@@ -384,6 +384,49 @@ fn a_hostile_client_is_refused_and_counted_and_jobs_stay_apart() {
     let got = received(&mut victim, Duration::from_millis(500));
     assert_eq!(got.len(), 1);
     assert_eq!(payload(&got[0]), b"local");
+
+    // The hostile client's user may write its ring's file: garbage over the
+    // ring's control words and slots. The daemon reads every index and
+    // length it finds there as untrusted: it goes on serving, another
+    // client's frame still arrives, and the broken client is dropped.
+    let ring = format!(
+        "/dev/shm/bcl-{:08x}-{}-{}",
+        job.0,
+        1u32 | 1 << 31,
+        h_addr.port.0
+    );
+    let file = std::fs::OpenOptions::new().write(true).open(&ring).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, &vec![0xa5; 64 << 10], 4096).unwrap();
+    let _ = hostile.tx_burst(&mut |buf| {
+        buf[..honest.len()].copy_from_slice(&honest);
+        None
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let after_addr = ProcessAddr::new(1, 11);
+    let mut after = client(&a, job, after_addr, "s1");
+    let l = after.open_link(&victim.descriptor()).unwrap().0;
+    send_raw(&mut after, &[(l, frame(job, after_addr, v_addr, b"after"))]);
+    let got = received(&mut victim, Duration::from_millis(500));
+    assert!(
+        got.iter().any(|f| payload(f) == b"after"),
+        "nothing from the honest client after the corruption: {got:?}"
+    );
+    assert!(got
+        .iter()
+        .all(|f| payload(f) == b"after" || payload(f) == b"honest"));
+    // The broken ring's client is dropped (so the daemon sleeps again
+    // instead of being kept awake by a ring that always claims work).
+    let until = Instant::now() + Duration::from_secs(10);
+    while a.counter("clients_dropped_broken_ring") == 0 {
+        assert!(Instant::now() < until, "{:?}", a.status());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let s = a.status();
+    assert!(
+        !s.clients.iter().any(|c| c.addr == "1.7" && c.job == job.0),
+        "{s:?}"
+    );
+    assert_eq!(s.clients.len(), 2, "{s:?}");
 }
 
 /// Streams numbered messages between two engine endpoints until `stop`;

@@ -515,6 +515,15 @@ impl Mailbox {
         room
     }
 
+    /// Whether `peer`'s inbox has a free slot now, without asking to be
+    /// woken when it gets one (for a sender that drops what does not fit,
+    /// instead of waiting). Exact when this mailbox is the only sender.
+    pub fn room_now(&self, peer: PeerId) -> bool {
+        self.links
+            .get(peer.0 as usize)
+            .is_some_and(|l| !l.dead && l.producer.has_space())
+    }
+
     /// Sends `msg` (at most [`max_inline`](Self::max_inline) bytes) through
     /// `peer`'s inbox: one claim, one copy, one publish. `Full` is
     /// back-pressure: nothing was sent, retry on a later progress call.

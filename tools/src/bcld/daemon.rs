@@ -421,6 +421,11 @@ impl Daemon {
 
     /// Removes a client: its port, its job membership, its ring.
     fn forget(&mut self, s: Session) {
+        if let Some(why) = s.broken() {
+            self.count("clients_dropped_broken_ring");
+            let who = s.identity().map(|(_, a)| a.to_string()).unwrap_or_default();
+            eprintln!("bcld: dropped client {who} (pid {}): {why}", s.cred().pid);
+        }
         if let Some((job, addr)) = s.identity() {
             self.by_port.remove(&(job.0, addr.port.0));
             if let Some(j) = self.jobs.get_mut(&job.0) {
@@ -479,12 +484,7 @@ impl Daemon {
                     next(&mut visited, &mut taken);
                     continue;
                 };
-                let (ring, stats) = s.ring_and_counters();
-                let Some(ring) = ring else {
-                    next(&mut visited, &mut taken);
-                    continue;
-                };
-                let Some(m) = ring.recv() else {
+                let Some((m, stats)) = s.next_message() else {
                     next(&mut visited, &mut taken);
                     continue;
                 };
@@ -609,12 +609,8 @@ impl Daemon {
     /// Sleeps until a client, the NIC or the listening socket has work.
     fn sleep(&mut self) {
         let mut ready = self.nic.prepare_wait();
-        let mut prepared = Vec::new();
-        for (i, s) in self.sessions.iter_mut().enumerate() {
-            if let Some(ring) = s.as_mut().and_then(|s| s.ring_and_counters().0) {
-                ready &= ring.prepare_wait();
-                prepared.push(i);
-            }
+        for s in self.sessions.iter_mut().flatten() {
+            ready &= s.prepare_wait();
         }
         if ready {
             // The sockets first: their readiness is what `sockets_due` needs.
@@ -623,24 +619,18 @@ impl Daemon {
             let sockets = fds.len();
             fds.extend(self.nic.readiness_fd());
             fds.extend(self.sessions.iter().flatten().filter_map(Session::ring_fd));
-            let n = bcl::shm::engine::wait_readable(
-                &fds,
-                i32::from(IDLE_SLEEP_MS),
-                &mut self.woke,
-            )
-            .unwrap_or(0);
+            let n = bcl::shm::engine::wait_readable(&fds, i32::from(IDLE_SLEEP_MS), &mut self.woke)
+                .unwrap_or(0);
             // A timeout (nothing woke us) is the time to look at everything.
             self.sockets_due |= n == 0 || self.woke[..sockets].iter().any(|&w| w);
             self.count("sleeps");
         }
         self.nic.finish_wait();
-        for i in prepared {
-            if let Some(ring) = self.sessions[i]
-                .as_mut()
-                .and_then(|s| s.ring_and_counters().0)
-            {
-                ring.finish_wait();
-            }
+        for s in self.sessions.iter_mut().flatten() {
+            s.finish_wait();
+            // A client dropped for a broken ring goes at the next look at
+            // the sockets.
+            self.sockets_due |= s.ring_gone();
         }
     }
 }

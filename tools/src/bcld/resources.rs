@@ -6,7 +6,7 @@
 
 use super::daemon::Candidate;
 use bcl::cluster::nics;
-use bcl::cluster::resources::{ClusterConfig, Node};
+use bcl::cluster::resources::ClusterConfig;
 use bcl::core::method::Attachment;
 use bcl::registry::Registry;
 use std::path::Path;
@@ -38,32 +38,18 @@ pub fn from_cluster(file: &Path, name: &str) -> Result<(u32, Vec<Candidate>), St
             )
         })?;
     let node = &cfg.nodes[index];
-    let on_device = |m: &String| {
+    let on_device = |m: &str| {
         registry
             .get(m)
             .is_some_and(|k| k.attachment() == Attachment::Device)
     };
     // The NICs with a kernel interface, found as the cluster layer finds
     // them (by name or by the fabric's subnet).
-    let kernel = Node {
-        nics: node
-            .nics
-            .iter()
-            .filter(|n| n.methods.iter().any(|m| !on_device(m)))
-            .cloned()
-            .collect(),
-        ..node.clone()
-    };
     let ifs = nics::interfaces().map_err(|e| format!("listing interfaces: {e}"))?;
-    let found = nics::resolve(&cfg, &kernel, &ifs)?;
-    let mut ifnames = kernel.nics.iter().zip(found);
+    let found = nics::resolve_kernel(&cfg, node, &ifs, on_device)?;
     let mut out = Vec::new();
-    for nic in &node.nics {
-        let ifname = if nic.methods.iter().any(|m| !on_device(m)) {
-            ifnames.next().map(|(_, i)| i.name.clone())
-        } else {
-            None
-        };
+    for (nic, i) in node.nics.iter().zip(found) {
+        let ifname = i.map(|i| i.name.clone());
         for kind in registry.kinds() {
             let m = kind.name();
             let usable = kind.family() == Some("ethernet")

@@ -11,6 +11,7 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// Longest request line; a client that sends a longer one is dropped.
 const MAX_REQUEST: usize = 64 << 10;
@@ -80,7 +81,18 @@ pub struct Session {
     client: Option<PeerId>,
     counters: Counters,
     gone: bool,
+    /// Since when the ring has refused every sleep (it claimed to have
+    /// work) without giving a message.
+    stalled_since: Option<Instant>,
+    /// Why the client's ring was found broken, if it was.
+    broken: Option<String>,
 }
+
+/// How long a ring may refuse every sleep without giving a message before
+/// the daemon takes it for broken: a client that wrote over its control
+/// words would otherwise keep the daemon from ever sleeping. Much longer
+/// than a client preempted in the middle of writing a message.
+const STALL_LIMIT: Duration = Duration::from_secs(2);
 
 impl Session {
     /// A client that connected on `ctl` with credentials `cred`.
@@ -94,6 +106,8 @@ impl Session {
             client: None,
             counters: Counters::new(),
             gone: false,
+            stalled_since: None,
+            broken: None,
         }
     }
 
@@ -135,19 +149,60 @@ impl Session {
         self.ring.as_ref().map(Mailbox::readiness_fd)
     }
 
-    /// The ring the client writes, and the client's counters.
-    pub fn ring_and_counters(&mut self) -> (Option<&mut Mailbox>, &mut Counters) {
-        (self.ring.as_mut(), &mut self.counters)
+    /// The next message in the ring the client writes (in place, until
+    /// released), with the client's counters.
+    pub fn next_message(&mut self) -> Option<(bcl::shm::Incoming<'_>, &mut Counters)> {
+        let m = self.ring.as_mut()?.recv()?;
+        self.stalled_since = None;
+        Some((m, &mut self.counters))
     }
 
-    /// Whether the client's ring reports it died or closed.
+    /// Before the daemon sleeps: arms the ring's wake-up; false if the
+    /// ring has work (then the daemon does not sleep). A ring that keeps
+    /// refusing without giving a message is broken: the client is dropped.
+    pub fn prepare_wait(&mut self) -> bool {
+        let Some(ring) = self.ring.as_mut() else {
+            return true;
+        };
+        let ready = ring.prepare_wait();
+        if ready {
+            self.stalled_since = None;
+        } else {
+            let since = *self.stalled_since.get_or_insert_with(Instant::now);
+            if since.elapsed() > STALL_LIMIT && !self.gone {
+                self.gone = true;
+                self.broken = Some(format!(
+                    "its ring claimed work for {STALL_LIMIT:?} without giving a message"
+                ));
+            }
+        }
+        ready
+    }
+
+    /// After the daemon's sleep (or its decision not to sleep).
+    pub fn finish_wait(&mut self) {
+        if let Some(ring) = self.ring.as_mut() {
+            ring.finish_wait();
+        }
+    }
+
+    /// Why the client's ring was found broken (written over, or refusing
+    /// every sleep), if it was.
+    pub fn broken(&self) -> Option<&str> {
+        self.broken.as_deref()
+    }
+
+    /// Whether the client is to be dropped: its ring reports that it died
+    /// or closed, or broke the ring's protocol.
     pub fn ring_gone(&mut self) -> bool {
         if let Some(ring) = self.ring.as_mut() {
             while let Some(ev) = ring.poll_event() {
                 match ev {
                     ShmEvent::PeerDied { .. } | ShmEvent::PeerClosed { .. } => self.gone = true,
-                    ShmEvent::Corrupt { .. } => {
-                        *self.counters.entry("ring_corrupt").or_default() += 1
+                    ShmEvent::Corrupt { what, .. } => {
+                        self.gone = true;
+                        self.broken
+                            .get_or_insert(format!("its ring broke the protocol: {what}"));
                     }
                 }
             }
@@ -251,6 +306,13 @@ impl Session {
         let (Some(ring), Some(client)) = (self.ring.as_mut(), self.client) else {
             return Err(Undeliverable::NoClient);
         };
+        // Checked first, so that a full ring is not a send that waits for
+        // room: the frame is dropped (the sender's protocol resends it), and
+        // the daemon has nothing to be woken for.
+        if !ring.room_now(client) {
+            *self.counters.entry("rx_ring_full").or_default() += 1;
+            return Err(Undeliverable::RingFull);
+        }
         match ring.try_send_prefixed(client, &link.to_le_bytes(), frame) {
             Ok(()) => {
                 *self.counters.entry("rx_frames").or_default() += 1;
