@@ -183,6 +183,9 @@ pub fn open_local_pair(spec: &EndSpec) -> Result<(Served, BoxTransport), String>
                 "the {name} method needs two interfaces, one per end: use --lab configs/lab/pair.toml --nodes a,b (or --serve/--connect in two namespaces)"
             ))
         }
+        (Some(Attachment::Daemon), _) => Err(format!(
+            "the {name} method reaches other nodes through each node's daemon: start one end per node, `bcl-pingpong --method {name} --serve` on node 2's daemon and `--connect DESCRIPTOR` on node 1's (BCL_BCLD_SOCKET names the daemon)"
+        )),
         (Some(Attachment::Device), _) => Err(format!(
             "the {name} method drives one NIC per process: start one end per NIC, e.g. `bcl-pingpong --method {name} --pci 0000:01:00.0 --serve` and `bcl-pingpong --method {name} --pci 0000:02:00.0 --connect DESCRIPTOR`"
         )),

@@ -15,7 +15,11 @@ use std::sync::Arc;
 /// `BCL_METHODS=bcld` for jobs); they find the daemon at
 /// $BCL_BCLD_SOCKET, else /run/bcl/bcld.sock.
 #[derive(Parser, Debug)]
-#[command(name = "bcld", version)]
+#[command(
+    name = "bcld",
+    version,
+    after_help = "Examples (as root):\n  bcld --foreground --node 2 --nic eth0\n  bcld --foreground --node 2 --nic eth0 --method afxdp\n  bcld --foreground --cluster /etc/bcl/cluster.toml --node-name n2\nThen, as any user on that node:\n  BCL_BCLD_SOCKET=/run/bcl/bcld.sock bcl-pingpong --method bcld --serve\n  echo '\"status\"' | socat - UNIX:/run/bcl/bcld.sock   # the daemon's NIC, clients, counters"
+)]
 struct Args {
     /// Stay in the foreground (tests, systemd); otherwise detach and run
     /// in the background.
