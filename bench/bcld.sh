@@ -2,9 +2,9 @@
 # bench/bcld.sh — the node daemon bcld against the direct method it wraps,
 # in one run, on configs/lab/pair.toml (one veth pair, nodes a and b).
 #
-# Each round runs the direct method (packet, as root, daemons stopped) and
-# then the same through a daemon on each node (bcld --method packet, the
-# tools as uid 65534), alternating, --runs times:
+# Each round runs the direct method (--method, default packet; as root,
+# daemons stopped) and then the same through a daemon on each node (bcld
+# --method the same, the tools as uid 65534), alternating, --runs times:
 #
 #   latency   bcl-pingpong 64 B, blocking (everything sleeps when idle):
 #             p50 and p99 round trips; ratio bcld / direct. Through the
@@ -22,7 +22,7 @@
 # Busy-polling is not measured: through the daemons a round trip involves
 # four busy processes, and this host has two CPUs.
 #
-#   bench/bcld.sh [--runs 5] [--iters 5000] [--bw-iters 200] [--idle-seconds 10]
+#   bench/bcld.sh [--method packet|afxdp] [--runs 5] [--iters 5000] [--bw-iters 200] [--idle-seconds 10]
 #
 # Needs root. Builds the release tools first (CARGO_TARGET_DIR is honoured).
 set -euo pipefail
@@ -32,8 +32,10 @@ RUNS=5
 ITERS=5000
 BW_ITERS=200
 IDLE=10
+METHOD=packet
 while [ $# -gt 0 ]; do
   case "$1" in
+    --method) METHOD=$2; shift 2 ;;
     --runs) RUNS=$2; shift 2 ;;
     --iters) ITERS=$2; shift 2 ;;
     --bw-iters) BW_ITERS=$2; shift 2 ;;
@@ -61,9 +63,9 @@ cleanup() {
   "$BIN/bcl-lab" down "$LAB" >/dev/null 2>&1 || true
 }
 start_daemons() {
-  ip netns exec "$BCL_LAB_PREFIX.a" "$OUT/bcld" --foreground --node 1 --socket "$OUT/a.sock" 2>>"$OUT/bcld.log" &
+  ip netns exec "$BCL_LAB_PREFIX.a" "$OUT/bcld" --foreground --node 1 --method "$METHOD" --socket "$OUT/a.sock" 2>>"$OUT/bcld.log" &
   DPIDS+=($!)
-  ip netns exec "$BCL_LAB_PREFIX.b" "$OUT/bcld" --foreground --node 2 --socket "$OUT/b.sock" 2>>"$OUT/bcld.log" &
+  ip netns exec "$BCL_LAB_PREFIX.b" "$OUT/bcld" --foreground --node 2 --method "$METHOD" --socket "$OUT/b.sock" 2>>"$OUT/bcld.log" &
   DPIDS+=($!)
   for s in a b; do
     for _ in $(seq 100); do [ -S "$OUT/$s.sock" ] && break; sleep 0.05; done
@@ -108,9 +110,9 @@ busy() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8}' /proc/stat; }
 
 for r in $(seq "$RUNS"); do
   echo "# round $r/$RUNS"
-  pair bcl-pingpong packet "" "" "$OUT/lat-direct-$r.json" --sizes 64 --iters "$ITERS"
+  pair bcl-pingpong "$METHOD" "" "" "$OUT/lat-direct-$r.json" --sizes 64 --iters "$ITERS"
   t0=$(busy)
-  pair bcl-bw packet "" "" "$OUT/bw-direct-$r.json" --sizes 64K --iters "$BW_ITERS"
+  pair bcl-bw "$METHOD" "" "" "$OUT/bw-direct-$r.json" --sizes 64K --iters "$BW_ITERS"
   echo $(( $(busy) - t0 )) >"$OUT/cpu-direct-$r"
   start_daemons
   pair bcl-pingpong bcld "$OUT/a.sock" "$OUT/b.sock" "$OUT/lat-bcld-$r.json" --sizes 64 --iters "$ITERS"
@@ -139,9 +141,9 @@ kill "$IDLE_SERVER" 2>/dev/null || true
 wait "$IDLE_SERVER" 2>/dev/null || true
 HZ=$(getconf CLK_TCK)
 
-python3 - "$OUT" "$RUNS" "$(( after - before ))" "$HZ" "$IDLE" <<'EOF'
+python3 - "$OUT" "$RUNS" "$(( after - before ))" "$HZ" "$IDLE" "$METHOD" <<'EOF'
 import json, statistics, sys
-out, runs, idle_ticks, hz, idle_s = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+out, runs, idle_ticks, hz, idle_s, method = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), sys.argv[6]
 def load(name):
     with open(f"{out}/{name}") as f:
         return json.load(f)
@@ -171,8 +173,8 @@ for r in range(1, runs + 1):
 print("Round trips, 64 B, blocking (µs): direct p50, bcld p50, direct p99, bcld p99")
 for row in rows:
     print("  " + "  ".join(f"{x:8.1f}" for x in row))
-summary("p50 ratio bcld / direct packet", lat["p50"])
-summary("p99 ratio bcld / direct packet", lat["p99"])
+summary(f"p50 ratio bcld / direct {method}", lat["p50"])
+summary(f"p99 ratio bcld / direct {method}", lat["p99"])
 added = [ (b - d) / 4 for d, b, _, _ in rows ]
 half = [ d / 2 for d, _, _, _ in rows ]
 summary("added per daemon hand-off, µs ((bcld-direct)/4)", added)
@@ -181,12 +183,12 @@ summary("hand-off / direct one-way", [a / h for a, h in zip(added, half)])
 print("Bandwidth, 64 KiB, blocking (MB/s): direct, bcld, four bcld pairs together")
 for row in bw:
     print("  " + "  ".join(f"{x:8.1f}" for x in row))
-summary("one client: bcld / direct packet", [b / d for d, b, _ in bw])
+summary(f"one client: bcld / direct {method}", [b / d for d, b, _ in bw])
 summary("four clients together / one direct", [f / d for d, _, f in bw])
 print("CPU seconds per GB moved, whole host (direct, bcld)")
 for row in cpu:
     print("  " + "  ".join(f"{x:8.2f}" for x in row))
-summary("CPU per GB: bcld / direct packet", [b / d for d, b in cpu])
+summary(f"CPU per GB: bcld / direct {method}", [b / d for d, b in cpu])
 print(f"Idle: the two daemons used {idle_ticks} clock ticks ({idle_ticks / hz:.3f} s of CPU) in {idle_s:.0f} s with a client each")
 EOF
 echo "raw JSON: $OUT"
