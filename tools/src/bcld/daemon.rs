@@ -5,14 +5,15 @@
 //! their requests, move frames from every client's ring to the NIC (all
 //! clients' frames in one transmit burst of the NIC method), move
 //! received frames into the rings of the clients they are for, and sleep
-//! when a round found nothing to do (unless busy-polling).
+//! when a round found nothing to do (unless busy-polling), in one epoll set
+//! of everything that can wake it.
 
 use super::session::{Cred, Job, Session};
 use super::trusted::{check_outgoing, destination, Undeliverable};
 use bcl::core::method::{Descriptor, LinkId, Method, OpenSpec, TxFrame};
 use bcl::core::{JobKey, ProcessAddr};
 use bcl::registry::Registry;
-use bcl::shm::engine::{ClientStatus, Status, LOCAL_LINK, MAX_FRAME, RING_NODE_BITS};
+use bcl::shm::engine::{ClientStatus, Status, WaitSet, LOCAL_LINK, MAX_FRAME, RING_NODE_BITS};
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::os::fd::AsRawFd;
@@ -124,8 +125,32 @@ pub struct Daemon {
     next_first: usize,
     /// The listening socket or a client's socket may have something.
     sockets_due: bool,
-    /// Per fd of the last sleep: whether it woke up.
-    woke: Vec<bool>,
+    /// What the daemon sleeps on: its socket, its NIC, every client's
+    /// socket and ring.
+    waits: WaitSet,
+    /// The tokens of what woke the last sleep.
+    woke: Vec<u64>,
+}
+
+/// Wait-set token of the listening socket.
+const LISTENER_TOKEN: u64 = 0;
+/// Wait-set token of the NIC.
+const NIC_TOKEN: u64 = 1;
+
+/// Wait-set token of the socket of the client in slot `i`.
+fn socket_token(i: usize) -> u64 {
+    2 + 2 * i as u64
+}
+
+/// Wait-set token of the ring of the client in slot `i`.
+fn ring_token(i: usize) -> u64 {
+    3 + 2 * i as u64
+}
+
+/// Whether `token` is a socket's (the listener's or a client's): the
+/// sockets are read only when one woke the daemon.
+fn is_socket_token(token: u64) -> bool {
+    token == LISTENER_TOKEN || (token >= 2 && token.is_multiple_of(2))
 }
 
 impl Daemon {
@@ -149,6 +174,15 @@ impl Daemon {
         let address = nic.descriptor().address;
         let mtu = nic.caps().mtu.min(MAX_FRAME);
         let listener = listen(&cfg.socket)?;
+        let waits = WaitSet::new().map_err(io_err("creating the wait set"))?;
+        waits
+            .add(listener.as_raw_fd(), LISTENER_TOKEN)
+            .map_err(io_err("adding the socket to the wait set"))?;
+        if let Some(fd) = nic.readiness_fd() {
+            waits
+                .add(fd, NIC_TOKEN)
+                .map_err(io_err("adding the NIC to the wait set"))?;
+        }
         Ok(Daemon {
             cfg,
             nic,
@@ -163,6 +197,7 @@ impl Daemon {
             local: Vec::new(),
             next_first: 0,
             sockets_due: true,
+            waits,
             woke: Vec::new(),
         })
     }
@@ -214,10 +249,17 @@ impl Daemon {
                         Ok(cred) if stream.set_nonblocking(true).is_ok() => {
                             self.count("connections");
                             let s = Session::new(stream, cred);
-                            match self.sessions.iter().position(Option::is_none) {
-                                Some(i) => self.sessions[i] = Some(s),
-                                None => self.sessions.push(Some(s)),
+                            let i = match self.sessions.iter().position(Option::is_none) {
+                                Some(i) => i,
+                                None => {
+                                    self.sessions.push(None);
+                                    self.sessions.len() - 1
+                                }
+                            };
+                            if self.waits.add(s.ctl_fd(), socket_token(i)).is_err() {
+                                self.count("wait_set_errors");
                             }
+                            self.sessions[i] = Some(s);
                         }
                         _ => self.count("connections_without_credentials"),
                     }
@@ -274,7 +316,15 @@ impl Daemon {
                 secret,
                 local,
             } => self.hello(i, s, version, JobKey(job), &secret, &local),
-            Request::Attach => s.attach(&self.cfg.shm_dir, self.mtu),
+            Request::Attach => {
+                let reply = s.attach(&self.cfg.shm_dir, self.mtu);
+                if let Some(fd) = s.ring_fd().filter(|_| matches!(reply, Reply::Attached)) {
+                    if self.waits.add(fd, ring_token(i)).is_err() {
+                        self.count("wait_set_errors");
+                    }
+                }
+                reply
+            }
             Request::OpenLink { descriptor } => self.open_link(s, &descriptor),
             Request::Status => Reply::Status(self.status()),
         };
@@ -613,16 +663,12 @@ impl Daemon {
             ready &= s.prepare_wait();
         }
         if ready {
-            // The sockets first: their readiness is what `sockets_due` needs.
-            let mut fds = vec![self.listener.as_raw_fd()];
-            fds.extend(self.sessions.iter().flatten().map(Session::ctl_fd));
-            let sockets = fds.len();
-            fds.extend(self.nic.readiness_fd());
-            fds.extend(self.sessions.iter().flatten().filter_map(Session::ring_fd));
-            let n = bcl::shm::engine::wait_readable(&fds, i32::from(IDLE_SLEEP_MS), &mut self.woke)
+            let n = self
+                .waits
+                .wait(i32::from(IDLE_SLEEP_MS), &mut self.woke)
                 .unwrap_or(0);
             // A timeout (nothing woke us) is the time to look at everything.
-            self.sockets_due |= n == 0 || self.woke[..sockets].iter().any(|&w| w);
+            self.sockets_due |= n == 0 || self.woke.iter().any(|&t| is_socket_token(t));
             self.count("sleeps");
         }
         self.nic.finish_wait();

@@ -38,7 +38,7 @@ pub use kind::EngineKind;
 use crate::layout::Geometry;
 use bcl_core::ProcessAddr;
 use serde::{Deserialize, Serialize};
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 
 /// The method's name, in descriptors, pins and `--method`.
@@ -208,37 +208,73 @@ pub struct ClientStatus {
     pub counters: Vec<(String, u64)>,
 }
 
-/// Sleeps until one of `fds` is readable (or has hung up), or `timeout_ms`
-/// passes (negative: no limit), and sets `ready[i]` for each fd that is;
-/// returns how many are. The daemon's wait on its socket, its NIC and its
-/// clients' rings and sockets; an interrupted wait (a signal) returns 0.
-pub fn wait_readable(
-    fds: &[RawFd],
-    timeout_ms: i32,
-    ready: &mut Vec<bool>,
-) -> std::io::Result<usize> {
-    let mut polls: Vec<libc::pollfd> = fds
-        .iter()
-        .map(|&fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
-    // SAFETY: `polls` is a valid array of `polls.len()` pollfd structs that
-    // lives across the call; poll only writes their `revents`. An fd that
-    // is not open is reported as POLLNVAL, never dereferenced.
-    let n = unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, timeout_ms) };
-    ready.clear();
-    ready.extend(polls.iter().map(|p| p.revents != 0));
-    if n < 0 {
-        let e = std::io::Error::last_os_error();
-        if e.kind() == std::io::ErrorKind::Interrupted {
-            return Ok(0);
+/// The set of file descriptors the daemon sleeps on (its socket, its NIC,
+/// its clients' sockets and rings), each with a token: an epoll instance,
+/// so that a sleep costs the same with any number of clients (a `poll`
+/// over every fd registers and unregisters each one on every call). A fd
+/// leaves the set when it is closed.
+#[derive(Debug)]
+pub struct WaitSet {
+    epoll: OwnedFd,
+}
+
+impl WaitSet {
+    /// An empty set.
+    pub fn new() -> std::io::Result<WaitSet> {
+        // SAFETY: plain epoll_create1; the result is checked.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
         }
-        return Err(e);
+        // SAFETY: a fresh fd that nothing else owns.
+        let epoll = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(WaitSet { epoll })
     }
-    Ok(n as usize)
+
+    /// Wakes a [`wait`](Self::wait) with `token` while `fd` is readable
+    /// (or has hung up).
+    pub fn add(&self, fd: RawFd, token: u64) -> std::io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: token,
+        };
+        // SAFETY: a valid epoll fd and event struct; the kernel checks `fd`
+        // (EBADF for one that is not open) and only reads `ev`.
+        let r =
+            unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) };
+        if r < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Sleeps until a fd of the set is readable or `timeout_ms` passes
+    /// (negative: no limit), and puts the tokens of the readable ones in
+    /// `ready`; an interrupted sleep (a signal) returns none.
+    pub fn wait(&self, timeout_ms: i32, ready: &mut Vec<u64>) -> std::io::Result<usize> {
+        const MAX_EVENTS: usize = 64;
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; MAX_EVENTS];
+        // SAFETY: `events` has room for MAX_EVENTS entries and lives across
+        // the call; the kernel writes at most that many.
+        let n = unsafe {
+            libc::epoll_wait(
+                self.epoll.as_raw_fd(),
+                events.as_mut_ptr(),
+                MAX_EVENTS as i32,
+                timeout_ms,
+            )
+        };
+        ready.clear();
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                return Ok(0);
+            }
+            return Err(e);
+        }
+        ready.extend(events[..n as usize].iter().map(|e| e.u64));
+        Ok(n as usize)
+    }
 }
 
 #[cfg(test)]
