@@ -735,6 +735,7 @@ impl Endpoint {
             return Ok(());
         }
         self.end_poll_wait();
+        self.port.drop_stale_timers();
         let Some(timeout) = self.idle_for(until) else {
             return Ok(());
         };
@@ -893,6 +894,7 @@ impl Endpoint {
     /// After a round that moved nothing: arms the descriptor for what comes
     /// next, or says there is work now (`false`).
     fn arm_for_poll(&mut self) -> Result<bool, Error> {
+        self.port.drop_stale_timers();
         let Some((now, deadline)) = self.idle_until(None) else {
             return Ok(false);
         };

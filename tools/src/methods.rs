@@ -183,9 +183,7 @@ pub fn open_local_pair(spec: &EndSpec) -> Result<(Served, BoxTransport), String>
                 "the {name} method needs two interfaces, one per end: use --lab configs/lab/pair.toml --nodes a,b (or --serve/--connect in two namespaces)"
             ))
         }
-        (Some(Attachment::Daemon), _) => Err(format!(
-            "the {name} method reaches other nodes through each node's daemon: start one end per node, `bcl-pingpong --method {name} --serve` on node 2's daemon and `--connect DESCRIPTOR` on node 1's (BCL_BCLD_SOCKET names the daemon)"
-        )),
+        (Some(Attachment::Daemon), MethodArg::Bcl(name)) => daemon_local_pair(name, spec),
         (Some(Attachment::Device), _) => Err(format!(
             "the {name} method drives one NIC per process: start one end per NIC, e.g. `bcl-pingpong --method {name} --pci 0000:01:00.0 --serve` and `bcl-pingpong --method {name} --pci 0000:02:00.0 --connect DESCRIPTOR`"
         )),
@@ -200,6 +198,29 @@ pub fn open_local_pair(spec: &EndSpec) -> Result<(Served, BoxTransport), String>
             Ok((served, client))
         }
     }
+}
+
+/// Both ends in this process as two clients of this node's daemon: the
+/// server at node 2, port `--port`, the client at node 2, the next port.
+/// Their frames go from one client's ring to the other's through the
+/// daemon, never onto the NIC.
+fn daemon_local_pair(name: &str, spec: &EndSpec) -> Result<(Served, BoxTransport), String> {
+    let registry = Registry::builtin();
+    let kind = registry.lookup(name).map_err(|e| e.to_string())?;
+    let client_port = spec.port.checked_add(1).ok_or_else(|| {
+        format!(
+            "--port {}: a local pair through the daemon takes this port and the next",
+            spec.port
+        )
+    })?;
+    let served = open_server(spec)?;
+    let peer = peer_descriptor(registry, kind, &served.descriptor)?;
+    let local = ProcessAddr::new(SERVER_ADDR.node.0, client_port);
+    let method = open_method(kind, spec, local, Some(&peer))?;
+    let mut ep = endpoint(local, method, spec, None)?;
+    let server = spec.server_addr();
+    ep.add_peer(server, peer);
+    Ok((served, Box::new(BclTransport::new(ep, Some(server)))))
 }
 
 /// Opens an end of `kind` for process `local` with the settings of `spec`;

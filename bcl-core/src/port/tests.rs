@@ -269,6 +269,37 @@ fn a_reply_carries_the_acknowledgement() {
 }
 
 #[test]
+fn a_deadline_that_a_reply_met_is_not_a_timeout_to_sleep_for() {
+    let mut net = Net::new(vec![config(0), config(1)]);
+    net.ports[0].send(net.now, addr(1), b"ping").unwrap();
+    let f = net.transmit();
+    net.deliver(&f);
+    net.drain_deliveries();
+    // The receiver's delayed acknowledgement is due in 20 µs...
+    let ack_due = net.now + Duration::from_micros(20);
+    assert_eq!(net.ports[1].poll_timeout(), Some(ack_due));
+    // ...until the reply carries it: then only the reply's retransmission
+    // timeout is left.
+    net.ports[1].send(net.now, addr(0), b"pong").unwrap();
+    assert_eq!(net.transmit().len(), 1);
+    let stale = net.ports[1].poll_timeout();
+    assert_eq!(stale, Some(ack_due), "the heap entry is left in place");
+    net.ports[1].drop_stale_timers();
+    let next = net.ports[1].poll_timeout().unwrap();
+    assert!(next > ack_due, "{next:?} is the retransmission timeout");
+    // Nothing was due at the stale instant, and the real deadline still
+    // fires: the unanswered pong is resent after its timeout.
+    net.advance(Duration::from_micros(20));
+    assert!(net.transmit().is_empty());
+    net.now = next;
+    net.ports[1].handle_timeout(next);
+    let resent = net.transmit();
+    assert_eq!(resent.len(), 1);
+    assert_eq!(resent[0].kind(), FrameType::Data);
+    assert_eq!(net.ports[1].stats().retransmits, 1);
+}
+
+#[test]
 fn acknowledgement_is_immediate_after_ack_every_frames() {
     let mut c = config(1);
     c.ack_every = 4;

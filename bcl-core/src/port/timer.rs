@@ -32,6 +32,37 @@ impl Port {
             .min()
     }
 
+    /// Drops the entries at the front of the timer heap that no longer
+    /// stand for a deadline (an acknowledgement carried by a reply, a
+    /// retransmission timer restarted by an ACK) and re-arms those peers
+    /// for their real next deadline, so that [`Port::poll_timeout`] is not
+    /// early because of them.
+    ///
+    /// For whoever sleeps until that instant: a stale entry costs a
+    /// wake-up for nothing, and a kernel timer armed a few microseconds
+    /// ahead is itself costly (29 µs for a timerfd 20 µs ahead in this
+    /// project's VM, against 0.5 µs for one milliseconds ahead). The
+    /// entries are left in place while the port is busy (handle_timeout
+    /// meets them when their time comes), so this costs nothing per frame.
+    pub fn drop_stale_timers(&mut self) {
+        while let Some(&Reverse((t, idx))) = self.timers.peek() {
+            let p = &self.peers[idx as usize];
+            if p.timer_armed != t {
+                self.timers.pop();
+                continue;
+            }
+            if p.next_deadline().min(self.rails_deadline(idx)) <= t {
+                break;
+            }
+            // Nothing of this peer is due at `t`: what handle_timeout would
+            // do then, without the wait.
+            self.timers.pop();
+            self.peers[idx as usize].timer_armed = Time::NEVER;
+            self.arm_timer(idx);
+            self.recycle_windows(idx);
+        }
+    }
+
     /// Runs everything due at `now`: retransmission timeouts, delayed
     /// acknowledgements, the end of ring-full back-offs.
     pub fn handle_timeout(&mut self, now: Time) {
