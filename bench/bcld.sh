@@ -18,6 +18,14 @@
 #             direct: the work per byte the daemons add.
 #   idle      CPU time the two daemons used over --idle-seconds with a
 #             client connected to each and no traffic (target: none).
+#   bundling  four bcl-bw pairs of 16 B messages at once through the
+#             daemons, bundling (the default) against `bcld --no-bundle`:
+#             their summed messages/s, ratio bundled / not, and the frames
+#             per container the sending daemon reported.
+#   local     bcl-pingpong 64 B --local, both ends in one process as two
+#             clients of node b's daemon (frames go ring to ring through
+#             the daemon), against shm --local (the method same-node ranks
+#             use), blocking, as uid 65534; ratio bcld / shm.
 #
 # Busy-polling is not measured: through the daemons a round trip involves
 # four busy processes, and this host has two CPUs.
@@ -40,7 +48,7 @@ while [ $# -gt 0 ]; do
     --iters) ITERS=$2; shift 2 ;;
     --bw-iters) BW_ITERS=$2; shift 2 ;;
     --idle-seconds) IDLE=$2; shift 2 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "bcld.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -53,7 +61,7 @@ export BCL_LAB_PREFIX=bl-bcld
 OUT=$(mktemp -d /tmp/bcld-bench.XXXXXX)
 chmod 777 "$OUT"
 # Copies an unprivileged user can execute wherever the checkout lives.
-for t in bcl-pingpong bcl-bw bcld; do install -m 755 "$BIN/$t" "$OUT/$t"; done
+for t in bcl-pingpong bcl-bw bcld bcl-info; do install -m 755 "$BIN/$t" "$OUT/$t"; done
 ETHERTYPE=0x88b6
 
 "$BIN/bcl-lab" up "$LAB" >/dev/null
@@ -62,10 +70,11 @@ cleanup() {
   stop_daemons
   "$BIN/bcl-lab" down "$LAB" >/dev/null 2>&1 || true
 }
+# start_daemons [EXTRA BCLD ARGS...]
 start_daemons() {
-  ip netns exec "$BCL_LAB_PREFIX.a" "$OUT/bcld" --foreground --node 1 --method "$METHOD" --socket "$OUT/a.sock" 2>>"$OUT/bcld.log" &
+  ip netns exec "$BCL_LAB_PREFIX.a" "$OUT/bcld" --foreground --node 1 --method "$METHOD" --socket "$OUT/a.sock" "$@" 2>>"$OUT/bcld.log" &
   DPIDS+=($!)
-  ip netns exec "$BCL_LAB_PREFIX.b" "$OUT/bcld" --foreground --node 2 --method "$METHOD" --socket "$OUT/b.sock" 2>>"$OUT/bcld.log" &
+  ip netns exec "$BCL_LAB_PREFIX.b" "$OUT/bcld" --foreground --node 2 --method "$METHOD" --socket "$OUT/b.sock" "$@" 2>>"$OUT/bcld.log" &
   DPIDS+=($!)
   for s in a b; do
     for _ in $(seq 100); do [ -S "$OUT/$s.sock" ] && break; sleep 0.05; done
@@ -108,6 +117,17 @@ pair() {
 # clock ticks; every process and the kernel's veth work count.
 busy() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8}' /proc/stat; }
 
+# small_pairs PREFIX: four bcl-bw pairs of 16 B messages at once through
+# the daemons (--port 21..24).
+small_pairs() {
+  local pids=()
+  for p in 1 2 3 4; do
+    pair bcl-bw bcld "$OUT/a.sock" "$OUT/b.sock" "$1-$p.json" --sizes 16 --iters 20000 --port $((20 + p)) &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+}
+
 for r in $(seq "$RUNS"); do
   echo "# round $r/$RUNS"
   pair bcl-pingpong "$METHOD" "" "" "$OUT/lat-direct-$r.json" --sizes 64 --iters "$ITERS"
@@ -125,6 +145,13 @@ for r in $(seq "$RUNS"); do
     FOUR+=($!)
   done
   wait "${FOUR[@]}"
+  small_pairs "$OUT/small-bundle-$r"
+  echo "$(BCL_BCLD_SOCKET="$OUT/a.sock" "$OUT/bcl-info" --json 2>/dev/null | python3 -c 'import json,sys; c=json.load(sys.stdin)["bcld"]["counters"]; print(c.get("tx_containers",0), c.get("tx_frames_bundled",0))' 2>/dev/null || echo "0 0")" >"$OUT/containers-$r"
+  run b "" "${NOBODY[@]}" "$OUT/bcl-pingpong" --method shm --local --sizes 64 --iters "$ITERS" --json "$OUT/local-shm-$r.json" >/dev/null 2>>"$OUT/client.log"
+  run b "$OUT/b.sock" "$OUT/bcl-pingpong" --method bcld --local --sizes 64 --iters "$ITERS" --port 10 --json "$OUT/local-bcld-$r.json" >/dev/null 2>>"$OUT/client.log"
+  stop_daemons
+  start_daemons --no-bundle
+  small_pairs "$OUT/small-plain-$r"
   stop_daemons
 done
 
@@ -189,6 +216,26 @@ print("CPU seconds per GB moved, whole host (direct, bcld)")
 for row in cpu:
     print("  " + "  ".join(f"{x:8.2f}" for x in row))
 summary(f"CPU per GB: bcld / direct {method}", [b / d for d, b in cpu])
+small = []
+for r in range(1, runs + 1):
+    b = sum(load(f"small-bundle-{r}-{p}.json")["results"][0]["msgs_per_s"] for p in (1, 2, 3, 4))
+    u = sum(load(f"small-plain-{r}-{p}.json")["results"][0]["msgs_per_s"] for p in (1, 2, 3, 4))
+    with open(f"{out}/containers-{r}") as f:
+        c, fr = (int(x) for x in f.read().split())
+    small.append((b, u, fr / c if c else 0.0))
+print("Four pairs of 16 B messages at once (messages/s summed): bundling, --no-bundle, frames per container")
+for row in small:
+    print(f"  {row[0]:10.0f}  {row[1]:10.0f}  {row[2]:6.1f}")
+summary("bundled / not bundled, messages/s", [b / u for b, u, _ in small])
+local = []
+for r in range(1, runs + 1):
+    s = load(f"local-shm-{r}.json")["results"][0]["p50_ns"] / 1e3
+    b = load(f"local-bcld-{r}.json")["results"][0]["p50_ns"] / 1e3
+    local.append((s, b))
+print("Two clients of one node, 64 B round trip p50, blocking (µs): shm --local, bcld --local")
+for row in local:
+    print("  " + "  ".join(f"{x:8.1f}" for x in row))
+summary("local: bcld / shm", [b / s for s, b in local])
 print(f"Idle: the two daemons used {idle_ticks} clock ticks ({idle_ticks / hz:.3f} s of CPU) in {idle_s:.0f} s with a client each")
 EOF
 echo "raw JSON: $OUT"

@@ -670,3 +670,59 @@ fn four_ranks_per_node_share_one_afxdp_nic_through_the_daemon() {
         assert!(count("rx_delivered") > 0, "{s:?}");
     }
 }
+
+#[test]
+fn small_frames_of_several_clients_travel_in_containers_between_daemons() {
+    if !require_privileges("small_frames_of_several_clients_travel_in_containers") {
+        return;
+    }
+    let (lab, _guard) = lab_up("bcldbundle");
+    let dir = open_dir();
+    let (a, b) = daemons(&lab, dir.path());
+    let job = JobKey(0x5eed_0005);
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut threads = Vec::new();
+    // Four pairs of clients stream small numbered messages both ways at
+    // once: each daemon round carries frames of several clients (messages
+    // and acknowledgements) to the one other daemon.
+    for port in 11..15u16 {
+        let (e1, e2) = (ProcessAddr::new(1, port), ProcessAddr::new(2, port));
+        let (mut ep1, d1) = engine_endpoint(&a, job, e1);
+        let (mut ep2, d2) = engine_endpoint(&b, job, e2);
+        ep1.add_peer(e2, d2);
+        ep2.add_peer(e1, d1);
+        for (mut ep, peer) in [(ep1, e2), (ep2, e1)] {
+            let stop = stop.clone();
+            threads.push(std::thread::spawn(move || stream(&mut ep, peer, &stop)));
+        }
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    stop.store(true, Ordering::Relaxed);
+    let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    // Thread 2k streams to thread 2k+1 and back.
+    for pair in results.chunks(2) {
+        for (from, to) in [(&pair[0], &pair[1]), (&pair[1], &pair[0])] {
+            let (sent, _, done) = *from;
+            let got = &to.1;
+            assert!(sent > 100, "only {sent} sent");
+            assert!(
+                got.iter().enumerate().all(|(i, &n)| n == i as u32),
+                "lost, duplicated or out of order"
+            );
+            assert!(got.len() >= done, "{done} completed, {} arrived", got.len());
+        }
+    }
+    for (d, name) in [(&a, "a"), (&b, "b")] {
+        let containers = d.counter("tx_containers");
+        let bundled = d.counter("tx_frames_bundled");
+        let received = d.counter("rx_containers");
+        eprintln!("daemon {name}: {containers} containers of {bundled} frames sent, {received} received");
+        assert!(containers > 0, "daemon {name} sent no container");
+        assert!(bundled >= 2 * containers, "containers hold two frames or more");
+        assert!(received > 0, "daemon {name} received no container");
+        assert_eq!(d.counter("daemon_links"), 1, "daemon {name}: one other daemon");
+        for refusal in ["rx_malformed", "rx_no_client", "refused_malformed"] {
+            assert_eq!(d.counter(refusal), 0, "daemon {name}: {refusal}");
+        }
+    }
+}

@@ -45,6 +45,9 @@
 //! message's fragment: see [`bundle`] for its payload layout (a record count,
 //! then a length and the bytes of each message).
 //!
+//! Frame type 11 is a [`container`] of whole frames between two node
+//! daemons; ports never accept it.
+//!
 //! [`parse`] checks version, type, lengths, job key, destination, (when
 //! present or required) the CRC32C and every record of a bundle before it
 //! returns a [`Frame`]; anything wrong is a typed [`FrameError`], never a
@@ -53,6 +56,7 @@
 
 mod ack;
 pub mod bundle;
+pub mod container;
 pub mod control;
 
 pub use ack::{AckBody, NakReason, SACK_BITS};

@@ -8,13 +8,15 @@
 //! when a round found nothing to do (unless busy-polling), in one epoll set
 //! of everything that can wake it.
 
+use super::bundler::{Bundler, Offer};
 use super::session::{Cred, Job, Session};
 use super::trusted::{check_outgoing, destination, Undeliverable};
 use bcl::core::method::{Descriptor, LinkId, Method, OpenSpec, TxFrame};
+use bcl::core::wire::container;
 use bcl::core::{JobKey, ProcessAddr};
 use bcl::registry::Registry;
 use bcl::shm::engine::{ClientStatus, Status, WaitSet, LOCAL_LINK, MAX_FRAME, RING_NODE_BITS};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
@@ -38,6 +40,13 @@ const IDLE_SLEEP_MS: u16 = 1000;
 /// A daemon that has not slept looks at its sockets this often.
 const SOCKET_PERIOD: Duration = Duration::from_millis(1);
 
+/// A link a client says leads to a daemon is probed this often until that
+/// daemon answers...
+const PROBE_PERIOD: Duration = Duration::from_secs(1);
+
+/// ...at most this many times.
+const PROBE_TRIES: u32 = 5;
+
 /// How the daemon runs.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -52,6 +61,10 @@ pub struct Config {
     pub ethertype: Option<u16>,
     /// Spin instead of sleeping when idle.
     pub busy_poll: bool,
+    /// Bundle small frames of several clients for the same remote daemon
+    /// into one container frame (containers from other daemons are always
+    /// accepted).
+    pub bundle: bool,
     /// Where the rings live.
     pub shm_dir: PathBuf,
 }
@@ -130,6 +143,15 @@ pub struct Daemon {
     waits: WaitSet,
     /// The tokens of what woke the last sleep.
     woke: Vec<u64>,
+    /// Containers being filled and frames ready for the NIC.
+    bundler: Bundler,
+    /// Links a daemon receives on (it sent us a container).
+    daemon_links: HashSet<u32>,
+    /// Links a client said lead to a daemon that has not answered yet:
+    /// when they were last probed and how often.
+    probing: HashMap<u32, (Instant, u32)>,
+    /// Links whose probe asked for an answer, to answer in the next round.
+    answers_due: Vec<u32>,
 }
 
 /// Wait-set token of the listening socket.
@@ -171,6 +193,7 @@ impl Daemon {
             );
         }
         let nic = open_nic(&cfg)?;
+        let cfg_node = cfg.node;
         let address = nic.descriptor().address;
         let mtu = nic.caps().mtu.min(MAX_FRAME);
         let listener = listen(&cfg.socket)?;
@@ -199,6 +222,10 @@ impl Daemon {
             sockets_due: true,
             waits,
             woke: Vec::new(),
+            bundler: Bundler::new(cfg_node, mtu),
+            daemon_links: HashSet::new(),
+            probing: HashMap::new(),
+            answers_due: Vec::new(),
         })
     }
 
@@ -226,6 +253,7 @@ impl Daemon {
                 work |= self.accept();
                 work |= self.serve_requests();
                 self.sockets_due = work;
+                self.probe_again();
             }
             work |= self.forward_out();
             work |= self.forward_in();
@@ -325,7 +353,10 @@ impl Daemon {
                 }
                 reply
             }
-            Request::OpenLink { descriptor } => self.open_link(s, &descriptor),
+            Request::OpenLink {
+                descriptor,
+                to_daemon,
+            } => self.open_link(s, &descriptor, to_daemon),
             Request::Status => Reply::Status(self.status()),
         };
         if matches!(reply, Reply::Refused { .. }) {
@@ -397,7 +428,12 @@ impl Daemon {
         }
     }
 
-    fn open_link(&mut self, s: &mut Session, descriptor: &str) -> bcl::shm::engine::Reply {
+    fn open_link(
+        &mut self,
+        s: &mut Session,
+        descriptor: &str,
+        to_daemon: bool,
+    ) -> bcl::shm::engine::Reply {
         use bcl::shm::engine::Reply;
         if s.identity().is_none() {
             return Reply::Refused {
@@ -425,6 +461,14 @@ impl Daemon {
         match self.nic.open_link(&d) {
             Ok(l) => {
                 self.links = self.links.max(l.0.saturating_add(1));
+                if to_daemon
+                    && self.cfg.bundle
+                    && !self.daemon_links.contains(&l.0)
+                    && !self.probing.contains_key(&l.0)
+                {
+                    self.bundler.probe(l.0, true);
+                    self.probing.insert(l.0, (Instant::now(), 1));
+                }
                 Reply::Link { link: l.0 }
             }
             Err(e) => {
@@ -446,6 +490,10 @@ impl Daemon {
         let c = self.nic.counters();
         counters.push(("nic_tx_frames".into(), c.tx_frames));
         counters.push(("nic_rx_dropped".into(), c.rx_dropped()));
+        counters.push(("tx_containers".into(), self.bundler.containers));
+        counters.push(("tx_frames_bundled".into(), self.bundler.frames_bundled));
+        counters.push(("probes_sent".into(), self.bundler.probes));
+        counters.push(("daemon_links".into(), self.daemon_links.len() as u64));
         Status {
             node: self.cfg.node,
             pid: std::process::id(),
@@ -492,9 +540,39 @@ impl Daemon {
         let _ = bcl::shm::cleanup_stale(&self.cfg.shm_dir);
     }
 
+    /// Probes again the links a client said lead to a daemon that has not
+    /// answered (the probe or its answer may have been lost).
+    fn probe_again(&mut self) {
+        if self.probing.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let Daemon {
+            probing,
+            daemon_links,
+            bundler,
+            ..
+        } = self;
+        probing.retain(|link, (last, tries)| {
+            if daemon_links.contains(link) || *tries >= PROBE_TRIES {
+                return false;
+            }
+            if now.duration_since(*last) >= PROBE_PERIOD {
+                bundler.probe(*link, true);
+                *last = now;
+                *tries += 1;
+            }
+            true
+        });
+    }
+
     /// Moves frames from the clients' rings to the NIC (and to local
-    /// clients); returns whether it moved any.
+    /// clients); returns whether it moved any. Small frames for a link
+    /// that leads to a daemon travel in containers ([`Bundler`]).
     fn forward_out(&mut self) -> bool {
+        for link in self.answers_due.drain(..) {
+            self.bundler.probe(link, false);
+        }
         let Daemon {
             nic,
             sessions,
@@ -503,20 +581,36 @@ impl Daemon {
             local,
             next_first,
             mtu,
+            bundler,
+            daemon_links,
+            cfg,
             ..
         } = self;
         let n = sessions.len();
-        if n == 0 {
+        if n == 0 && !bundler.has_ready() {
             return false;
         }
-        let first = *next_first % n;
+        let first = if n == 0 { 0 } else { *next_first % n };
         *next_first = first + 1;
+        let bundle = cfg.bundle;
         let mut visited = 0;
         let mut taken = 0;
         let mut moved = 0usize;
+        let mut closed = false;
         local.clear();
         let mut source = |buf: &mut [u8]| -> Option<TxFrame> {
-            while visited < n {
+            loop {
+                if let Some(tx) = bundler.pop_ready(buf) {
+                    return Some(tx);
+                }
+                if visited >= n {
+                    if closed {
+                        return None;
+                    }
+                    bundler.close_all();
+                    closed = true;
+                    continue;
+                }
                 let idx = (first + visited) % n;
                 let next = |visited: &mut usize, taken: &mut usize| {
                     *visited += 1;
@@ -567,14 +661,18 @@ impl Daemon {
                     m.release();
                     continue;
                 }
+                *stats.entry("tx_frames").or_default() += 1;
+                let to_daemon = bundle && daemon_links.contains(&out.link);
+                if bundler.offer(out.link, out.frame, to_daemon) == Offer::Taken {
+                    m.release();
+                    continue;
+                }
                 let len = out.frame.len().min(buf.len());
                 buf[..len].copy_from_slice(&out.frame[..len]);
                 let link = LinkId(out.link);
                 m.release();
-                *stats.entry("tx_frames").or_default() += 1;
                 return Some(TxFrame { link, len });
             }
-            None
         };
         let mut tx_errors = 0;
         loop {
@@ -591,7 +689,7 @@ impl Daemon {
             *self.counters.entry("nic_tx_errors").or_default() += tx_errors;
         }
         self.deliver_local();
-        moved > 0
+        moved > 0 || self.bundler.has_ready()
     }
 
     /// Delivers the frames between local clients collected by
@@ -635,16 +733,41 @@ impl Daemon {
             counters,
             links,
             cfg,
+            daemon_links,
+            probing,
+            answers_due,
             ..
         } = self;
         let node = cfg.node;
-        let result = nic.rx_burst(RX_BURST, &mut |link, frame| {
-            *links = (*links).max(link.0.saturating_add(1));
+        let mut deliver = |link: u32, frame: &[u8], counters: &mut Counters| {
             let r = destination(frame, node)
-                .and_then(|(job, port)| deliver_to(sessions, by_port, job, port, link.0, frame));
+                .and_then(|(job, port)| deliver_to(sessions, by_port, job, port, link, frame));
             match r {
                 Ok(()) => *counters.entry("rx_delivered").or_default() += 1,
                 Err(u) => *counters.entry(u.name()).or_default() += 1,
+            }
+        };
+        let result = nic.rx_burst(RX_BURST, &mut |link, frame| {
+            *links = (*links).max(link.0.saturating_add(1));
+            if !container::is_container(frame) {
+                deliver(link.0, frame, counters);
+                return;
+            }
+            // Another daemon's container: each frame inside is checked and
+            // delivered as if it had come alone.
+            let Some(c) = container::parse(frame) else {
+                *counters.entry("rx_malformed").or_default() += 1;
+                return;
+            };
+            *counters.entry("rx_containers").or_default() += 1;
+            if daemon_links.insert(link.0) {
+                probing.remove(&link.0);
+            }
+            if c.ping {
+                answers_due.push(link.0);
+            }
+            for inner in c.frames() {
+                deliver(link.0, inner, counters);
             }
         });
         match result {

@@ -8,11 +8,14 @@
 //! own name and job ([`trusted`]), and hands a received frame only to the
 //! client of the job and port it is addressed to.
 //!
+//! - [`bundler`]: small frames of several clients in one container for a
+//!   remote daemon.
 //! - [`daemon`]: the NIC, the socket, the loop.
 //! - [`resources`]: the node and its NICs from a cluster file.
 //! - [`session`]: one client (credentials, identity, rings).
 //! - [`trusted`]: the checks on every frame, in and out.
 
+pub mod bundler;
 pub mod daemon;
 pub mod resources;
 pub mod session;

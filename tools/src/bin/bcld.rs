@@ -58,6 +58,12 @@ struct Args {
     /// Spin on one core instead of sleeping when idle (lowest latency).
     #[arg(long)]
     busy_poll: bool,
+    /// Do not bundle small frames of several clients into one container
+    /// frame for a remote daemon (containers from other daemons are still
+    /// accepted). Bundling adds no delay: it packs only what one round of
+    /// the daemon brought.
+    #[arg(long)]
+    no_bundle: bool,
     /// Where the rings are created.
     #[arg(long, default_value = "/dev/shm")]
     shm_dir: PathBuf,
@@ -96,6 +102,7 @@ fn main() -> ExitCode {
         candidates,
         ethertype: Some(args.ethertype),
         busy_poll: args.busy_poll,
+        bundle: !args.no_bundle,
         shm_dir: args.shm_dir,
     };
     let mut daemon = match Daemon::start(cfg.clone()) {

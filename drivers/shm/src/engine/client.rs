@@ -250,6 +250,7 @@ impl Method for EngineMethod {
         self.check_daemon()?;
         let req = Request::OpenLink {
             descriptor: format!("{}:{}", self.nic_method, peer.address),
+            to_daemon: peer.method == METHOD_NAME,
         };
         match ask(&mut self.ctl, &req)? {
             Reply::Link { link } => {

@@ -138,6 +138,12 @@ pub enum Request {
     OpenLink {
         /// The peer's descriptor.
         descriptor: String,
+        /// The peer is a client of a daemon too (its descriptor is a
+        /// `bcld` one): the daemon may probe whether small frames can be
+        /// bundled for it. A hint only; bundling starts when the other
+        /// daemon answers.
+        #[serde(default)]
+        to_daemon: bool,
     },
     /// The daemon's NICs and clients, for people (needs no hello).
     Status,
