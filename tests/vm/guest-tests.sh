@@ -13,7 +13,7 @@
 #                    bcl-pingpong at $HOST_PP_DESC and bcl-bw --verify at
 #                    $HOST_BW_DESC (EtherType $HOST_BW_ETHERTYPE)
 #   busybox applets, and every binary built by run.sh (bcl-vfio,
-#   bcl-pingpong, bcl-bw, bcl-run, bcl-alltoall, plus those named in
+#   bcl-pingpong, bcl-bw, bcl-run, bcl-alltoall, bcld, plus those named in
 #   BCL_VM_EXTRA_BINS)
 # To add a test, add a line here (and, for a new binary, name it in
 # BCL_VM_EXTRA_BINS, e.g. in the environment of run.sh or in vm.rs).
@@ -120,6 +120,65 @@ EOF
   [ $rc = 0 ] && [ "$links" = 2 ]
 }
 
+# wait_listening FILE: the descriptor a server printed to FILE
+# (`listening: DESC`), once it has (up to 30 s).
+wait_listening() {
+  i=0
+  while [ $i -lt 300 ]; do
+    d=$(sed -n 's/^listening: //p' "$1")
+    [ -n "$d" ] && { echo "$d"; return 0; }
+    sleep 0.1
+    i=$((i + 1))
+  done
+  return 1
+}
+
+# bcld_vfio: a node daemon on each NIC (bcld --method vfio: the daemon owns
+# the VFIO device), and two pairs of bcl-bw clients through them at once
+# (--method bcld, ports 1 and 2: four processes share the two devices), as
+# an unprivileged user (uid 65534, who cannot open /dev/vfio; the tools'
+# runs are one job, and a job belongs to one user), all verified.
+bcld_vfio() {
+  mkdir -p /dev/shm
+  grep -q ' /dev/shm ' /proc/mounts || mount -t tmpfs -o mode=1777 tmpfs /dev/shm || return 1
+  mkdir -p /etc
+  grep -q '^nobody:' /etc/passwd 2>/dev/null || echo 'nobody:x:65534:65534:nobody:/:/bin/sh' >> /etc/passwd
+  grep -q '^nogroup:' /etc/group 2>/dev/null || echo 'nogroup:x:65534:' >> /etc/group
+  bcld --foreground --node 2 --method vfio --nic "$NIC_A" --socket /run/bcld-a.sock > /tmp/bcld-a.out 2>&1 &
+  da=$!
+  bcld --foreground --node 1 --method vfio --nic "$NIC_B" --socket /run/bcld-b.sock > /tmp/bcld-b.out 2>&1 &
+  db=$!
+  i=0
+  while [ $i -lt 600 ] && ! { [ -S /run/bcld-a.sock ] && [ -S /run/bcld-b.sock ]; }; do
+    sleep 0.1
+    i=$((i + 1))
+  done
+  cat /tmp/bcld-a.out /tmp/bcld-b.out
+  su -s /bin/sh nobody -c "BCL_BCLD_SOCKET=/run/bcld-a.sock bcl-bw --method bcld --port 1 --verify --timeout-ms 60000 --serve" > /tmp/bs1.out 2>&1 &
+  s1=$!
+  su -s /bin/sh nobody -c "BCL_BCLD_SOCKET=/run/bcld-a.sock bcl-bw --method bcld --port 2 --verify --timeout-ms 60000 --serve" > /tmp/bs2.out 2>&1 &
+  s2=$!
+  d1=$(wait_listening /tmp/bs1.out) && d2=$(wait_listening /tmp/bs2.out)
+  ok=$?
+  if [ $ok = 0 ]; then
+    su -s /bin/sh nobody -c "BCL_BCLD_SOCKET=/run/bcld-b.sock bcl-bw --method bcld --port 1 --connect '$d1' $BW" > /tmp/bc1.out 2>&1 &
+    c1=$!
+    su -s /bin/sh nobody -c "BCL_BCLD_SOCKET=/run/bcld-b.sock bcl-bw --method bcld --port 2 --connect '$d2' $BW" > /tmp/bc2.out 2>&1
+    rc2=$?
+    wait $c1
+    rc1=$?
+  fi
+  wait $s1
+  rs1=$?
+  wait $s2
+  rs2=$?
+  for f in bs1 bc1 bs2 bc2; do sed "s/^/$f: /" /tmp/$f.out 2>/dev/null; done
+  kill $da $db
+  wait $da $db
+  echo "servers $rs1 $rs2, clients ${rc1:-none} ${rc2:-none}"
+  [ $ok = 0 ] && [ "$rs1" = 0 ] && [ "$rs2" = 0 ] && [ "$rc1" = 0 ] && [ "$rc2" = 0 ]
+}
+
 # Settings of the BCL runs: generous timeouts, since a TCG guest on a loaded
 # host can stall for a long time.
 PP="--sizes 8,1400,16K --iters 300 --warmup 30 --timeout-ms 60000"
@@ -139,6 +198,7 @@ run pingpong       serve_connect bcl-pingpong "--method vfio --pci $NIC_A" "--me
 run pingpong-poll  serve_connect bcl-pingpong "--method vfio --ifname $NIC_A --busy-poll" "--method vfio --pci $NIC_B --busy-poll --sizes 64 --iters 100 --warmup 10 --timeout-ms 60000"
 run bw-verify      serve_connect bcl-bw "--method vfio --pci $NIC_A --verify" "--method vfio --pci $NIC_B $BW"
 run cluster-vfio   cluster_vfio
+run bcld-vfio      bcld_vfio
 run mixed-pingpong mixed bcl-pingpong --method vfio --pci "$NIC_E" --connect "$HOST_PP_DESC" $PP
 run mixed-bw       mixed bcl-bw --method vfio --pci "$NIC_E" --ethertype "$HOST_BW_ETHERTYPE" --connect "$HOST_BW_DESC" $BW
 run mixed-bw-rev   mixed host_connects bcl-bw --method vfio --pci "$NIC_E" --ethertype "$HOST_REV_ETHERTYPE" --verify --wait-client-s 120 --timeout-ms 60000

@@ -5,7 +5,8 @@
 # namespace), bind them to vfio-pci and run tests/vm/guest-tests.sh inside
 # it (bcl-vfio list/bind/check/exchange/unbind, bcl-pingpong and bcl-bw
 # --method vfio between the two NICs, a two-rank bcl-run job whose cluster
-# layer opens vfio on each rank's NIC, and the tools against BCL on
+# layer opens vfio on each rank's NIC, two node daemons on vfio serving two
+# pairs of clients at once, and the tools against BCL on
 # AF_PACKET, or AF_XDP with BCL_VM_HOST_METHOD=afxdp, on the host side of
 # the tap).
 #
@@ -50,7 +51,8 @@
 #                               fallback to TCG
 #   BCL_VM_EXTRA_BINS="a b"     more workspace binaries to build and put in
 #                               the guest's /bin (bcl-vfio, bcl-pingpong,
-#                               bcl-bw, bcl-run and bcl-alltoall always are)
+#                               bcl-bw, bcl-run, bcl-alltoall and bcld
+#                               always are)
 #   BCL_VM_MIXED=0              leave out the guest <-> host (tap) test; the
 #                               fifth NIC is then on a QEMU hub of its own
 #   BCL_VM_HOST_METHOD=packet   method of the host side of the mixed test:
@@ -75,7 +77,7 @@ TARGET=${BCL_VM_TARGET_DIR:-$ROOT/target/vm-guest}
 ACCEL=${BCL_VM_ACCEL:-auto}
 TIMEOUT=${BCL_VM_TIMEOUT:-600}
 KVM_PROBE=${BCL_VM_KVM_PROBE:-30}
-GUEST_BINS="bcl-vfio bcl-pingpong bcl-bw bcl-run bcl-alltoall ${BCL_VM_EXTRA_BINS:-}"
+GUEST_BINS="bcl-vfio bcl-pingpong bcl-bw bcl-run bcl-alltoall bcld ${BCL_VM_EXTRA_BINS:-}"
 MIXED=${BCL_VM_MIXED:-1}
 HOST_METHOD=${BCL_VM_HOST_METHOD:-packet}
 TESTS=${BCL_VM_TESTS:-$VM/guest-tests.sh}

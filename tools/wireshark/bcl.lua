@@ -78,6 +78,7 @@ local function rshift(a, n) return u32(B.rshift(a, n)) end
 local frame_types = {
     [1] = "DATA", [2] = "ACK", [3] = "NAK", [4] = "RNDV_REQUEST", [5] = "RNDV_READY",
     [6] = "RMA_PUT", [7] = "RMA_GET", [8] = "RMA_GET_REPLY", [9] = "CONTROL", [10] = "SERVICE",
+    [11] = "CONTAINER",  -- whole frames of several senders, daemon to daemon
 }
 local cap_kinds = {
     [1] = "BCL frame", [2] = "direct message", [3] = "bulk transfer", [4] = "congestion state",
