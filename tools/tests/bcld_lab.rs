@@ -622,18 +622,46 @@ fn four_ranks_per_node_share_one_afxdp_nic_through_the_daemon() {
     };
     let (a, b) = (daemon("a", 1), daemon("b", 2));
     assert!(a.status().nics[0].starts_with("afxdp:"), "{:?}", a.status());
-    // The ranks run as root (bcl-run's lab mode and rendezvous are root's);
-    // they open no Ethernet method of their own once the daemon answers.
+    // bcl-run is root (the lab's namespaces); the ranks run as uid 65534
+    // (--user) and reach the NICs only through the daemons.
+    let alltoall = public_copy(env!("CARGO_BIN_EXE_bcl-alltoall"), dir.path());
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let done = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (seen, done) = (seen.clone(), done.clone());
+        let sockets = [a.socket.clone(), b.socket.clone()];
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                for s in &sockets {
+                    if let Ok(st) = bcl::shm::engine::query_status(s) {
+                        seen.lock()
+                            .unwrap()
+                            .extend(st.clients.iter().map(|c| c.uid));
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
     let out = Command::new(env!("CARGO_BIN_EXE_bcl-run"))
         .env("BCL_LAB_PREFIX", lab.prefix())
         .env("BCL_BCLD_SOCKET", dir.path().join("bcld-%n.sock"))
         .arg("--lab")
         .arg(lab.file())
-        .args(["--nodes", "a,b", "--per-node", "4", "--timeout", "60", "--"])
-        .arg(env!("CARGO_BIN_EXE_bcl-alltoall"))
+        .args(["--nodes", "a,b", "--per-node", "4", "--timeout", "60"])
+        .args(["--user", NOBODY, "--"])
+        .arg(&alltoall)
         .args(["--sizes", "8,1024,65536", "--timeout", "60"])
         .output()
         .unwrap();
+    done.store(true, Ordering::Relaxed);
+    watcher.join().unwrap();
+    let seen = seen.lock().unwrap().clone();
+    assert!(!seen.is_empty(), "no client seen while the job ran");
+    assert!(
+        seen.iter().all(|&uid| uid.to_string() == NOBODY),
+        "clients of uids {seen:?}"
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -716,11 +744,20 @@ fn small_frames_of_several_clients_travel_in_containers_between_daemons() {
         let containers = d.counter("tx_containers");
         let bundled = d.counter("tx_frames_bundled");
         let received = d.counter("rx_containers");
-        eprintln!("daemon {name}: {containers} containers of {bundled} frames sent, {received} received");
+        eprintln!(
+            "daemon {name}: {containers} containers of {bundled} frames sent, {received} received"
+        );
         assert!(containers > 0, "daemon {name} sent no container");
-        assert!(bundled >= 2 * containers, "containers hold two frames or more");
+        assert!(
+            bundled >= 2 * containers,
+            "containers hold two frames or more"
+        );
         assert!(received > 0, "daemon {name} received no container");
-        assert_eq!(d.counter("daemon_links"), 1, "daemon {name}: one other daemon");
+        assert_eq!(
+            d.counter("daemon_links"),
+            1,
+            "daemon {name}: one other daemon"
+        );
         for refusal in ["rx_malformed", "rx_no_client", "refused_malformed"] {
             assert_eq!(d.counter(refusal), 0, "daemon {name}: {refusal}");
         }

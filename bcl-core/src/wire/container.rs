@@ -40,7 +40,13 @@ pub const EMPTY_LEN: usize = HEADER_LEN + bundle::COUNT_LEN;
 /// (at least [`EMPTY_LEN`] bytes) for `count` records taking `records_len`
 /// bytes after the count; returns the container's length. `ping` asks the
 /// receiver to answer (probes only).
-pub fn write_header(buf: &mut [u8], src_node: u32, count: u16, records_len: usize, ping: bool) -> usize {
+pub fn write_header(
+    buf: &mut [u8],
+    src_node: u32,
+    count: u16,
+    records_len: usize,
+    ping: bool,
+) -> usize {
     let payload = bundle::COUNT_LEN + records_len;
     let mut h = Header::new_zeroed();
     h.version = VERSION;
@@ -173,7 +179,13 @@ mod tests {
         kind[1] = 1;
         let mut flag = good.clone();
         flag[3] = flags::ACK;
-        for bad in [&long_record, &count, &kind, &flag, &good[..good.len() - 1].to_vec()] {
+        for bad in [
+            &long_record,
+            &count,
+            &kind,
+            &flag,
+            &good[..good.len() - 1].to_vec(),
+        ] {
             assert!(parse(bad).is_none());
         }
         assert!(parse(&good).is_some());

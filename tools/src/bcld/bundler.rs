@@ -141,7 +141,10 @@ impl Bundler {
             self.frames_bundled += u64::from(o.count);
         }
         self.spare.push(o.records);
-        self.ready.push_back(Ready { link: o.link, bytes });
+        self.ready.push_back(Ready {
+            link: o.link,
+            bytes,
+        });
     }
 
     /// Closes every open container (the end of a round's frames).

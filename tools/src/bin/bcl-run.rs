@@ -111,9 +111,71 @@ struct Args {
     /// -i ~/.ssh/cluster_key`. `-o BatchMode=yes` and the host follow.
     #[arg(long, default_value = "ssh")]
     ssh_command: String,
+    /// Run the ranks as USER (a user name, or UID[:GID]) instead of as
+    /// bcl-run's own user, with no supplementary groups (through
+    /// `setpriv`). For a launcher that must be root, as in the lab (its
+    /// namespaces): the ranks then run unprivileged, as a cluster's users'
+    /// do, and reach the NICs only through the node daemons (`bcld`). The
+    /// rendezvous socket is handed to that user; ranks prove themselves
+    /// with the job's secret. Locally and in the lab, not over ssh (ranks
+    /// there run as the ssh user).
+    #[arg(long, value_name = "USER", conflicts_with_all = ["hosts", "hostfile"])]
+    user: Option<String>,
     /// The program and its arguments.
     #[arg(last = true, required = true)]
     command: Vec<String>,
+}
+
+/// The uid and gid of `--user`: a user name, or UID[:GID] (the gid defaults
+/// to the user's, else to the uid).
+fn parse_user(text: &str) -> Result<(u32, u32), String> {
+    use nix::unistd::User;
+    let (name, group) = match text.split_once(':') {
+        Some((n, g)) => (n, Some(g)),
+        None => (text, None),
+    };
+    let uid_and_default_gid = match name.parse::<u32>() {
+        Ok(uid) => {
+            let gid = User::from_uid(uid.into())
+                .ok()
+                .flatten()
+                .map_or(uid, |u| u.gid.as_raw());
+            (uid, gid)
+        }
+        Err(_) => match User::from_name(name) {
+            Ok(Some(u)) => (u.uid.as_raw(), u.gid.as_raw()),
+            _ => {
+                return Err(format!(
+                    "--user {text}: no user {name:?} (give a user name or UID[:GID])"
+                ))
+            }
+        },
+    };
+    let gid = match group {
+        None => uid_and_default_gid.1,
+        Some(g) => g
+            .parse()
+            .map_err(|_| format!("--user {text}: {g:?} is not a numeric GID"))?,
+    };
+    Ok((uid_and_default_gid.0, gid))
+}
+
+/// The command that runs `program` as `user` (uid, gid) with no
+/// supplementary groups, or `program` itself without a user.
+fn as_user(user: Option<(u32, u32)>, program: &str) -> (String, Vec<String>) {
+    match user {
+        Some((uid, gid)) => (
+            "setpriv".into(),
+            vec![
+                format!("--reuid={uid}"),
+                format!("--regid={gid}"),
+                "--clear-groups".into(),
+                "--".into(),
+                program.into(),
+            ],
+        ),
+        None => (program.into(), Vec::new()),
+    }
 }
 
 /// A directory removed when dropped (the lab rendezvous socket's), also
@@ -233,6 +295,7 @@ fn run(args: Args, mut forwarded: Signals) -> Result<ExitCode, String> {
             return Err(format!("{}: no hosts", f.display()));
         }
     }
+    let user = args.user.as_deref().map(parse_user).transpose()?;
     let place = if let Some(lab_file) = &args.lab {
         let lab = Lab::load(lab_file).map_err(|e| e.to_string())?;
         let nodes = if !args.nodes.is_empty() {
@@ -317,6 +380,15 @@ fn run(args: Args, mut forwarded: Signals) -> Result<ExitCode, String> {
     };
     let server = RendezvousServer::bind(&listen, &secret, &job_id, np, timeout)
         .map_err(|e| e.to_string())?;
+    if let (Some((uid, gid)), RendezvousAddr::Unix(path)) = (user, server.addr()) {
+        // The ranks' user must be able to connect (and reach the socket).
+        std::os::unix::fs::chown(path, Some(uid), Some(gid))
+            .map_err(|e| format!("handing {} to --user: {e}", path.display()))?;
+        if let Some(dir) = path.parent() {
+            std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o711))
+                .map_err(|e| format!("opening {} to --user: {e}", dir.display()))?;
+        }
+    }
     let server = if args.restart > 0 {
         server.allow_rejoin()
     } else {
@@ -378,8 +450,9 @@ fn run(args: Args, mut forwarded: Signals) -> Result<ExitCode, String> {
         let env = env_for(r, restart);
         let mut c = match &place {
             Place::Local => {
-                let mut c = Command::new(program);
-                c.args(&args.command[1..]);
+                let (exe, pre) = as_user(user, program);
+                let mut c = Command::new(exe);
+                c.args(pre).args(&args.command[1..]);
                 c
             }
             Place::Lab(lab, _) => {
@@ -387,8 +460,9 @@ fn run(args: Args, mut forwarded: Signals) -> Result<ExitCode, String> {
                     .as_ref()
                     .map(|p| p.display().to_string())
                     .unwrap_or(program.clone());
+                let (exe, pre) = as_user(user, &exe);
                 let mut c = lab.command(&r.node, &exe).map_err(|e| e.to_string())?;
-                c.args(&args.command[1..]);
+                c.args(pre).args(&args.command[1..]);
                 c
             }
             Place::Ssh(hosts) => {
@@ -688,5 +762,43 @@ fn prefix(rank: u32, from: impl std::io::Read, err: bool) {
             let _ = writeln!(o, "[{rank}] {text}");
             let _ = o.flush();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_user_is_a_name_or_numbers() {
+        assert_eq!(parse_user("root").unwrap(), (0, 0));
+        assert_eq!(parse_user("0").unwrap(), (0, 0));
+        assert_eq!(parse_user("65534:100").unwrap(), (65534, 100));
+        // A uid without an entry keeps its number as the gid.
+        assert_eq!(parse_user("4000123").unwrap(), (4000123, 4000123));
+        let e = parse_user("no-such-user-here").unwrap_err();
+        assert!(e.contains(r#"no user "no-such-user-here""#), "{e}");
+        let e = parse_user("65534:staff").unwrap_err();
+        assert!(e.contains("not a numeric GID"), "{e}");
+    }
+
+    #[test]
+    fn ranks_of_a_user_start_through_setpriv() {
+        let (exe, pre) = as_user(Some((65534, 65534)), "/srv/prog");
+        assert_eq!(exe, "setpriv");
+        assert_eq!(
+            pre,
+            [
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--",
+                "/srv/prog"
+            ]
+        );
+        assert_eq!(
+            as_user(None, "/srv/prog"),
+            ("/srv/prog".to_string(), vec![])
+        );
     }
 }
