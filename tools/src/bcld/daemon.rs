@@ -763,7 +763,7 @@ impl Daemon {
             if daemon_links.insert(link.0) {
                 probing.remove(&link.0);
             }
-            if c.ping {
+            if c.ping && !answers_due.contains(&link.0) {
                 answers_due.push(link.0);
             }
             for inner in c.frames() {
