@@ -26,6 +26,12 @@
 #             clients of node b's daemon (frames go ring to ring through
 #             the daemon), against shm --local (the method same-node ranks
 #             use), blocking, as uid 65534; ratio bcld / shm.
+#   hand-off  the wake-up a daemon adds against a blocking endpoint's own,
+#             with the placement fixed: node b's daemon pinned to CPU 1,
+#             the two --local clients to CPU 0, so each of the four
+#             hand-offs of a round trip is one cross-CPU wake-up; against
+#             shm --local --pin 0,1, whose round trip is two. Ratio: bcld
+#             p50 / 4 over shm p50 / 2.
 #
 # Busy-polling is not measured: through the daemons a round trip involves
 # four busy processes, and this host has two CPUs.
@@ -48,7 +54,7 @@ while [ $# -gt 0 ]; do
     --iters) ITERS=$2; shift 2 ;;
     --bw-iters) BW_ITERS=$2; shift 2 ;;
     --idle-seconds) IDLE=$2; shift 2 ;;
-    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,41p' "$0"; exit 0 ;;
     *) echo "bcld.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -70,11 +76,12 @@ cleanup() {
   stop_daemons
   "$BIN/bcl-lab" down "$LAB" >/dev/null 2>&1 || true
 }
-# start_daemons [EXTRA BCLD ARGS...]
+# start_daemons [EXTRA BCLD ARGS...]; with PIN_B set, node b's daemon runs
+# on that CPU only.
 start_daemons() {
   ip netns exec "$BCL_LAB_PREFIX.a" "$OUT/bcld" --foreground --node 1 --method "$METHOD" --socket "$OUT/a.sock" "$@" 2>>"$OUT/bcld.log" &
   DPIDS+=($!)
-  ip netns exec "$BCL_LAB_PREFIX.b" "$OUT/bcld" --foreground --node 2 --method "$METHOD" --socket "$OUT/b.sock" "$@" 2>>"$OUT/bcld.log" &
+  ip netns exec "$BCL_LAB_PREFIX.b" ${PIN_B:+taskset -c "$PIN_B"} "$OUT/bcld" --foreground --node 2 --method "$METHOD" --socket "$OUT/b.sock" "$@" 2>>"$OUT/bcld.log" &
   DPIDS+=($!)
   for s in a b; do
     for _ in $(seq 100); do [ -S "$OUT/$s.sock" ] && break; sleep 0.05; done
@@ -153,6 +160,14 @@ for r in $(seq "$RUNS"); do
   start_daemons --no-bundle
   small_pairs "$OUT/small-plain-$r"
   stop_daemons
+done
+
+# Hand-off against wake-up, placement fixed.
+for r in $(seq "$RUNS"); do
+  PIN_B=1 start_daemons
+  run b "$OUT/b.sock" "$OUT/bcl-pingpong" --method bcld --local --pin 0,0 --sizes 64 --iters "$ITERS" --port 30 --json "$OUT/handoff-bcld-$r.json" >/dev/null 2>>"$OUT/client.log"
+  stop_daemons
+  run b "" "${NOBODY[@]}" "$OUT/bcl-pingpong" --method shm --local --pin 0,1 --sizes 64 --iters "$ITERS" --json "$OUT/handoff-shm-$r.json" >/dev/null 2>>"$OUT/client.log"
 done
 
 # Idle: a client on each daemon, no traffic.
@@ -236,6 +251,15 @@ print("Two clients of one node, 64 B round trip p50, blocking (µs): shm --local
 for row in local:
     print("  " + "  ".join(f"{x:8.1f}" for x in row))
 summary("local: bcld / shm", [b / s for s, b in local])
+hand = []
+for r in range(1, runs + 1):
+    b = load(f"handoff-bcld-{r}.json")["results"][0]["p50_ns"] / 1e3
+    s = load(f"handoff-shm-{r}.json")["results"][0]["p50_ns"] / 1e3
+    hand.append((b, s))
+print("Placement fixed, 64 B p50 (µs): bcld --local (clients CPU 0, daemon CPU 1), shm --local --pin 0,1")
+for row in hand:
+    print("  " + "  ".join(f"{x:8.1f}" for x in row))
+summary("hand-off (bcld/4) / shm wake-up (shm/2)", [(b / 4) / (s / 2) for b, s in hand])
 print(f"Idle: the two daemons used {idle_ticks} clock ticks ({idle_ticks / hz:.3f} s of CPU) in {idle_s:.0f} s with a client each")
 EOF
 echo "raw JSON: $OUT"

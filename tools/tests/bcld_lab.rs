@@ -229,7 +229,11 @@ fn unprivileged_tools_stream_verified_messages_through_the_daemons() {
                 .any(|(k, v)| k.starts_with("refused") && *v > 0),
             "{s:?}"
         );
-        assert!(daemon.counter("rx_delivered") > 1000, "{s:?}");
+        // b received the data (thousands of frames: the 64 KiB messages
+        // alone are 46 each), a the acknowledgements (as many as the
+        // receiver's ACK coalescing sends).
+        let least = if node == 2 { 1000 } else { 1 };
+        assert!(daemon.counter("rx_delivered") >= least, "{s:?}");
         assert!(ring_files(TOOLS_JOB, node, 0).is_empty());
     }
 
