@@ -30,6 +30,7 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// The file name of the segment of `addr` in job `job`.
@@ -436,9 +437,10 @@ enum Verdict {
     Stale,
 }
 
-/// Whether a segment's owner is alive. Called under the directory lock,
-/// so a header that is not valid is a creator that crashed before
-/// finishing, not one still writing.
+/// Whether a segment's owner is alive. Called under this user's directory
+/// lock on this user's segments, so a header that is not valid is a
+/// creator that crashed before finishing, not one still writing (another
+/// user's creators take their own lock: see [`cleanup_stale`]).
 fn judge(h: &HeaderData) -> Verdict {
     if h.magic != crate::layout::MAGIC {
         return Verdict::Stale;
@@ -462,7 +464,8 @@ pub struct CleanupReport {
     pub removed: Vec<(PathBuf, u32)>,
     /// Segments kept because their owners are alive.
     pub kept: usize,
-    /// Segments that could not be judged (unreadable: another user's).
+    /// Segments that could not be judged (unreadable, or another user's
+    /// not yet initialised: perhaps being created).
     pub skipped: usize,
 }
 
@@ -473,6 +476,8 @@ pub fn cleanup_stale(dir: &Path) -> Result<CleanupReport, ShmError> {
     let io = |context: String| move |source: io::Error| ShmError::Io { context, source };
     let _lock = DirLock::acquire(dir).map_err(io(format!("locking {}", dir.display())))?;
     let mut report = CleanupReport::default();
+    // SAFETY: getuid cannot fail.
+    let me = unsafe { libc::getuid() };
     let entries = std::fs::read_dir(dir).map_err(io(format!("listing {}", dir.display())))?;
     for e in entries.flatten() {
         let name = e.file_name();
@@ -488,8 +493,15 @@ pub fn cleanup_stale(dir: &Path) -> Result<CleanupReport, ShmError> {
         if !is_segment_name(name) {
             continue;
         }
+        // Another user's creators hold that user's lock, not ours: a
+        // segment of theirs whose header is not written yet may be one
+        // being created right now. Only a valid header with a dead owner
+        // makes it garbage; a crashed creator's leftover goes at that
+        // user's next cleanup.
+        let foreign = e.metadata().is_ok_and(|m| m.uid() != me);
         match read_header(&path) {
             Ok(None) => {}
+            Ok(Some(h)) if foreign && h.magic != crate::layout::MAGIC => report.skipped += 1,
             Ok(Some(h)) => match judge(&h) {
                 Verdict::Alive => report.kept += 1,
                 Verdict::Stale => {

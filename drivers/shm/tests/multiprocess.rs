@@ -626,3 +626,41 @@ fn consumer_death_gives_the_producer_an_error_not_a_hang() {
     cleanup_stale(&dir()).unwrap();
     assert!(!seg_path(j, 60).exists());
 }
+
+#[test]
+fn another_users_segment_being_created_is_not_taken_for_garbage() {
+    use std::os::unix::fs::MetadataExt;
+    // The segment must belong to another user: root only.
+    if std::fs::metadata("/proc/self").unwrap().uid() != 0 {
+        assert_eq!(
+            std::env::var("BCL_SKIP_PRIVILEGED").as_deref(),
+            Ok("1"),
+            "this test must run as root (it gives a file to uid 65534); set BCL_SKIP_PRIVILEGED=1 to skip it"
+        );
+        eprintln!("SKIP another_users_segment_being_created: not root");
+        return;
+    }
+    let _g = serial();
+    let j = job();
+    // Another user's creator that has made and sized its file but not yet
+    // written the header (it holds that user's directory lock, not ours).
+    let theirs = seg_path(j, 50);
+    std::fs::write(&theirs, vec![0u8; 4096]).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+    // The same file of our own user: a creator that crashed, since ours
+    // take the lock cleanup_stale holds.
+    let ours = seg_path(j, 51);
+    std::fs::write(&ours, vec![0u8; 4096]).unwrap();
+    let r = cleanup_stale(&dir()).unwrap();
+    let kept = theirs.exists();
+    let _ = std::fs::remove_file(&theirs);
+    assert!(
+        kept,
+        "another user's segment in creation was removed: {r:?}"
+    );
+    assert!(
+        !ours.exists(),
+        "our own crashed creator's file was kept: {r:?}"
+    );
+    assert!(r.skipped >= 1, "{r:?}");
+}
