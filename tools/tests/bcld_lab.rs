@@ -23,7 +23,7 @@ use bcl::core::wire::{encode, FrameType, HeaderFields, HEADER_LEN};
 use bcl::shm::engine::EngineMethod;
 use bcl::{Endpoint, JobKey, ProcessAddr, ProgressMode, SendEvent};
 use bcl_lab::{require_privileges, Lab, LabGuard};
-use bcld_common::{open_dir, public_copy, Daemon};
+use bcld_common::{open_dir, public_copy, Daemon, UidWatch};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -629,24 +629,7 @@ fn four_ranks_per_node_share_one_afxdp_nic_through_the_daemon() {
     // bcl-run is root (the lab's namespaces); the ranks run as uid 65534
     // (--user) and reach the NICs only through the daemons.
     let alltoall = public_copy(env!("CARGO_BIN_EXE_bcl-alltoall"), dir.path());
-    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let done = Arc::new(AtomicBool::new(false));
-    let watcher = {
-        let (seen, done) = (seen.clone(), done.clone());
-        let sockets = [a.socket.clone(), b.socket.clone()];
-        std::thread::spawn(move || {
-            while !done.load(Ordering::Relaxed) {
-                for s in &sockets {
-                    if let Ok(st) = bcl::shm::engine::query_status(s) {
-                        seen.lock()
-                            .unwrap()
-                            .extend(st.clients.iter().map(|c| c.uid));
-                    }
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        })
-    };
+    let watch = UidWatch::start(vec![a.socket.clone(), b.socket.clone()]);
     let out = Command::new(env!("CARGO_BIN_EXE_bcl-run"))
         .env("BCL_LAB_PREFIX", lab.prefix())
         .env("BCL_BCLD_SOCKET", dir.path().join("bcld-%n.sock"))
@@ -658,9 +641,7 @@ fn four_ranks_per_node_share_one_afxdp_nic_through_the_daemon() {
         .args(["--sizes", "8,1024,65536", "--timeout", "60"])
         .output()
         .unwrap();
-    done.store(true, Ordering::Relaxed);
-    watcher.join().unwrap();
-    let seen = seen.lock().unwrap().clone();
+    let seen = watch.stop();
     assert!(!seen.is_empty(), "no client seen while the job ran");
     assert!(
         seen.iter().all(|&uid| uid.to_string() == NOBODY),

@@ -54,18 +54,20 @@ fn run_program(prefix: &str, methods: Option<&str>, per_node: u32, program: &[&s
         prefix,
         methods,
         per_node,
+        None,
         program,
     )
 }
 
-/// [`run_program`] with the resource database `cluster` and `env` added to
-/// bcl-run's environment.
+/// [`run_program`] with the resource database `cluster`, `env` added to
+/// bcl-run's environment, and the ranks run as `user` (`bcl-run --user`).
 fn run_on(
     cluster: &str,
     env: &[(&str, &str)],
     prefix: &str,
     methods: Option<&str>,
     per_node: u32,
+    user: Option<&str>,
     program: &[&str],
 ) -> Job {
     let mut c = Command::new(env!("CARGO_BIN_EXE_bcl-run"));
@@ -81,8 +83,9 @@ fn run_on(
             &per_node.to_string(),
             "--timeout",
             "30",
-            "--",
         ])
+        .args(user.map(|u| ["--user", u]).iter().flatten())
+        .arg("--")
         .args(program);
     match methods {
         Some(m) => c.env("BCL_METHODS", m),
@@ -308,7 +311,7 @@ fn mixed_cluster_all_to_all_through_the_node_daemons() {
     if !bcl_lab::require_privileges("mixed_cluster_all_to_all_through_the_node_daemons") {
         return;
     }
-    use bcld_common::{open_dir, Daemon};
+    use bcld_common::{open_dir, public_copy, Daemon, UidWatch};
     let prefix = format!("bl-mxd{}", std::process::id() % 100_000);
     let lab = bcl_lab::Lab::load(&root().join("configs/lab/mixed.toml"))
         .unwrap()
@@ -337,19 +340,30 @@ fn mixed_cluster_all_to_all_through_the_node_daemons() {
     );
     assert!(nics[2].starts_with("packet:"), "{nics:?}");
     let socket = dir.path().join("bcld-%n.sock");
+    // The ranks run unprivileged (uid 65534), as a cluster's users do: on
+    // a1, a2 and p they reach the NIC only through the daemon.
+    let alltoall = public_copy(env!("CARGO_BIN_EXE_bcl-alltoall"), dir.path());
+    let watch = UidWatch::start(daemons.iter().map(|d| d.socket.clone()).collect());
     let job = run_on(
         "configs/mixed-bcld.toml",
         &[("BCL_BCLD_SOCKET", socket.to_str().unwrap())],
         &prefix,
         None,
         2,
+        Some("65534"),
         &[
-            env!("CARGO_BIN_EXE_bcl-alltoall"),
+            alltoall.to_str().unwrap(),
             "--sizes",
             "8,64,1024,8192,65536,1048576",
             "--timeout",
             "60",
         ],
+    );
+    let seen = watch.stop();
+    assert!(!seen.is_empty(), "no client seen while the job ran");
+    assert!(
+        seen.iter().all(|&uid| uid == 65534),
+        "clients of uids {seen:?}"
     );
     assert_eq!(job.hashes.len(), 8, "every rank reports its hash");
     for r in 0..8u32 {

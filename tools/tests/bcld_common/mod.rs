@@ -114,3 +114,38 @@ impl Drop for Daemon {
         let _ = self.child.wait();
     }
 }
+
+/// Watches the client lists of daemons while a job runs: the uids of every
+/// client seen, once a view every 20 ms.
+pub struct UidWatch {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<u32>>,
+}
+
+impl UidWatch {
+    /// Starts watching the daemons at `sockets`.
+    pub fn start(sockets: Vec<PathBuf>) -> UidWatch {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            while !flag.load(Ordering::Relaxed) {
+                for s in &sockets {
+                    if let Ok(st) = query_status(s) {
+                        seen.extend(st.clients.iter().map(|c| c.uid));
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            seen
+        });
+        UidWatch { stop, thread }
+    }
+
+    /// Stops watching; the uids seen, one per client per view.
+    pub fn stop(self) -> Vec<u32> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+}
