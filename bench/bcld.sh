@@ -242,23 +242,19 @@ print("Four pairs of 16 B messages at once (messages/s summed): bundling, --no-b
 for row in small:
     print(f"  {row[0]:10.0f}  {row[1]:10.0f}  {row[2]:6.1f}")
 summary("bundled / not bundled, messages/s", [b / u for b, u, _ in small])
-local = []
-for r in range(1, runs + 1):
-    s = load(f"local-shm-{r}.json")["results"][0]["p50_ns"] / 1e3
-    b = load(f"local-bcld-{r}.json")["results"][0]["p50_ns"] / 1e3
-    local.append((s, b))
-print("Two clients of one node, 64 B round trip p50, blocking (µs): shm --local, bcld --local")
-for row in local:
-    print("  " + "  ".join(f"{x:8.1f}" for x in row))
+def p50_pairs(title, first, second):
+    """Per round, the p50 (µs) of runs `first` and `second`, printed."""
+    rows = [tuple(load(f"{name}-{r}.json")["results"][0]["p50_ns"] / 1e3 for name in (first, second))
+            for r in range(1, runs + 1)]
+    print(title)
+    for row in rows:
+        print("  " + "  ".join(f"{x:8.1f}" for x in row))
+    return rows
+local = p50_pairs("Two clients of one node, 64 B round trip p50, blocking (µs): shm --local, bcld --local",
+                  "local-shm", "local-bcld")
 summary("local: bcld / shm", [b / s for s, b in local])
-hand = []
-for r in range(1, runs + 1):
-    b = load(f"handoff-bcld-{r}.json")["results"][0]["p50_ns"] / 1e3
-    s = load(f"handoff-shm-{r}.json")["results"][0]["p50_ns"] / 1e3
-    hand.append((b, s))
-print("Placement fixed, 64 B p50 (µs): bcld --local (clients CPU 0, daemon CPU 1), shm --local --pin 0,1")
-for row in hand:
-    print("  " + "  ".join(f"{x:8.1f}" for x in row))
+hand = p50_pairs("Placement fixed, 64 B p50 (µs): bcld --local (clients CPU 0, daemon CPU 1), shm --local --pin 0,1",
+                 "handoff-bcld", "handoff-shm")
 summary("hand-off (bcld/4) / shm wake-up (shm/2)", [(b / 4) / (s / 2) for b, s in hand])
 print(f"Idle: the two daemons used {idle_ticks} clock ticks ({idle_ticks / hz:.3f} s of CPU) in {idle_s:.0f} s with a client each")
 EOF
