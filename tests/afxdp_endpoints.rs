@@ -67,10 +67,17 @@ fn run_side(
     let d = from_peer.recv().unwrap();
     ep.add_peer(peer_addr, Descriptor::new(name, d.address));
     if mode == ProgressMode::BusyPoll {
-        // Start late, so that a blocking peer has sent its first window and
-        // must sleep until our frames wake it (the test checks it was).
+        // Start late, so that a blocking peer is asleep when our first
+        // frames come (the test checks they woke it).
         std::thread::sleep(Duration::from_millis(50));
     }
+    // A blocking side sends nothing before the peer's first message, so
+    // until then it has no deadline of its own and sleeps on the method's
+    // descriptor alone: only a frame can wake it, however late the peer's
+    // thread gets a CPU. (A side that sent first would sleep on its
+    // retransmission timer too, and on a loaded machine could be awake,
+    // woken by that timer, when the peer's frames came.)
+    let waits_for_peer = mode == ProgressMode::Blocking;
     let deadline = Instant::now() + timeout;
     let (mut sent, mut completed, mut received) = (0u32, 0u32, 0u32);
     let mut marked = false;
@@ -80,11 +87,17 @@ fn run_side(
             "node {me}: timed out: sent {sent}, completed {completed}, received {received}: {:?}",
             ep.port().stats()
         );
-        while sent < count && sent - completed < 64 {
+        let may_send = !waits_for_peer || received > 0;
+        while may_send && sent < count && sent - completed < 64 {
             ep.send(peer_addr, &message(sent, me)).expect("send");
             sent += 1;
         }
-        let limit = ep.now() + Duration::from_millis(20);
+        let limit = ep.now()
+            + if may_send {
+                Duration::from_millis(20)
+            } else {
+                deadline.saturating_duration_since(Instant::now())
+            };
         ep.progress_or_wait(Some(limit)).expect("progress");
         while let Some(ev) = ep.poll_send_event() {
             match ev {
