@@ -170,9 +170,12 @@ fn unconfigured_methods(registry: &Registry) -> Vec<String> {
 ///   (the node's `shm` setting) allows it;
 /// * once per process for the node daemon ([`Attachment::Daemon`]:
 ///   `bcld`), on the fabric of the node's first NIC that allows it (every
-///   interface found without a configuration does); where the daemon runs
-///   and opens, the process opens no method of its family itself
-///   ([`join`]);
+///   interface found without a configuration does), through the daemon's
+///   first NIC; with rails, and several NICs of that fabric allowing it,
+///   once per such NIC, named (the daemon must own them by those names),
+///   local rank *i*'s NIC (*i* modulo the count) first, as for `packet`;
+///   where the daemon runs and opens, the process opens no other method of
+///   its family itself ([`join`]);
 /// * on an IP address ([`Attachment::IpAddress`]: `udp`): once, on the
 ///   first NIC that allows it and has an address; `unconfigured` (no
 ///   cluster configuration) falls back to 127.0.0.1;
@@ -249,12 +252,26 @@ pub fn plan_on(
                 // Nothing to say where no NIC allows it (a configuration
                 // that does not use the daemon).
                 if let Some((_, _, fabric, _)) = first {
-                    out.push(Planned {
-                        method: m.to_string(),
-                        ifname: None,
-                        ip: None,
-                        fabric: Some(fabric.clone()),
-                    });
+                    let named: Vec<&String> = nics_here
+                        .iter()
+                        .filter(|(_, _, f, allowed)| f == fabric && allowed.iter().any(|x| x == m))
+                        .map(|(ifname, ..)| ifname)
+                        .collect();
+                    let n = named.len();
+                    let through: Vec<Option<String>> = if policy.rails && n > 1 {
+                        let i = local_rank as usize % n;
+                        (0..n).map(|k| Some(named[(i + k) % n].clone())).collect()
+                    } else {
+                        vec![None]
+                    };
+                    for ifname in through {
+                        out.push(Planned {
+                            method: m.to_string(),
+                            ifname,
+                            ip: None,
+                            fabric: Some(fabric.clone()),
+                        });
+                    }
                 }
             }
             Attachment::Interface | Attachment::Device => plan_nic_method(
@@ -623,8 +640,9 @@ pub fn join(opts: JoinOptions) -> Result<Joined, JoinError> {
     for p in &planned {
         let kind = opts.registry.get(&p.method);
         let family = kind.and_then(|k| k.family());
+        let through_daemon = kind.is_some_and(|k| k.attachment() == Attachment::Daemon);
         if let (Some(owner), Some(f)) = (daemon_family, family) {
-            if owner == f {
+            if owner == f && !through_daemon {
                 notes.push(format!(
                     "{}: not opened, the node daemon (bcld) serves its NICs",
                     p.method
@@ -634,7 +652,7 @@ pub fn join(opts: JoinOptions) -> Result<Joined, JoinError> {
         }
         match open(p, job, local, &opts.registry) {
             Ok(m) => {
-                if kind.is_some_and(|k| k.attachment() == Attachment::Daemon) {
+                if through_daemon {
                     daemon_family = daemon_family.or(family);
                 }
                 methods.push((m, p.fabric.clone()))
@@ -938,6 +956,48 @@ mod tests {
         pol.rails = false;
         let (p, _) = plan_on(&two, true, false, 1, &pol);
         assert_eq!(p.iter().filter(|x| x.method == "packet").count(), 1);
+    }
+
+    #[test]
+    fn with_rails_a_process_goes_through_every_daemon_nic_of_the_fabric_its_own_first() {
+        let mut pol = Policy {
+            rails: true,
+            order: vec!["bcld".into(), "packet".into()],
+            ..Policy::default()
+        };
+        let both: &[&str] = &["bcld", "packet"];
+        let two = slots(&[
+            ("to-fa", "A", both),
+            ("to-fb", "B", both),
+            ("to-fa-2", "A", both),
+        ]);
+        let (p, _) = plan_on(&two, false, false, 1, &pol);
+        let through: Vec<_> = on(&p).into_iter().filter(|(m, _)| m == "bcld").collect();
+        assert_eq!(
+            through,
+            pairs(&[("bcld", "to-fa-2"), ("bcld", "to-fa")]),
+            "fabric A only (the first that allows bcld), local rank 1's NIC first"
+        );
+        // One NIC of the fabric, or no rails: the daemon's first NIC,
+        // unnamed (the daemon chooses).
+        let one = slots(&[("to-fa", "A", both), ("to-fb", "B", both)]);
+        let (p, _) = plan_on(&one, false, false, 1, &pol);
+        assert_eq!(
+            on(&p)
+                .into_iter()
+                .filter(|(m, _)| m == "bcld")
+                .collect::<Vec<_>>(),
+            pairs(&[("bcld", "")])
+        );
+        pol.rails = false;
+        let (p, _) = plan_on(&two, false, false, 1, &pol);
+        assert_eq!(
+            on(&p)
+                .into_iter()
+                .filter(|(m, _)| m == "bcld")
+                .collect::<Vec<_>>(),
+            pairs(&[("bcld", "")])
+        );
     }
 
     #[test]

@@ -124,7 +124,8 @@ pub struct CommonArgs {
 
     /// Interface of the packet and afxdp methods (default: the only non-loopback
     /// interface that is up). For vfio: a PCI address, or the interface name
-    /// of the NIC to drive (which must then be bound to vfio-pci).
+    /// of the NIC to drive (which must then be bound to vfio-pci). For
+    /// bcld: which of the daemon's NICs to go through (default: its first).
     #[arg(long, value_name = "IF")]
     pub ifname: Option<String>,
 
@@ -135,8 +136,10 @@ pub struct CommonArgs {
     /// `listening:` descriptor is one descriptor per rail joined by `+`.
     /// Large messages are striped over the rails in 4 KiB units, a rail
     /// that fails is left and used again when it returns; the end prints
-    /// each rail's bytes (and --json has them under `rails`). Replaces
-    /// --ifname.
+    /// each rail's bytes (and --json has them under `rails`). With
+    /// `--method bcld` each IF is one of the node daemon's NICs (the names
+    /// it was started with): one connection to the daemon per NIC.
+    /// Replaces --ifname.
     #[arg(long, value_name = "IF,IF", value_parser = parse_rails, conflicts_with = "ifname")]
     pub rails: Option<RailList>,
 

@@ -247,7 +247,8 @@ impl EndSpec {
     pub fn nic(&self, kind: &dyn MethodKind) -> Option<String> {
         match kind.attachment() {
             Attachment::Device => self.pci.clone().or_else(|| self.ifname.clone()),
-            Attachment::Interface => self.ifname.clone(),
+            // For the daemon: which of its NICs to go through.
+            Attachment::Interface | Attachment::Daemon => self.ifname.clone(),
             _ => None,
         }
     }

@@ -340,7 +340,8 @@ pub fn connect_on(
 }
 
 /// The kind of each rail of `spec.rails` (its own method, else `kind`),
-/// checked: Ethernet methods on an interface, of `kind`'s family.
+/// checked: Ethernet methods on an interface, of `kind`'s family, or the
+/// node daemon's NICs (`bcld`, each rail one of the daemon's NICs by name).
 fn rail_kinds<'a>(
     registry: &'a Registry,
     kind: &'a dyn MethodKind,
@@ -353,9 +354,10 @@ fn rail_kinds<'a>(
                 Some(m) => registry.lookup(m).map_err(|e| format!("--rails: {e}"))?,
                 None => kind,
             };
-            if k.attachment() != Attachment::Interface || k.family() != kind.family() {
+            let on_nics = matches!(k.attachment(), Attachment::Interface | Attachment::Daemon);
+            if !on_nics || k.family() != kind.family() {
                 return Err(format!(
-                    "--rails: {} is not an Ethernet method on an interface of the {} family (rails are NICs: packet or afxdp)",
+                    "--rails: {} is not an Ethernet method on an interface of the {} family (rails are NICs: packet, afxdp, or bcld's NICs)",
                     k.name(),
                     kind.name()
                 ));

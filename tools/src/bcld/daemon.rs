@@ -1,22 +1,22 @@
-//! The daemon: one NIC method, the listening socket, the clients, and the
-//! loop that moves frames between the clients' rings and the NIC.
+//! The daemon: its NICs, the listening socket, the clients, and the loop
+//! that moves frames between the clients' rings and the NICs.
 //!
 //! One thread does everything, in rounds: accept new clients, answer
-//! their requests, move frames from every client's ring to the NIC (all
-//! clients' frames in one transmit burst of the NIC method), move
-//! received frames into the rings of the clients they are for, and sleep
-//! when a round found nothing to do (unless busy-polling), in one epoll set
-//! of everything that can wake it.
+//! their requests, move frames from every client's ring to its NIC (per
+//! NIC, all its clients' frames in one transmit burst of the NIC method),
+//! move received frames into the rings of the clients they are for, and
+//! sleep when a round found nothing to do (unless busy-polling), in one
+//! epoll set of everything that can wake it.
 
-use super::bundler::{Bundler, Offer};
+use super::bundler::Offer;
+use super::nic::Nic;
 use super::session::{Cred, Job, Session};
 use super::trusted::{check_outgoing, destination, Undeliverable};
-use bcl::core::method::{Descriptor, LinkId, Method, OpenSpec, TxFrame};
+use bcl::core::method::{Descriptor, LinkId, TxFrame};
 use bcl::core::wire::container;
 use bcl::core::{JobKey, ProcessAddr};
-use bcl::registry::Registry;
-use bcl::shm::engine::{ClientStatus, Status, WaitSet, LOCAL_LINK, MAX_FRAME, RING_NODE_BITS};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use bcl::shm::engine::{ClientStatus, Status, WaitSet, LOCAL_LINK, RING_NODE_BITS};
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
@@ -54,8 +54,9 @@ pub struct Config {
     pub node: u32,
     /// The Unix socket clients connect to.
     pub socket: PathBuf,
-    /// The NICs and methods to try, best first: the daemon owns the first
-    /// that opens.
+    /// The NICs and the methods to try on each, best first: the daemon
+    /// owns every NIC that opens with one of its candidates (the first
+    /// that opens), numbered in the order the NICs are first named.
     pub candidates: Vec<Candidate>,
     /// The EtherType of BCL frames; `None`: the method's default for jobs.
     pub ethertype: Option<u16>,
@@ -121,18 +122,20 @@ pub type Counters = BTreeMap<&'static str, u64>;
 /// The running daemon.
 pub struct Daemon {
     cfg: Config,
-    nic: Box<dyn Method>,
-    address: String,
+    /// The NICs, by number.
+    nics: Vec<Nic>,
+    /// What did not open at start, for people.
+    start_notes: Vec<String>,
+    /// Largest frame a client may send: the smallest of the NICs'.
     mtu: usize,
     listener: UnixListener,
     sessions: Vec<Option<Session>>,
-    by_port: HashMap<(u32, u16), usize>,
+    /// The session of each (job, port, NIC number).
+    by_port: HashMap<(u32, u16, usize), usize>,
     jobs: HashMap<u32, Job>,
-    /// NIC links below this number exist (the method numbers them from 0).
-    links: u32,
     counters: Counters,
     /// Frames between two local clients, waiting for delivery: records of
-    /// job (4), port (2), length (2) and the frame.
+    /// job (4), port (2), the sender's NIC (1), length (2) and the frame.
     local: Vec<u8>,
     /// The client whose ring is read first in the next round.
     next_first: usize,
@@ -143,21 +146,13 @@ pub struct Daemon {
     waits: WaitSet,
     /// The tokens of what woke the last sleep.
     woke: Vec<u64>,
-    /// Containers being filled and frames ready for the NIC.
-    bundler: Bundler,
-    /// Links a daemon receives on (it sent us a container).
-    daemon_links: HashSet<u32>,
-    /// Links a client said lead to a daemon that has not answered yet:
-    /// when they were last probed and how often.
-    probing: HashMap<u32, (Instant, u32)>,
-    /// Links whose probe asked for an answer, to answer in the next round.
-    answers_due: Vec<u32>,
 }
 
 /// Wait-set token of the listening socket.
 const LISTENER_TOKEN: u64 = 0;
-/// Wait-set token of the NIC.
-const NIC_TOKEN: u64 = 1;
+/// Wait-set token of NIC number 0 (NIC k has this plus k); above every
+/// client's.
+const NIC_TOKEN: u64 = 1 << 40;
 
 /// Wait-set token of the socket of the client in slot `i`.
 fn socket_token(i: usize) -> u64 {
@@ -172,7 +167,7 @@ fn ring_token(i: usize) -> u64 {
 /// Whether `token` is a socket's (the listener's or a client's): the
 /// sockets are read only when one woke the daemon.
 fn is_socket_token(token: u64) -> bool {
-    token == LISTENER_TOKEN || (token >= 2 && token.is_multiple_of(2))
+    token == LISTENER_TOKEN || ((2..NIC_TOKEN).contains(&token) && token.is_multiple_of(2))
 }
 
 impl Daemon {
@@ -180,7 +175,7 @@ impl Daemon {
     pub fn start(cfg: Config) -> Result<Daemon, StartError> {
         if cfg.node & RING_NODE_BITS != 0 {
             return Err(StartError::Config(format!(
-                "--node {} is too large: node ids of clients must be below 2^30",
+                "--node {} is too large: node ids of clients must be below 2^26",
                 cfg.node
             )));
         }
@@ -192,51 +187,61 @@ impl Daemon {
                 cleaned.removed.len()
             );
         }
-        let nic = open_nic(&cfg)?;
-        let cfg_node = cfg.node;
-        let address = nic.descriptor().address;
-        let mtu = nic.caps().mtu.min(MAX_FRAME);
+        let (nics, start_notes) = super::nic::open_all(&cfg)?;
+        let mtu = nics.iter().map(|n| n.mtu).min().unwrap_or_default();
         let listener = listen(&cfg.socket)?;
         let waits = WaitSet::new().map_err(io_err("creating the wait set"))?;
         waits
             .add(listener.as_raw_fd(), LISTENER_TOKEN)
             .map_err(io_err("adding the socket to the wait set"))?;
-        if let Some(fd) = nic.readiness_fd() {
-            waits
-                .add(fd, NIC_TOKEN)
-                .map_err(io_err("adding the NIC to the wait set"))?;
+        for (k, nic) in nics.iter().enumerate() {
+            if let Some(fd) = nic.method.readiness_fd() {
+                waits
+                    .add(fd, NIC_TOKEN + k as u64)
+                    .map_err(io_err("adding a NIC to the wait set"))?;
+            }
         }
         Ok(Daemon {
             cfg,
-            nic,
-            address,
+            nics,
+            start_notes,
             mtu,
             listener,
             sessions: Vec::new(),
             by_port: HashMap::new(),
             jobs: HashMap::new(),
-            links: 0,
             counters: Counters::new(),
             local: Vec::new(),
             next_first: 0,
             sockets_due: true,
             waits,
             woke: Vec::new(),
-            bundler: Bundler::new(cfg_node, mtu),
-            daemon_links: HashSet::new(),
-            probing: HashMap::new(),
-            answers_due: Vec::new(),
         })
     }
 
-    /// The NIC method's descriptor.
+    /// The descriptor of the first NIC (the one a client's hello gets
+    /// when it names none).
     pub fn descriptor(&self) -> Descriptor {
-        Descriptor::new(self.nic.name(), self.address.clone())
+        self.nics[0].descriptor()
     }
 
-    /// The method's notes (attach mode, queues).
+    /// Every NIC as `NAME=METHOD:ADDRESS`, by number.
+    pub fn nic_labels(&self) -> Vec<String> {
+        self.nics.iter().map(Nic::label).collect()
+    }
+
+    /// What did not open, and the methods' notes (attach mode, queues).
     pub fn notes(&self) -> Vec<String> {
-        self.nic.notes()
+        let mut notes = self.start_notes.clone();
+        for (k, n) in self.nics.iter().enumerate() {
+            notes.extend(
+                n.method
+                    .notes()
+                    .into_iter()
+                    .map(|x| format!("NIC {k}: {x}")),
+            );
+        }
+        notes
     }
 
     /// Runs rounds until `stop` is set.
@@ -343,7 +348,8 @@ impl Daemon {
                 job,
                 secret,
                 local,
-            } => self.hello(i, s, version, JobKey(job), &secret, &local),
+                nic,
+            } => self.hello(i, s, version, JobKey(job), &secret, &local, nic.as_deref()),
             Request::Attach => {
                 let reply = s.attach(&self.cfg.shm_dir, self.mtu);
                 if let Some(fd) = s.ring_fd().filter(|_| matches!(reply, Reply::Attached)) {
@@ -366,6 +372,7 @@ impl Daemon {
         reply
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn hello(
         &mut self,
         i: usize,
@@ -374,6 +381,7 @@ impl Daemon {
         job: JobKey,
         secret: &str,
         local: &str,
+        nic: Option<&str>,
     ) -> bcl::shm::engine::Reply {
         use bcl::shm::engine::{Reply, PROTOCOL_VERSION};
         let refuse = |reason: String| Reply::Refused { reason };
@@ -395,11 +403,40 @@ impl Daemon {
                 self.cfg.node, self.cfg.node
             ));
         }
-        if let Some(&other) = self.by_port.get(&(job.0, addr.port.0)) {
-            let pid = self.sessions[other].as_ref().map_or(0, |o| o.cred().pid);
-            return refuse(format!("{addr} of job {:#x} is taken by pid {pid}", job.0));
-        }
+        let k = match nic {
+            None => 0,
+            Some(name) => match self
+                .nics
+                .iter()
+                .position(|n| n.name.as_deref() == Some(name))
+            {
+                Some(k) => k,
+                None => {
+                    return refuse(format!(
+                        "this bcld owns no NIC {name:?} (its NICs: {})",
+                        self.nic_labels().join(", ")
+                    ))
+                }
+            },
+        };
         let cred = s.cred();
+        // One process address is one process: its connections through
+        // the other NICs must come from the same pid.
+        for j in 0..self.nics.len() {
+            let Some(&other) = self.by_port.get(&(job.0, addr.port.0, j)) else {
+                continue;
+            };
+            let pid = self.sessions[other].as_ref().map_or(0, |o| o.cred().pid);
+            if j == k {
+                return refuse(format!(
+                    "{addr} of job {:#x} is taken by pid {pid} on NIC {k}",
+                    job.0
+                ));
+            }
+            if pid != cred.pid {
+                return refuse(format!("{addr} of job {:#x} is taken by pid {pid}", job.0));
+            }
+        }
         match self.jobs.get_mut(&job.0) {
             Some(j) => {
                 if j.uid != cred.uid {
@@ -417,14 +454,20 @@ impl Daemon {
                 self.jobs.insert(job.0, Job::new(cred.uid, secret));
             }
         }
-        s.set_identity(job, addr);
-        self.by_port.insert((job.0, addr.port.0), i);
+        s.set_identity(job, addr, k);
+        self.by_port.insert((job.0, addr.port.0, k), i);
         Reply::Welcome {
             node: self.cfg.node,
             mtu: self.mtu,
-            method: self.nic.name().to_string(),
-            address: self.address.clone(),
+            method: self.nics[k].method.name().to_string(),
+            address: self.nics[k].address.clone(),
             pid: std::process::id(),
+            nic: k,
+            nics: self
+                .nics
+                .iter()
+                .map(|n| n.descriptor().to_string())
+                .collect(),
         }
     }
 
@@ -449,25 +492,28 @@ impl Daemon {
                 };
             }
         };
-        if d.method == self.nic.name() && d.address == self.address {
+        // A peer on one of our own NICs is another client of ours.
+        if self.nics.iter().any(|n| n.is(&d)) {
             return Reply::Link { link: LOCAL_LINK };
         }
-        if d.method != self.nic.name() {
+        let sends_with = self.nics[s.nic()].method.name();
+        if d.method != sends_with {
             self.count("refused_descriptors");
             return Reply::Refused {
-                reason: format!("{d}: this bcld sends with {}", self.nic.name()),
+                reason: format!("{d}: this client's NIC of bcld sends with {sends_with}"),
             };
         }
-        match self.nic.open_link(&d) {
+        let nic = &mut self.nics[s.nic()];
+        match nic.method.open_link(&d) {
             Ok(l) => {
-                self.links = self.links.max(l.0.saturating_add(1));
+                nic.links = nic.links.max(l.0.saturating_add(1));
                 if to_daemon
                     && self.cfg.bundle
-                    && !self.daemon_links.contains(&l.0)
-                    && !self.probing.contains_key(&l.0)
+                    && !nic.daemon_links.contains(&l.0)
+                    && !nic.probing.contains_key(&l.0)
                 {
-                    self.bundler.probe(l.0, true);
-                    self.probing.insert(l.0, (Instant::now(), 1));
+                    nic.bundler.probe(l.0, true);
+                    nic.probing.insert(l.0, (Instant::now(), 1));
                 }
                 Reply::Link { link: l.0 }
             }
@@ -487,17 +533,42 @@ impl Daemon {
             .iter()
             .map(|(k, v)| (k.to_string(), *v))
             .collect();
-        let c = self.nic.counters();
-        counters.push(("nic_tx_frames".into(), c.tx_frames));
-        counters.push(("nic_rx_dropped".into(), c.rx_dropped()));
-        counters.push(("tx_containers".into(), self.bundler.containers));
-        counters.push(("tx_frames_bundled".into(), self.bundler.frames_bundled));
-        counters.push(("probes_sent".into(), self.bundler.probes));
-        counters.push(("daemon_links".into(), self.daemon_links.len() as u64));
+        let sum = |f: &dyn Fn(&Nic) -> u64| self.nics.iter().map(f).sum::<u64>();
+        counters.push((
+            "nic_tx_frames".into(),
+            sum(&|n| n.method.counters().tx_frames),
+        ));
+        counters.push((
+            "nic_rx_dropped".into(),
+            sum(&|n| n.method.counters().rx_dropped()),
+        ));
+        counters.push(("tx_containers".into(), sum(&|n| n.bundler.containers)));
+        counters.push((
+            "tx_frames_bundled".into(),
+            sum(&|n| n.bundler.frames_bundled),
+        ));
+        counters.push(("probes_sent".into(), sum(&|n| n.bundler.probes)));
+        counters.push(("daemon_links".into(), sum(&|n| n.daemon_links.len() as u64)));
+        if self.nics.len() > 1 {
+            for (k, n) in self.nics.iter().enumerate() {
+                let c = n.method.counters();
+                counters.push((format!("nic{k}_tx_frames"), c.tx_frames));
+                counters.push((format!("nic{k}_rx_frames"), c.rx_frames));
+            }
+        }
         Status {
             node: self.cfg.node,
             pid: std::process::id(),
-            nics: vec![self.descriptor().to_string()],
+            nics: self
+                .nics
+                .iter()
+                .map(|n| n.descriptor().to_string())
+                .collect(),
+            nic_names: self
+                .nics
+                .iter()
+                .map(|n| n.name.clone().unwrap_or_default())
+                .collect(),
             clients: self
                 .sessions
                 .iter()
@@ -525,7 +596,7 @@ impl Daemon {
             eprintln!("bcld: dropped client {who} (pid {}): {why}", s.cred().pid);
         }
         if let Some((job, addr)) = s.identity() {
-            self.by_port.remove(&(job.0, addr.port.0));
+            self.by_port.remove(&(job.0, addr.port.0, s.nic()));
             if let Some(j) = self.jobs.get_mut(&job.0) {
                 j.members -= 1;
                 if j.members == 0 {
@@ -543,61 +614,77 @@ impl Daemon {
     /// Probes again the links a client said lead to a daemon that has not
     /// answered (the probe or its answer may have been lost).
     fn probe_again(&mut self) {
-        if self.probing.is_empty() {
-            return;
-        }
         let now = Instant::now();
-        let Daemon {
-            probing,
-            daemon_links,
-            bundler,
-            ..
-        } = self;
-        probing.retain(|link, (last, tries)| {
-            if daemon_links.contains(link) || *tries >= PROBE_TRIES {
-                return false;
-            }
-            if now.duration_since(*last) >= PROBE_PERIOD {
-                bundler.probe(*link, true);
-                *last = now;
-                *tries += 1;
-            }
-            true
-        });
+        for nic in &mut self.nics {
+            let Nic {
+                probing,
+                daemon_links,
+                bundler,
+                ..
+            } = nic;
+            probing.retain(|link, (last, tries)| {
+                if daemon_links.contains(link) || *tries >= PROBE_TRIES {
+                    return false;
+                }
+                if now.duration_since(*last) >= PROBE_PERIOD {
+                    bundler.probe(*link, true);
+                    *last = now;
+                    *tries += 1;
+                }
+                true
+            });
+        }
     }
 
-    /// Moves frames from the clients' rings to the NIC (and to local
-    /// clients); returns whether it moved any. Small frames for a link
-    /// that leads to a daemon travel in containers ([`Bundler`]).
+    /// Moves frames from the clients' rings to their NICs (and to local
+    /// clients); returns whether it moved any.
     fn forward_out(&mut self) -> bool {
-        for link in self.answers_due.drain(..) {
-            self.bundler.probe(link, false);
+        let n = self.sessions.len();
+        let first = if n == 0 { 0 } else { self.next_first % n };
+        self.next_first = first + 1;
+        self.local.clear();
+        let mut work = false;
+        for k in 0..self.nics.len() {
+            work |= self.forward_out_on(k, first);
         }
+        self.deliver_local();
+        work
+    }
+
+    /// [`forward_out`](Self::forward_out) for the clients of NIC `k`,
+    /// starting at the client in slot `first`. Small frames for a link
+    /// that leads to a daemon travel in containers
+    /// ([`Bundler`](super::bundler::Bundler)).
+    fn forward_out_on(&mut self, k: usize, first: usize) -> bool {
         let Daemon {
-            nic,
+            nics,
             sessions,
             counters,
-            links,
             local,
-            next_first,
             mtu,
-            bundler,
-            daemon_links,
             cfg,
             ..
         } = self;
+        let nic = &mut nics[k];
+        for link in nic.answers_due.drain(..) {
+            nic.bundler.probe(link, false);
+        }
+        let Nic {
+            method,
+            links,
+            bundler,
+            daemon_links,
+            ..
+        } = nic;
         let n = sessions.len();
         if n == 0 && !bundler.has_ready() {
             return false;
         }
-        let first = if n == 0 { 0 } else { *next_first % n };
-        *next_first = first + 1;
         let bundle = cfg.bundle;
         let mut visited = 0;
         let mut taken = 0;
         let mut moved = 0usize;
         let mut closed = false;
-        local.clear();
         let mut source = |buf: &mut [u8]| -> Option<TxFrame> {
             loop {
                 if let Some(tx) = bundler.pop_ready(buf) {
@@ -616,7 +703,7 @@ impl Daemon {
                     *visited += 1;
                     *taken = 0;
                 };
-                let Some(s) = sessions[idx].as_mut() else {
+                let Some(s) = sessions[idx].as_mut().filter(|s| s.nic() == k) else {
                     next(&mut visited, &mut taken);
                     continue;
                 };
@@ -648,6 +735,7 @@ impl Daemon {
                     // belongs to another session.
                     local.extend_from_slice(&job.0.to_le_bytes());
                     local.extend_from_slice(&out.dst.port.0.to_le_bytes());
+                    local.push(k as u8);
                     local.extend_from_slice(&(out.frame.len() as u16).to_le_bytes());
                     local.extend_from_slice(out.frame);
                     *stats.entry("tx_local").or_default() += 1;
@@ -676,7 +764,7 @@ impl Daemon {
         };
         let mut tx_errors = 0;
         loop {
-            match nic.tx_burst(&mut source) {
+            match method.tx_burst(&mut source) {
                 Ok(0) => break,
                 Ok(_) => {}
                 Err(_) => {
@@ -686,24 +774,38 @@ impl Daemon {
             }
         }
         if tx_errors > 0 {
-            *self.counters.entry("nic_tx_errors").or_default() += tx_errors;
+            *counters.entry("nic_tx_errors").or_default() += tx_errors;
         }
-        self.deliver_local();
-        moved > 0 || self.bundler.has_ready()
+        moved > 0 || bundler.has_ready()
     }
 
     /// Delivers the frames between local clients collected by
-    /// [`forward_out`](Self::forward_out).
+    /// [`forward_out`](Self::forward_out): to the receiver's connection
+    /// through the sender's NIC, else through any of its NICs.
     fn deliver_local(&mut self) {
         let local = std::mem::take(&mut self.local);
         let mut rest = &local[..];
-        while let Some((head, tail)) = rest.split_first_chunk::<8>() {
-            let job = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+        while let Some((head, tail)) = rest.split_first_chunk::<9>() {
+            let job = JobKey(u32::from_le_bytes([head[0], head[1], head[2], head[3]]));
             let port = u16::from_le_bytes([head[4], head[5]]);
-            let len = usize::from(u16::from_le_bytes([head[6], head[7]]));
+            let nic = usize::from(head[6]);
+            let len = usize::from(u16::from_le_bytes([head[7], head[8]]));
             let (frame, after) = tail.split_at(len.min(tail.len()));
             rest = after;
-            let result = self.deliver(JobKey(job), port, LOCAL_LINK, frame);
+            let through = std::iter::once(nic).chain((0..self.nics.len()).filter(|&j| j != nic));
+            let mut result = Err(Undeliverable::NoClient);
+            for j in through {
+                result = deliver_to(
+                    &mut self.sessions,
+                    &self.by_port,
+                    (job, port, j),
+                    LOCAL_LINK,
+                    frame,
+                );
+                if !matches!(result, Err(Undeliverable::NoClient)) {
+                    break;
+                }
+            }
             if let Err(u) = result {
                 self.count(u.name());
             }
@@ -711,43 +813,45 @@ impl Daemon {
         self.local = local;
     }
 
-    /// Puts `frame` from `link` into the ring of the client at `port` of
-    /// `job`.
-    fn deliver(
-        &mut self,
-        job: JobKey,
-        port: u16,
-        link: u32,
-        frame: &[u8],
-    ) -> Result<(), Undeliverable> {
-        deliver_to(&mut self.sessions, &self.by_port, job, port, link, frame)
-    }
-
     /// Moves received frames into the clients' rings; returns whether any
     /// arrived.
     fn forward_in(&mut self) -> bool {
+        let mut any = false;
+        for k in 0..self.nics.len() {
+            any |= self.forward_in_on(k);
+        }
+        any
+    }
+
+    /// [`forward_in`](Self::forward_in) for NIC `k`: its frames go to the
+    /// clients connected through it.
+    fn forward_in_on(&mut self, k: usize) -> bool {
         let Daemon {
-            nic,
+            nics,
             sessions,
             by_port,
             counters,
-            links,
             cfg,
+            ..
+        } = self;
+        let Nic {
+            method,
+            links,
             daemon_links,
             probing,
             answers_due,
             ..
-        } = self;
+        } = &mut nics[k];
         let node = cfg.node;
         let mut deliver = |link: u32, frame: &[u8], counters: &mut Counters| {
             let r = destination(frame, node)
-                .and_then(|(job, port)| deliver_to(sessions, by_port, job, port, link, frame));
+                .and_then(|(job, port)| deliver_to(sessions, by_port, (job, port, k), link, frame));
             match r {
                 Ok(()) => *counters.entry("rx_delivered").or_default() += 1,
                 Err(u) => *counters.entry(u.name()).or_default() += 1,
             }
         };
-        let result = nic.rx_burst(RX_BURST, &mut |link, frame| {
+        let result = method.rx_burst(RX_BURST, &mut |link, frame| {
             *links = (*links).max(link.0.saturating_add(1));
             if !container::is_container(frame) {
                 deliver(link.0, frame, counters);
@@ -779,9 +883,12 @@ impl Daemon {
         }
     }
 
-    /// Sleeps until a client, the NIC or the listening socket has work.
+    /// Sleeps until a client, a NIC or the listening socket has work.
     fn sleep(&mut self) {
-        let mut ready = self.nic.prepare_wait();
+        let mut ready = true;
+        for n in &mut self.nics {
+            ready &= n.method.prepare_wait();
+        }
         for s in self.sessions.iter_mut().flatten() {
             ready &= s.prepare_wait();
         }
@@ -794,7 +901,9 @@ impl Daemon {
             self.sockets_due |= n == 0 || self.woke.iter().any(|&t| is_socket_token(t));
             self.count("sleeps");
         }
-        self.nic.finish_wait();
+        for n in &mut self.nics {
+            n.method.finish_wait();
+        }
         for s in self.sessions.iter_mut().flatten() {
             s.finish_wait();
             // A client dropped for a broken ring goes at the next look at
@@ -804,53 +913,19 @@ impl Daemon {
     }
 }
 
-/// [`Daemon::deliver`] on the parts of the daemon it needs.
+/// Puts `frame` from `link` into the ring of the client `(job, port, NIC)`.
 fn deliver_to(
     sessions: &mut [Option<Session>],
-    by_port: &HashMap<(u32, u16), usize>,
-    job: JobKey,
-    port: u16,
+    by_port: &HashMap<(u32, u16, usize), usize>,
+    (job, port, nic): (JobKey, u16, usize),
     link: u32,
     frame: &[u8],
 ) -> Result<(), Undeliverable> {
     let s = by_port
-        .get(&(job.0, port))
+        .get(&(job.0, port, nic))
         .and_then(|&i| sessions.get_mut(i)?.as_mut())
         .ok_or(Undeliverable::NoClient)?;
     s.deliver(link, frame)
-}
-
-/// Opens the first of `cfg`'s candidates that opens.
-fn open_nic(cfg: &Config) -> Result<Box<dyn Method>, StartError> {
-    let registry = Registry::builtin();
-    let mut failures = Vec::new();
-    for c in &cfg.candidates {
-        let kind = registry.get(&c.method).ok_or_else(|| {
-            StartError::Config(format!(
-                "method {}: not a method (known: {})",
-                c.method,
-                registry.names().join(", ")
-            ))
-        })?;
-        if kind.family() != Some("ethernet") || kind.name() == bcl::shm::engine::METHOD_NAME {
-            return Err(StartError::Config(format!(
-                "method {}: bcld drives Ethernet NICs (packet, afxdp, vfio)",
-                c.method
-            )));
-        }
-        let mut spec = OpenSpec::new(JobKey(0), ProcessAddr::new(cfg.node, 0));
-        spec.nic = c.nic.clone();
-        spec.ethertype = cfg.ethertype;
-        spec.busy_poll = cfg.busy_poll;
-        match kind.open(&spec) {
-            Ok(m) => return Ok(m),
-            Err(e) => failures.push(format!("{c}: {e}")),
-        }
-    }
-    if failures.is_empty() {
-        failures.push("no candidate NIC (does the node have an Ethernet NIC?)".into());
-    }
-    Err(StartError::Nic(failures.join("; ")))
 }
 
 /// Binds the socket at `path`: the directory is created, a stale socket

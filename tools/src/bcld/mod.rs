@@ -17,6 +17,7 @@
 
 pub mod bundler;
 pub mod daemon;
+pub mod nic;
 pub mod resources;
 pub mod session;
 pub mod trusted;

@@ -1,8 +1,10 @@
-//! The daemon's NIC from the resource database: the node's entry in a
+//! The daemon's NICs from the resource database: the node's entry in a
 //! cluster file gives its id (its position, counting from 1, as jobs
 //! number nodes) and its NICs with the methods each allows. The daemon
-//! tries them best first: NICs in file order, and on each the Ethernet
-//! methods in the registry's order (vfio, afxdp, packet).
+//! owns the NICs that allow `bcld` (the ones jobs reach through it), in
+//! file order; a node none of whose NICs names `bcld` gives it its first
+//! NIC with an Ethernet method. On each NIC it tries the Ethernet methods
+//! the NIC allows in the registry's order (vfio, afxdp, packet).
 
 use super::daemon::Candidate;
 use bcl::cluster::nics;
@@ -20,8 +22,8 @@ pub fn own_name() -> String {
     })
 }
 
-/// The id of node `name` in `file` and the NICs its daemon may open, best
-/// first.
+/// The id of node `name` in `file` and the NICs its daemon opens, each
+/// with its methods best first.
 pub fn from_cluster(file: &Path, name: &str) -> Result<(u32, Vec<Candidate>), String> {
     let registry = Registry::builtin();
     let cfg = ClusterConfig::load_with(file, registry).map_err(|e| e.to_string())?;
@@ -47,8 +49,23 @@ pub fn from_cluster(file: &Path, name: &str) -> Result<(u32, Vec<Candidate>), St
     // them (by name or by the fabric's subnet).
     let ifs = nics::interfaces().map_err(|e| format!("listing interfaces: {e}"))?;
     let found = nics::resolve_kernel(&cfg, node, &ifs, on_device)?;
-    let mut out = Vec::new();
+    let daemon_nics = node
+        .nics
+        .iter()
+        .filter(|n| n.methods.iter().any(|m| m == bcl::shm::engine::METHOD_NAME))
+        .count();
+    let mut out: Vec<Candidate> = Vec::new();
     for (nic, i) in node.nics.iter().zip(found) {
+        let for_daemon = nic
+            .methods
+            .iter()
+            .any(|m| m == bcl::shm::engine::METHOD_NAME);
+        if daemon_nics > 0 && !for_daemon {
+            continue;
+        }
+        if daemon_nics == 0 && !out.is_empty() {
+            break;
+        }
         let ifname = i.map(|i| i.name.clone());
         for kind in registry.kinds() {
             let m = kind.name();

@@ -75,6 +75,8 @@ pub struct Session {
     inbuf: Vec<u8>,
     cred: Cred,
     identity: Option<(JobKey, ProcessAddr)>,
+    /// The number of the daemon's NIC the client goes through.
+    nic: usize,
     /// The ring the client writes (ours), which also sends into the
     /// client's ring through `client`.
     ring: Option<Mailbox>,
@@ -102,6 +104,7 @@ impl Session {
             inbuf: Vec::new(),
             cred,
             identity: None,
+            nic: 0,
             ring: None,
             client: None,
             counters: Counters::new(),
@@ -121,9 +124,16 @@ impl Session {
         self.identity
     }
 
-    /// Records the client's accepted hello.
-    pub fn set_identity(&mut self, job: JobKey, addr: ProcessAddr) {
+    /// Records the client's accepted hello: who it is and the NIC (by
+    /// number) it goes through.
+    pub fn set_identity(&mut self, job: JobKey, addr: ProcessAddr, nic: usize) {
         self.identity = Some((job, addr));
+        self.nic = nic;
+    }
+
+    /// The number of the daemon's NIC the client goes through.
+    pub fn nic(&self) -> usize {
+        self.nic
     }
 
     /// Counts one `name`.
@@ -265,7 +275,7 @@ impl Session {
         if self.ring.is_some() {
             return refuse("attached already".into());
         }
-        let mut cfg = MailboxConfig::new(job, daemon_ring_addr(addr));
+        let mut cfg = MailboxConfig::new(job, daemon_ring_addr(addr, self.nic));
         cfg.dir = shm_dir.to_path_buf();
         cfg.geometry = ring_geometry(mtu);
         cfg.cleanup_on_open = false;
@@ -284,14 +294,14 @@ impl Session {
                 ));
             }
         }
-        let client = match ring.connect(client_ring_addr(addr)) {
+        let client = match ring.connect(client_ring_addr(addr, self.nic)) {
             Ok(p) => p,
             Err(e) => return refuse(format!("mapping your ring: {e}")),
         };
         if ring.peer_pid(client) != Some(self.cred.pid) {
             return refuse(format!(
                 "the ring at {} belongs to pid {:?}, not to you (pid {})",
-                client_ring_addr(addr),
+                client_ring_addr(addr, self.nic),
                 ring.peer_pid(client),
                 self.cred.pid
             ));

@@ -282,7 +282,7 @@ fn run(args: &Args) -> Result<(), String> {
         let v = json!({
             "bcld": daemon.as_ref().map(|d| json!({
                 "socket": daemon_socket.display().to_string(),
-                "pid": d.pid, "node": d.node, "nics": d.nics,
+                "pid": d.pid, "node": d.node, "nics": d.nics, "nic_names": d.nic_names,
                 "clients": d.clients.iter().map(|c| json!({
                     "addr": c.addr, "job": c.job, "uid": c.uid, "pid": c.pid,
                     "counters": c.counters.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
@@ -354,7 +354,15 @@ fn run(args: &Args) -> Result<(), String> {
                 daemon_socket.display(),
                 d.pid,
                 d.node,
-                d.nics.join(", "),
+                d.nics
+                    .iter()
+                    .zip(d.nic_names.iter().chain(std::iter::repeat(&String::new())))
+                    .map(|(nic, name)| match name.as_str() {
+                        "" => nic.clone(),
+                        name => format!("{name}={nic}"),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 d.clients.len()
             );
             for c in &d.clients {

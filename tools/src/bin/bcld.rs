@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-/// The per-node BCL engine: owns the node's NIC and sends and receives
+/// The per-node BCL engine: owns the node's NICs and sends and receives
 /// for the node's BCL processes, which then run without privileges and
 /// cannot send as anyone but themselves.
 ///
@@ -18,7 +18,7 @@ use std::sync::Arc;
 #[command(
     name = "bcld",
     version,
-    after_help = "Examples (as root):\n  bcld --foreground --node 2 --nic eth0\n  bcld --foreground --node 2 --nic eth0 --method afxdp\n  bcld --foreground --cluster /etc/bcl/cluster.toml --node-name n2\nThen, as any user on that node:\n  BCL_BCLD_SOCKET=/run/bcl/bcld.sock bcl-pingpong --method bcld --serve\n  echo '\"status\"' | socat - UNIX:/run/bcl/bcld.sock   # the daemon's NIC, clients, counters"
+    after_help = "Examples (as root):\n  bcld --foreground --node 2 --nic eth0\n  bcld --foreground --node 2 --nic eth0 --method afxdp\n  bcld --foreground --node 2 --nic eth0 --nic eth1   # two NICs: clients use them as rails\n  bcld --foreground --cluster /etc/bcl/cluster.toml --node-name n2\nThen, as any user on that node:\n  BCL_BCLD_SOCKET=/run/bcl/bcld.sock bcl-pingpong --method bcld --serve\n  echo '\"status\"' | socat - UNIX:/run/bcl/bcld.sock   # the daemon's NIC, clients, counters"
 )]
 struct Args {
     /// Stay in the foreground (tests, systemd); otherwise detach and run
@@ -26,8 +26,9 @@ struct Args {
     #[arg(long)]
     foreground: bool,
     /// The resource database: the node's id and NICs come from its entry
-    /// in this cluster file (NICs in file order, on each the best method it
-    /// allows that opens: vfio, afxdp, packet).
+    /// in this cluster file. The daemon owns every NIC listed there that
+    /// opens (numbered in file order), each with the best method it
+    /// allows that opens: vfio, afxdp, packet.
     #[arg(long, conflicts_with_all = ["node", "nic", "method"])]
     cluster: Option<PathBuf>,
     /// This node's name in --cluster (default: $BCL_NODE, else the host
@@ -36,13 +37,15 @@ struct Args {
     node_name: Option<String>,
     /// Without --cluster: this node's id (the cluster file's position of
     /// the node, from 1); the daemon serves only endpoints of this node.
-    /// Below 2^30.
+    /// Below 2^26.
     #[arg(long, required_unless_present = "cluster")]
     node: Option<u32>,
-    /// Without --cluster: the interface (packet, afxdp) or PCI device
-    /// (vfio) to own; default: the only candidate.
+    /// Without --cluster: an interface (packet, afxdp) or PCI device
+    /// (vfio) to own; default: the only candidate. Repeat it for several
+    /// NICs: a client goes through the first unless its hello names
+    /// another, and a job with rails on (BCL_RAILS=on) goes through all.
     #[arg(long)]
-    nic: Option<String>,
+    nic: Vec<String>,
     /// Without --cluster: the NIC method: packet (any NIC), afxdp
     /// (attaches an XDP program), vfio (a NIC bound to vfio-pci).
     #[arg(long, default_value = "packet")]
@@ -88,12 +91,22 @@ fn main() -> ExitCode {
                 }
             }
         }
-        None => (
+        None if args.nic.is_empty() => (
             args.node.unwrap_or_default(),
             vec![Candidate {
                 method: args.method.clone(),
-                nic: args.nic.clone(),
+                nic: None,
             }],
+        ),
+        None => (
+            args.node.unwrap_or_default(),
+            args.nic
+                .iter()
+                .map(|nic| Candidate {
+                    method: args.method.clone(),
+                    nic: Some(nic.clone()),
+                })
+                .collect(),
         ),
     };
     let cfg = Config {
@@ -115,7 +128,7 @@ fn main() -> ExitCode {
     eprintln!(
         "bcld: node {}, {}, socket {}, pid {}",
         cfg.node,
-        daemon.descriptor(),
+        daemon.nic_labels().join(" + "),
         cfg.socket.display(),
         std::process::id()
     );

@@ -48,6 +48,8 @@ pub struct EngineMethod {
     mtu: usize,
     nic_method: String,
     address: String,
+    /// The daemon's NIC this connection goes through, by number.
+    nic: usize,
     links: HashMap<String, LinkId>,
     scratch: Vec<u8>,
     stats: EngineStats,
@@ -117,7 +119,8 @@ pub fn query_status(socket: &Path) -> Result<super::Status, MethodError> {
 
 impl EngineMethod {
     /// Connects to the daemon at `socket` as the process `spec.local` of
-    /// job `spec.job`, presenting `secret`, and sets up the rings.
+    /// job `spec.job`, presenting `secret`, through the daemon's NIC named
+    /// `spec.nic` (its first NIC if none), and sets up the rings.
     pub fn connect(socket: &Path, spec: &OpenSpec, secret: &str) -> Result<Self, MethodError> {
         let stream = UnixStream::connect(socket).map_err(|e| MethodError::NotUsable {
             method: METHOD_NAME,
@@ -140,24 +143,30 @@ impl EngineMethod {
             job: spec.job.0,
             secret: secret.to_string(),
             local: spec.local.to_string(),
+            nic: spec.nic.clone(),
         };
-        let (node, mtu, nic_method, address, daemon_pid) = match ask(&mut ctl, &hello)? {
+        let (node, mtu, nic_method, address, daemon_pid, nic) = match ask(&mut ctl, &hello)? {
             Reply::Welcome {
                 node,
                 mtu,
                 method,
                 address,
                 pid,
-            } => (node, mtu, method, address, pid),
+                nic,
+                ..
+            } => (node, mtu, method, address, pid, nic),
             Reply::Refused { reason } => return Err(refused(reason)),
             r => return Err(other(format!("bcld answered {r:?} to hello"))),
         };
+        if nic >= super::MAX_NICS {
+            return Err(other(format!("bcld gave NIC number {nic}")));
+        }
         if !(bcl_core::wire::HEADER_LEN..=super::MAX_FRAME).contains(&mtu) {
             return Err(other(format!(
                 "bcld offers an impossible MTU of {mtu} bytes"
             )));
         }
-        let mut cfg = MailboxConfig::new(spec.job, client_ring_addr(spec.local));
+        let mut cfg = MailboxConfig::new(spec.job, client_ring_addr(spec.local, nic));
         cfg.geometry = ring_geometry(mtu);
         let mut ring = Mailbox::open(cfg).map_err(|e| other(format!("creating our ring: {e}")))?;
         match ask(&mut ctl, &Request::Attach)? {
@@ -166,12 +175,12 @@ impl EngineMethod {
             r => return Err(other(format!("bcld answered {r:?} to attach"))),
         }
         let daemon = ring
-            .connect(daemon_ring_addr(spec.local))
+            .connect(daemon_ring_addr(spec.local, nic))
             .map_err(|e| other(format!("mapping bcld's ring: {e}")))?;
         if ring.peer_pid(daemon) != Some(daemon_pid) {
             return Err(other(format!(
                 "the ring at {} is not bcld's (owner {:?}, bcld is pid {daemon_pid})",
-                daemon_ring_addr(spec.local),
+                daemon_ring_addr(spec.local, nic),
                 ring.peer_pid(daemon)
             )));
         }
@@ -185,6 +194,7 @@ impl EngineMethod {
             mtu,
             nic_method,
             address,
+            nic,
             links: HashMap::new(),
             scratch: vec![0; mtu],
             stats: EngineStats::default(),
@@ -348,10 +358,11 @@ impl Method for EngineMethod {
 
     fn notes(&self) -> Vec<String> {
         vec![format!(
-            "through bcld (pid {}) at {}: node {}, {}:{}, frames up to {} B",
+            "through bcld (pid {}) at {}: node {}, its NIC {}, {}:{}, frames up to {} B",
             self.daemon_pid,
             self.socket.display(),
             self.node,
+            self.nic,
             self.nic_method,
             self.address,
             self.mtu

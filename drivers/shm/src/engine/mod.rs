@@ -19,6 +19,14 @@
 //! daemon's other local clients. A client asks for a link to a peer's
 //! descriptor over the socket ([`Request::OpenLink`]).
 //!
+//! A daemon may own several NICs. A client connection (and its pair of
+//! rings) goes through one of them, the one its hello names
+//! ([`Request::Hello::nic`]; the daemon's first by default). A process
+//! that wants several NICs as rails opens one connection per NIC, each a
+//! method of its endpoint, and the core stripes over them as over direct
+//! rails; every connection of one process address must come from the same
+//! process.
+//!
 //! The trusted path is the daemon's: it sends a client's frame only if its
 //! header names the client's own process address and job key, and
 //! delivers a received frame only to the client whose job and port the
@@ -63,21 +71,34 @@ pub const LOCAL_LINK: u32 = u32::MAX - 1;
 /// Largest BCL frame the rings carry (a jumbo Ethernet payload).
 pub const MAX_FRAME: usize = 9216;
 
-/// Node ids with either of these bits are reserved for the rings'
-/// shared-memory addresses, so that they never meet a process's own
-/// mailbox: clients must use node ids below 2^30.
-pub const RING_NODE_BITS: u32 = 0b11 << 30;
+/// The most NICs one daemon owns.
+pub const MAX_NICS: usize = 16;
+
+/// Where the NIC index sits in a ring's shared-memory node id.
+const RING_NIC_SHIFT: u32 = 26;
+
+/// Node ids with any of these bits are reserved for the rings'
+/// shared-memory addresses (which ring, and through which of the daemon's
+/// NICs), so that they never meet a process's own mailbox: clients must
+/// use node ids below 2^26.
+pub const RING_NODE_BITS: u32 = 0b11_1111 << RING_NIC_SHIFT;
 
 /// The shared-memory address of the ring the client reads (the client's
-/// own ring) for the client at `client`.
-pub fn client_ring_addr(client: ProcessAddr) -> ProcessAddr {
-    ProcessAddr::new(client.node.0 | 1 << 30, client.port.0)
+/// own ring) for the client at `client`, connected through the daemon's
+/// NIC number `nic` (below [`MAX_NICS`]).
+pub fn client_ring_addr(client: ProcessAddr, nic: usize) -> ProcessAddr {
+    ProcessAddr::new(client.node.0 | 1 << 30 | ring_nic(nic), client.port.0)
 }
 
 /// The shared-memory address of the ring the daemon reads for the client
-/// at `client`.
-pub fn daemon_ring_addr(client: ProcessAddr) -> ProcessAddr {
-    ProcessAddr::new(client.node.0 | 1 << 31, client.port.0)
+/// at `client`, connected through the daemon's NIC number `nic`.
+pub fn daemon_ring_addr(client: ProcessAddr, nic: usize) -> ProcessAddr {
+    ProcessAddr::new(client.node.0 | 1 << 31 | ring_nic(nic), client.port.0)
+}
+
+/// NIC number `nic` in a ring's node id.
+fn ring_nic(nic: usize) -> u32 {
+    ((nic % MAX_NICS) as u32) << RING_NIC_SHIFT
 }
 
 /// The geometry of both rings of a client whose frames are at most `mtu`
@@ -129,6 +150,10 @@ pub enum Request {
         /// The client's process address, `NODE.PORT`; the node must be
         /// the daemon's.
         local: String,
+        /// The daemon's NIC to go through, by the name the daemon opened
+        /// it with (interface or PCI address); none: its first NIC.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        nic: Option<String>,
     },
     /// The client has created its ring (at [`client_ring_addr`]); the
     /// daemon maps it and creates its own.
@@ -159,13 +184,21 @@ pub enum Reply {
         node: u32,
         /// Largest BCL frame the client may send.
         mtu: usize,
-        /// The NIC method the daemon sends with (`packet`, `afxdp`, ...).
+        /// The method of the client's NIC (`packet`, `afxdp`, ...).
         method: String,
-        /// The daemon's descriptor on its NIC: the address peers reach
-        /// this client at (the method's name aside).
+        /// The daemon's descriptor on the client's NIC: the address peers
+        /// reach this client at (the method's name aside).
         address: String,
         /// The daemon's pid, for messages.
         pid: u32,
+        /// The number of the client's NIC among the daemon's (its rings'
+        /// addresses carry it).
+        #[serde(default)]
+        nic: usize,
+        /// All the daemon's NICs' descriptors (`METHOD:ADDRESS`), in
+        /// number order.
+        #[serde(default)]
+        nics: Vec<String>,
     },
     /// The rings are connected: the client connects to the daemon's ring
     /// and may send.
@@ -191,8 +224,12 @@ pub struct Status {
     pub node: u32,
     /// Its pid.
     pub pid: u32,
-    /// The NIC method and its descriptor.
+    /// Each NIC's descriptor (`METHOD:ADDRESS`), in number order.
     pub nics: Vec<String>,
+    /// Each NIC's name (interface or PCI address; empty for a NIC opened
+    /// unnamed), in number order: what a client's hello may name.
+    #[serde(default)]
+    pub nic_names: Vec<String>,
     /// The clients connected now.
     pub clients: Vec<ClientStatus>,
     /// Counters of the daemon as a whole, by name.
@@ -309,8 +346,20 @@ mod tests {
             assert_eq!(g.dir_entries, 1);
         }
         let a = ProcessAddr::new(3, 9);
-        assert_ne!(client_ring_addr(a), daemon_ring_addr(a));
-        assert_eq!(client_ring_addr(a).node.0 & !RING_NODE_BITS, 3);
-        assert_eq!(daemon_ring_addr(a).node.0 & !RING_NODE_BITS, 3);
+        let mut seen = std::collections::HashSet::new();
+        for nic in 0..MAX_NICS {
+            for ring in [client_ring_addr(a, nic), daemon_ring_addr(a, nic)] {
+                assert!(seen.insert(ring), "{ring} twice");
+                assert_eq!(ring.node.0 & !RING_NODE_BITS, 3);
+                assert_eq!(ring.port, a.port);
+            }
+        }
+        // The largest client node id keeps its rings apart too.
+        let top = ProcessAddr::new(!RING_NODE_BITS, 1);
+        assert_ne!(client_ring_addr(top, 0), client_ring_addr(top, 1));
+        assert_eq!(
+            client_ring_addr(top, 5).node.0 & !RING_NODE_BITS,
+            !RING_NODE_BITS
+        );
     }
 }
