@@ -1,6 +1,6 @@
 //! `bcld`: the per-node engine of BCL's semi-user-level mode.
 //!
-//! One daemon per node opens the node's NIC and serves the node's BCL
+//! One daemon per node opens the node's NICs and serves the node's BCL
 //! processes, which then need no privilege: a process reaches the daemon
 //! through its Unix socket and a pair of shared-memory rings
 //! (`bcl::shm::engine`), and the daemon sends and receives for it. The
