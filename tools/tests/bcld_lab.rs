@@ -12,7 +12,10 @@
 //! - a client killed with SIGKILL mid-stream is reclaimed (ring files
 //!   gone, its port free) while another pair streams on untouched; a
 //!   daemon killed with SIGKILL gives its clients an error naming it, not a
-//!   hang, and a restarted daemon cleans up and serves again.
+//!   hang, and a restarted daemon cleans up and serves again;
+//! - a daemon client and a same-node peer that reach each other by
+//!   different methods (one through the daemon, the other through shared
+//!   memory) complete every send both ways.
 //!
 //! Needs root; fails loudly without it unless BCL_SKIP_PRIVILEGED=1.
 
@@ -747,4 +750,71 @@ fn small_frames_of_several_clients_travel_in_containers_between_daemons() {
             assert_eq!(d.counter(refusal), 0, "daemon {name}: {refusal}");
         }
     }
+}
+
+#[test]
+fn a_daemon_client_and_a_shm_peer_that_route_differently_still_complete_every_send() {
+    if !require_privileges("a_daemon_client_and_a_shm_peer_that_route_differently") {
+        return;
+    }
+    let (lab, _guard) = lab_up("bcldasym");
+    let dir = open_dir();
+    let (_a, b) = daemons(&lab, dir.path());
+    let job = JobKey(0x5eed_0005);
+    let (x, y) = (ProcessAddr::new(2, 7), ProcessAddr::new(2, 8));
+    // Each with the daemon and shared memory, as same-node ranks are;
+    // x knows only y's daemon descriptor and y only x's shared-memory one,
+    // so x sends through the daemon (sequenced, acknowledged) and y
+    // answers through shared memory (unsequenced).
+    let open = |me: ProcessAddr| {
+        let shm = bcl::registry::Registry::builtin()
+            .lookup("shm")
+            .unwrap()
+            .open(&OpenSpec::new(job, me))
+            .unwrap();
+        let engine = client(&b, job, me, "");
+        let (d_shm, d_engine) = (shm.descriptor(), engine.descriptor());
+        let ep = Endpoint::builder(me, job)
+            .method(Box::new(engine))
+            .method(shm)
+            .mode(ProgressMode::Blocking)
+            .build()
+            .unwrap();
+        (ep, d_engine, d_shm)
+    };
+    let (mut ex, dx_engine, dx_shm) = open(x);
+    let (mut ey, dy_engine, _) = open(y);
+    assert!(dx_engine.method == "bcld" && dx_shm.method == "shm");
+    ex.add_peer(y, dy_engine);
+    ey.add_peer(x, dx_shm);
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    let tx = std::thread::spawn(move || {
+        let r = stream(&mut ex, y, &s);
+        (r, ex.port().stats().retransmits)
+    });
+    let s = stop.clone();
+    let ty = std::thread::spawn(move || stream(&mut ey, x, &s));
+    std::thread::sleep(Duration::from_secs(2));
+    stop.store(true, Ordering::Relaxed);
+    // `stream` fails on any send failure ("no acknowledgement" before).
+    let ((x_sent, x_got, x_done), x_resent) = tx.join().unwrap();
+    let (y_sent, y_got, y_done) = ty.join().unwrap();
+    assert!(x_sent > 100 && y_sent > 100, "{x_sent} {y_sent}");
+    assert_eq!(x_done, x_sent as usize, "every send of x completed");
+    assert_eq!(y_done, y_sent as usize, "every send of y completed");
+    assert_eq!(
+        y_got,
+        (0..x_sent).collect::<Vec<_>>(),
+        "x -> y once, in order"
+    );
+    assert_eq!(
+        x_got,
+        (0..y_sent).collect::<Vec<_>>(),
+        "y -> x once, in order"
+    );
+    assert!(
+        x_resent < u64::from(x_sent),
+        "x resent {x_resent} of {x_sent}"
+    );
 }

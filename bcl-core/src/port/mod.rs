@@ -852,6 +852,8 @@ impl Port {
 }
 
 #[cfg(test)]
+mod asymmetric_tests;
+#[cfg(test)]
 mod bulk_tests;
 #[cfg(test)]
 mod bundle_tests;

@@ -88,7 +88,16 @@ impl Port {
             let ping = frame.flags() & wire::flags::PING != 0;
             self.rail_arrival(idx, route, ping, now);
         }
+        // An acknowledgement or NAK from a peer that answers over a method
+        // that never loses (its frames unsequenced) while we reach it over
+        // one that may: the acknowledgement part applies as from any peer.
+        let unsequenced = unsequenced && is_sequenced(frame.kind());
         if unsequenced {
+            if let Some(ack) = frame.ack() {
+                if !self.on_cumulative_ack(idx, Seq(ack), frame.ack_is_fresh(), now) {
+                    self.stats.bad_frames.bad_ack += 1;
+                }
+            }
             let taken = self.on_unsequenced(idx, frame, now);
             if incarnation == Incarnation::Restarted {
                 self.finish_restart(idx);

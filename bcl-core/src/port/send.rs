@@ -302,15 +302,20 @@ impl Port {
     }
 
     /// Header fields common to every frame to peer `idx`, with the
-    /// piggybacked acknowledgement when we have one to give.
+    /// piggybacked acknowledgement when we have one to give: whenever the
+    /// peer's frames to us carry sequence numbers, whatever our own route
+    /// to it. (The two directions may go by different methods: a peer that
+    /// reaches us over Ethernet waits for our acknowledgements even when we
+    /// answer over shared memory, whose frames are unsequenced.)
     fn fields_to(&self, idx: PeerIdx, kind: FrameType) -> HeaderFields {
         let p = &self.peers[idx as usize];
-        let flag_bits = match (p.reliable, p.rx_known, p.last_ack_sent.before(p.expected)) {
-            (true, _, _) => flags::UNSEQUENCED,
-            (false, false, _) => 0,
-            (false, true, false) => flags::ACK,
-            (false, true, true) => flags::ACK | flags::ACK_FRESH,
-        };
+        let mut flag_bits = if p.reliable { flags::UNSEQUENCED } else { 0 };
+        if p.rx_known && !p.rx_unsequenced {
+            flag_bits |= flags::ACK;
+            if p.last_ack_sent.before(p.expected) {
+                flag_bits |= flags::ACK_FRESH;
+            }
+        }
         HeaderFields {
             kind: Some(kind),
             flags: flag_bits,
