@@ -13,14 +13,19 @@
 #               the tools as uid 65534, no --rails (the daemon's first NIC);
 #   bcld-rails  the same with --rails over every NIC: one connection to
 #               the daemon per NIC, the core striping over them;
-#   direct-one  packet as root on to-r0 (daemons stopped);
-#   direct-rails packet as root with --rails over every NIC.
+#   bcld-four   four pairs at once through the daemons' first NIC (--port
+#               1..4), their sum;
+#   direct-one  the daemons' method (--method, default packet) as root
+#               on to-r0 (daemons stopped);
+#   direct-rails the same with --rails over every NIC.
 #
 # Prints MB/s per run and the median ratios with their ranges:
 # bcld-rails / bcld-one (what the other NICs give through the daemon),
-# bcld-rails / direct-rails (what the daemon costs on rails).
+# bcld-rails / direct-rails (what the daemon costs on rails), bcld-four /
+# direct-one (several clients sharing a NIC against one direct process).
+# A bcl-bw iteration is a window of 64 messages: 4 MiB.
 #
-#   bench/bcld-rails.sh [--shaped] [--runs 5] [--bw-iters 200]
+#   bench/bcld-rails.sh [--shaped] [--method packet|afxdp] [--runs 5] [--bw-iters 200]
 #
 # Needs root. Builds the release tools first (CARGO_TARGET_DIR is honoured).
 set -euo pipefail
@@ -31,12 +36,14 @@ BW_ITERS=200
 LAB=configs/lab/rails2.toml
 NICS=(to-r0 to-r1)
 CC=()
+METHOD=packet
 while [ $# -gt 0 ]; do
   case "$1" in
+    --method) METHOD=$2; shift 2 ;;
     --shaped) LAB=configs/lab/rails4-shaped.toml; NICS=(to-r0 to-r1 to-r2 to-r3); CC=(--congestion on); shift ;;
     --runs) RUNS=$2; shift 2 ;;
     --bw-iters) BW_ITERS=$2; shift 2 ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "bcld-rails.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -57,7 +64,7 @@ DPIDS=()
 start_daemons() {
   local node=1
   for n in a b; do
-    ip netns exec "$BCL_LAB_PREFIX.$n" "$OUT/bcld" --foreground --node $node "${NIC_ARGS[@]}" --socket "$OUT/$n.sock" 2>>"$OUT/bcld.log" &
+    ip netns exec "$BCL_LAB_PREFIX.$n" "$OUT/bcld" --foreground --node $node --method "$METHOD" "${NIC_ARGS[@]}" --socket "$OUT/$n.sock" 2>>"$OUT/bcld.log" &
     DPIDS+=($!)
     node=2
   done
@@ -107,18 +114,28 @@ for r in $(seq "$RUNS"); do
   start_daemons
   pair bcld "$OUT/a.sock" "$OUT/b.sock" "$OUT/bcld-one-$r.json" "${BW[@]}"
   pair bcld "$OUT/a.sock" "$OUT/b.sock" "$OUT/bcld-rails-$r.json" "${BW[@]}" --rails "$RAILS"
+  FOUR=()
+  for p in 1 2 3 4; do
+    pair bcld "$OUT/a.sock" "$OUT/b.sock" "$OUT/bcld-four-$r-$p.json" "${BW[@]}" --port $p &
+    FOUR+=($!)
+  done
+  wait "${FOUR[@]}"
   stop_daemons
-  pair packet "" "" "$OUT/direct-one-$r.json" "${BW[@]}" --ifname "${NICS[0]}"
-  pair packet "" "" "$OUT/direct-rails-$r.json" "${BW[@]}" --rails "$RAILS"
+  pair "$METHOD" "" "" "$OUT/direct-one-$r.json" "${BW[@]}" --ifname "${NICS[0]}"
+  pair "$METHOD" "" "" "$OUT/direct-rails-$r.json" "${BW[@]}" --rails "$RAILS"
 done
 
 python3 - "$OUT" "$RUNS" <<'PY'
 import json, statistics, sys
 out, runs = sys.argv[1], int(sys.argv[2])
-def mbs(kind, r):
-    with open(f"{out}/{kind}-{r}.json") as f:
+def one(name):
+    with open(f"{out}/{name}.json") as f:
         return json.load(f)["results"][0]["mbytes_per_s"]
-kinds = ["bcld-one", "bcld-rails", "direct-one", "direct-rails"]
+def mbs(kind, r):
+    if kind == "bcld-four":
+        return sum(one(f"{kind}-{r}-{p}") for p in (1, 2, 3, 4))
+    return one(f"{kind}-{r}")
+kinds = ["bcld-one", "bcld-rails", "bcld-four", "direct-one", "direct-rails"]
 print("64 KiB, blocking, MB/s per round: " + ", ".join(kinds))
 for r in range(1, runs + 1):
     print(f"  round {r}: " + "  ".join(f"{mbs(k, r):8.1f}" for k in kinds))
@@ -129,5 +146,6 @@ ratio("bcld-rails / bcld-one", "bcld-rails", "bcld-one")
 ratio("bcld-rails / direct-rails", "bcld-rails", "direct-rails")
 ratio("direct-rails / direct-one", "direct-rails", "direct-one")
 ratio("bcld-one / direct-one", "bcld-one", "direct-one")
+ratio("bcld-four / direct-one", "bcld-four", "direct-one")
 print(f"raw JSON in {out}")
 PY
