@@ -971,33 +971,25 @@ mod tests {
             ("to-fb", "B", both),
             ("to-fa-2", "A", both),
         ]);
-        let (p, _) = plan_on(&two, false, false, 1, &pol);
-        let through: Vec<_> = on(&p).into_iter().filter(|(m, _)| m == "bcld").collect();
+        // The daemon connections a plan opens, by NIC name ("": unnamed).
+        let through_daemon = |nics: &[NicSlot], pol: &Policy| {
+            let (p, _) = plan_on(nics, false, false, 1, pol);
+            on(&p)
+                .into_iter()
+                .filter(|(m, _)| m == "bcld")
+                .collect::<Vec<_>>()
+        };
         assert_eq!(
-            through,
+            through_daemon(&two, &pol),
             pairs(&[("bcld", "to-fa-2"), ("bcld", "to-fa")]),
             "fabric A only (the first that allows bcld), local rank 1's NIC first"
         );
         // One NIC of the fabric, or no rails: the daemon's first NIC,
         // unnamed (the daemon chooses).
         let one = slots(&[("to-fa", "A", both), ("to-fb", "B", both)]);
-        let (p, _) = plan_on(&one, false, false, 1, &pol);
-        assert_eq!(
-            on(&p)
-                .into_iter()
-                .filter(|(m, _)| m == "bcld")
-                .collect::<Vec<_>>(),
-            pairs(&[("bcld", "")])
-        );
+        assert_eq!(through_daemon(&one, &pol), pairs(&[("bcld", "")]));
         pol.rails = false;
-        let (p, _) = plan_on(&two, false, false, 1, &pol);
-        assert_eq!(
-            on(&p)
-                .into_iter()
-                .filter(|(m, _)| m == "bcld")
-                .collect::<Vec<_>>(),
-            pairs(&[("bcld", "")])
-        );
+        assert_eq!(through_daemon(&two, &pol), pairs(&[("bcld", "")]));
     }
 
     #[test]

@@ -51,15 +51,7 @@ fn a_job_with_rails_goes_through_every_nic_of_its_daemon() {
     let cluster = root().join("configs/rails2-bcld.toml");
     let daemons: Vec<Daemon> = ["a", "b"]
         .iter()
-        .map(|n| {
-            let args = [
-                "--cluster".to_string(),
-                cluster.display().to_string(),
-                "--node-name".to_string(),
-                n.to_string(),
-            ];
-            Daemon::start(&lab, n, &args, dir.path().join(format!("bcld-{n}.sock")))
-        })
+        .map(|n| Daemon::from_cluster(&lab, n, &cluster, dir.path()))
         .collect();
     for d in &daemons {
         let s = d.status();

@@ -323,15 +323,7 @@ fn mixed_cluster_all_to_all_through_the_node_daemons() {
     // Each daemon finds its node and NIC in the resource database.
     let daemons: Vec<Daemon> = ["a1", "a2", "p"]
         .iter()
-        .map(|n| {
-            let args = [
-                "--cluster".to_string(),
-                cluster.display().to_string(),
-                "--node-name".to_string(),
-                n.to_string(),
-            ];
-            Daemon::start(&lab, n, &args, dir.path().join(format!("bcld-{n}.sock")))
-        })
+        .map(|n| Daemon::from_cluster(&lab, n, &cluster, dir.path()))
         .collect();
     let nics: Vec<String> = daemons.iter().map(|d| d.status().nics[0].clone()).collect();
     assert!(

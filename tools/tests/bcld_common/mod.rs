@@ -44,6 +44,19 @@ impl Daemon {
         Daemon::start(lab, ns, &args, socket)
     }
 
+    /// The daemon of node `node` (a lab namespace of the same name) that
+    /// finds its node and NICs in the resource database `cluster`, at
+    /// `dir/bcld-NODE.sock` (what `BCL_BCLD_SOCKET=dir/bcld-%n.sock` names).
+    pub fn from_cluster(lab: &Lab, node: &str, cluster: &Path, dir: &Path) -> Daemon {
+        let args = [
+            "--cluster".to_string(),
+            cluster.display().to_string(),
+            "--node-name".to_string(),
+            node.to_string(),
+        ];
+        Daemon::start(lab, node, &args, dir.join(format!("bcld-{node}.sock")))
+    }
+
     /// A daemon on `ns` started with `args` (besides `--foreground` and
     /// `--socket`), once its socket answers.
     pub fn start(lab: &Lab, ns: &str, args: &[String], socket: PathBuf) -> Daemon {
