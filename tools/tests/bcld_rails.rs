@@ -14,6 +14,7 @@
 //! Needs root; fails loudly without it unless BCL_SKIP_PRIVILEGED=1.
 
 mod bcld_common;
+mod rails_common;
 
 use bcl::core::method::{Method, OpenSpec};
 use bcl::shm::engine::EngineMethod;
@@ -21,9 +22,7 @@ use bcl::{JobKey, ProcessAddr};
 use bcl_lab::{require_privileges, Lab, LabGuard};
 use bcld_common::{open_dir, public_copy, Daemon};
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 fn root() -> PathBuf {
@@ -234,85 +233,13 @@ fn a_nic_taken_down_under_the_daemons_is_left_by_the_rails_and_used_again() {
         Daemon::start(&lab, ns, &args, dir.path().join(format!("{ns}.sock")))
     };
     let (a, b) = (daemon("a", 1), daemon("b", 2));
-    let bw = env!("CARGO_BIN_EXE_bcl-bw");
-    let two = "to-r0,to-r1";
-    let mut server = lab
-        .command("b", bw)
-        .unwrap()
-        .env("BCL_BCLD_SOCKET", &b.socket)
-        .args(["--method", "bcld", "--serve", "--verify", "--rails", two])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(server.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    let rest = std::thread::spawn(move || {
-        let mut s = String::new();
-        out.read_to_string(&mut s).unwrap();
-        s
-    });
-    let descriptor = line
-        .strip_prefix("listening: ")
-        .unwrap_or_else(|| panic!("no listening line: {line:?}"))
-        .trim()
-        .to_string();
-    // 22 windows of 64 x 64 KiB, 92 MB: about 4 s over two rails.
-    let json = dir.path().join("bw.json");
-    let mut client = lab
-        .command("a", bw)
-        .unwrap()
-        .env("BCL_BCLD_SOCKET", &a.socket)
-        .args(["--method", "bcld", "--verify", "--rails", two])
-        .args(["--sizes", "65536", "--iters", "21", "--warmup", "1"])
-        .args(["--connect", &descriptor, "--json"])
-        .arg(&json)
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    let link = |state: &str| {
-        let st = lab
-            .command("a", "ip")
-            .unwrap()
-            .args(["link", "set", "to-r1", state])
-            .status()
-            .unwrap();
-        assert!(st.success(), "ip link set to-r1 {state}");
-    };
-    std::thread::sleep(Duration::from_millis(500));
-    link("down");
-    std::thread::sleep(Duration::from_millis(500));
-    link("up");
-    let status = client.wait().unwrap();
-    let took = start.elapsed();
-    assert!(status.success(), "client exit {status}");
-    assert!(server.wait().unwrap().success(), "{}", rest.join().unwrap());
-    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    let v = &report["verify"];
-    assert_eq!(v["delivered"], 22 * 64, "{v}");
-    for k in ["lost", "duplicated", "out_of_order", "corrupted"] {
-        assert_eq!(v[k], 0, "{k}: {v}");
-    }
-    assert!(
-        took > Duration::from_secs(2),
-        "the stream outlasted the outage ({took:?})"
+    let (report, took) = rails_common::stream_through_an_outage(
+        &lab,
+        "bcld",
+        Some((&a.socket, &b.socket)),
+        &dir.path().join("bw.json"),
     );
-    let rails = report["rails"].as_array().expect("rails in the report");
-    let (r0, r1) = (&rails[0], &rails[1]);
-    assert!(
-        r1["downs"].as_u64().unwrap() >= 1,
-        "rail 1 was taken out: {report}"
-    );
-    assert_eq!(r1["state"], "up", "rail 1 is back: {report}");
-    // Out for half a second of some 4: used again, it carried most of an
-    // equal part; left unused it would have carried a seventh of it.
-    let bytes = |r: &Value| r["bytes_delivered"].as_u64().unwrap();
-    assert!(
-        bytes(r1) * 2 > bytes(r0),
-        "rail 1 carried {} bytes against rail 0's {}: {report}",
-        bytes(r1),
-        bytes(r0)
-    );
+    rails_common::assert_rail_left_and_used_again(&report, took);
     // The daemon saw no error (AF_PACKET sends on a downed veth vanish
     // without one): the rails left the NIC on silence alone, and both of
     // the daemon's NICs carried the stream.

@@ -5,12 +5,11 @@
 //! order, intact, and each rail carries its part. Needs root; fails loudly
 //! without it unless BCL_SKIP_PRIVILEGED=1.
 
+mod rails_common;
+
 use bcl_lab::{require_privileges, Lab, LabGuard};
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::time::{Duration, Instant};
 
 const BW: &str = env!("CARGO_BIN_EXE_bcl-bw");
 
@@ -172,73 +171,9 @@ fn a_rail_taken_down_mid_stream_is_left_and_used_again_when_it_returns() {
     // the host's speed, and each rail's part is set by its link.
     let (lab, _guard) = lab("rails4-shaped.toml", "raildown");
     let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("bw.json");
-    let two = "to-r0,to-r1";
-    let mut server = lab
-        .command("b", BW)
-        .unwrap()
-        .args(["--method", "packet", "--serve", "--verify", "--rails", two])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(server.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    let rest = std::thread::spawn(move || {
-        let mut s = String::new();
-        out.read_to_string(&mut s).unwrap();
-        s
-    });
-    let descriptor = line
-        .strip_prefix("listening: ")
-        .unwrap_or_else(|| panic!("no listening line: {line:?}"))
-        .trim()
-        .to_string();
-    // 22 windows of 64 x 64 KiB, 92 MB: about 3.7 s over two rails.
-    let mut client = lab
-        .command("a", BW)
-        .unwrap()
-        .args(["--method", "packet", "--verify", "--rails", two])
-        .args(["--sizes", "65536", "--iters", "21", "--warmup", "1"])
-        .args(["--connect", &descriptor, "--json"])
-        .arg(&json)
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    let link = |state: &str| {
-        let st = lab
-            .command("a", "ip")
-            .unwrap()
-            .args(["link", "set", "to-r1", state])
-            .status()
-            .unwrap();
-        assert!(st.success(), "ip link set to-r1 {state}");
-    };
-    std::thread::sleep(Duration::from_millis(500));
-    link("down");
-    std::thread::sleep(Duration::from_millis(500));
-    link("up");
-    let status = client.wait().unwrap();
-    let took = start.elapsed();
-    assert!(status.success(), "client exit {status}");
-    assert!(server.wait().unwrap().success(), "{}", rest.join().unwrap());
-    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    assert_exactly_once(&report, 22 * 64);
-    let r = rails(&report);
-    assert!(
-        took > Duration::from_secs(2),
-        "the stream outlasted the outage ({took:?})"
-    );
-    assert!(r[1].2 >= 1, "rail 1 was taken out: {report}");
-    assert_eq!(r[1].0, "up", "rail 1 is back: {report}");
-    // Out for half a second of some 3.7: used again, it carried most of an
-    // equal part; left unused it would have carried a seventh of it.
-    assert!(
-        r[1].1 * 2 > r[0].1,
-        "rail 1 carried {} bytes against rail 0's {}: {report}",
-        r[1].1,
-        r[0].1
-    );
+    let (report, took) =
+        rails_common::stream_through_an_outage(&lab, "packet", None, &dir.path().join("bw.json"));
+    rails_common::assert_rail_left_and_used_again(&report, took);
 }
 
 #[test]
