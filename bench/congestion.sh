@@ -39,16 +39,19 @@
 #   verify counts clean). Targets: aggregate >= 0.9 x link, Jain >= 0.9,
 #   p99 ratio <= 10.
 # ab  uncongested A/B on a plain veth pair (configs/lab/pair.toml style, no
-#   switch): `--congestion off` and `on` alternate (order swapped every
-#   repetition) for bcl-pingpong 64 B --busy-poll p50 and bcl-bw 64 KiB
-#   bandwidth over packet and afxdp. Reported: on/off median [range].
-#   Targets: bandwidth 0.95-1.05, latency <= 1.05. Skipped, saying so, when
-#   the tools have no --congestion flag.
+#   switch): `--congestion off`, `on` and `auto` alternate (order rotated
+#   every repetition) for bcl-pingpong 64 B --busy-poll p50 and bcl-bw 64
+#   KiB bandwidth over packet and afxdp. Reported: on/off and auto/off
+#   median [range]. Targets: bandwidth 0.95-1.05, latency <= 1.05. Skipped,
+#   saying so, when the tools have no --congestion flag (auto: when they
+#   do not know auto).
 #
 #   bench/congestion.sh [--reps N] [--rates "200mbit 1gbit"] [--limit 256kb]
 #                       [--methods "packet udp afxdp kernel-tcp"]
 #
-# BCL methods run with --congestion on; METHOD/off runs METHOD with it off.
+# BCL methods run with --congestion on; METHOD/off runs METHOD with it off,
+# METHOD/auto with the default mode, auto (control from a peer's first loss,
+# or from the receiver's report of frames missing).
 #                       [--sections "bottleneck incast ab"] [--iters N]
 #                       [--incast-rate 1gbit] [--incast-iters N] [--probe-iters N]
 #                       [--bin DIR] [--lab-bin PATH] [--busy-poll] [--no-append]
@@ -224,17 +227,18 @@ finish() {
 }
 
 # method_args METHOD FLOW: the flags of flow FLOW (1..5) of METHOD on a shared node.
-# BCL's congestion control is on for METHOD and off for METHOD/off (tools
-# without --congestion get neither).
+# BCL's congestion control is on for METHOD, off for METHOD/off and auto
+# for METHOD/auto (tools without --congestion get none of them).
 method_args() {
-  local base=${1%/off}
+  local base=${1%/*} mode=on
+  case "$1" in */off) mode=off ;; */auto) mode=auto ;; esac
   if [ "$base" = packet ]; then
     printf -- '--method packet --ethertype 0x%x' $((0x88b4 + $2))
   else
     printf -- '--method %s' "$base"
   fi
   if [ "$CC_FLAG" = 1 ]; then
-    if [ "$base" = "$1" ]; then printf -- ' --congestion on'; else printf -- ' --congestion off'; fi
+    printf -- ' --congestion %s' "$mode"
   fi
 }
 
@@ -291,7 +295,7 @@ incast() {
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 T0=$(date +%s)
 INCAST_METHODS=""
-for m in $METHODS; do case "${m%/off}" in packet|udp|kernel-tcp) INCAST_METHODS="$INCAST_METHODS $m" ;; esac; done
+for m in $METHODS; do case "${m%/*}" in packet|udp|kernel-tcp) INCAST_METHODS="$INCAST_METHODS $m" ;; esac; done
 has "$INCAST_METHODS" kernel-tcp || INCAST_METHODS="$INCAST_METHODS kernel-tcp"
 AB_METHODS="packet afxdp"
 AB_OK=1
@@ -331,7 +335,7 @@ for rep in $(seq 1 "$REPS"); do
     done
   fi
   if has "$SECTIONS" ab && [ "$AB_OK" = 1 ]; then
-    if [ $((rep % 2)) = 1 ]; then ORDER="off on"; else ORDER="on off"; fi
+    case $((rep % 3)) in 1) ORDER="off on auto" ;; 2) ORDER="on auto off" ;; *) ORDER="auto off on" ;; esac
     for m in $AB_METHODS; do
       for c in $ORDER; do
         echo "== ab $m --congestion $c (repetition $rep)"
@@ -540,13 +544,14 @@ if "incast" in sections:
 
 # ---- ab
 if "ab" in sections:
-    lines.append("**Uncongested A/B** (`--congestion on` / `off`, plain veth pair, "
+    lines.append("**Uncongested A/B** (`--congestion on`, `auto` / `off`, plain veth pair, "
                  "pingpong 64 B busy-poll p50, bcl-bw 64 KiB):")
     lines.append("")
     if E["AB_OK"] != "1":
         lines += [f"Skipped: {E['AB_NOTE']}.", ""]
     else:
-        lines += ["| method | measure | off | on | on/off | target |", "|---|---|---|---|---|---|"]
+        lines += ["| method | measure | off | on | auto | on/off | auto/off | target |",
+                  "|---|---|---|---|---|---|---|---|"]
 
         def get(kind, m, c, r):
             v = load(f"ab-{kind}-{m}-{c}-{r}")
@@ -561,11 +566,16 @@ if "ab" in sections:
                     ("bw", "MB/s", mbs, "0.95–1.05", lambda q: 0.95 <= q <= 1.05)):
                 off = [get(kind, m, "off", r) for r in range(1, reps + 1)]
                 on = [get(kind, m, "on", r) for r in range(1, reps + 1)]
+                auto = [get(kind, m, "auto", r) for r in range(1, reps + 1)]
                 ratios = [b / a for a, b in zip(off, on) if a and b]
-                lines.append(f"| {m} | {label} | {span(off, fmt)} | {span(on, fmt)} | {span(ratios, r3)} | {target} |")
-                if ratios:
-                    q = med(ratios)
-                    verdicts.append(f"ab {m} {label}: on/off {q:.3f} (target {target}: {'met' if good(q) else 'NOT met'})")
+                auto_ratios = [b / a for a, b in zip(off, auto) if a and b]
+                lines.append(f"| {m} | {label} | {span(off, fmt)} | {span(on, fmt)} | {span(auto, fmt)} "
+                             f"| {span(ratios, r3)} | {span(auto_ratios, r3)} | {target} |")
+                for name, rs in (("on", ratios), ("auto", auto_ratios)):
+                    if rs:
+                        q = med(rs)
+                        verdicts.append(f"ab {m} {label}: {name}/off {q:.3f} "
+                                        f"(target {target}: {'met' if good(q) else 'NOT met'})")
         lines.append("")
 
 lines += [f"- {v}" for v in verdicts]

@@ -151,20 +151,19 @@ pub struct EndpointBuilder {
     rails: bool,
 }
 
-/// `BCL_CONGESTION` (`on`/`off`, also `1`/`0`, `yes`/`no`, `true`/`false`):
-/// congestion control (off by default, see `bcl_core::CongestionConfig`) on
-/// or off for every endpoint of the process, unless the program configures
+/// `BCL_CONGESTION` (`off`, `auto` or `on`; also `0`/`1`, `no`/`yes`,
+/// `false`/`true`): when congestion control acts for every endpoint of the
+/// process (default `auto`: per peer, once its path loses frames behind a
+/// queue; see `bcl_core::CongestionMode`), unless the program configures
 /// it itself. `None` when unset.
-fn congestion_from_env() -> Option<Result<bool, ConfigError>> {
+fn congestion_from_env() -> Option<Result<bcl_core::CongestionMode, ConfigError>> {
     let v = std::env::var("BCL_CONGESTION").ok()?;
-    Some(match v.trim().to_ascii_lowercase().as_str() {
-        "1" | "on" | "yes" | "true" => Ok(true),
-        "0" | "off" | "no" | "false" => Ok(false),
-        _ => Err(ConfigError {
+    Some(
+        bcl_core::CongestionMode::parse(&v).ok_or_else(|| ConfigError {
             field: "BCL_CONGESTION",
-            problem: format!("is {v:?} in the environment, must be on or off"),
+            problem: format!("is {v:?} in the environment, must be off, auto or on"),
         }),
-    })
+    )
 }
 
 /// `BCL_LIVENESS`: how every endpoint of the process watches the peers it
@@ -287,7 +286,7 @@ impl EndpointBuilder {
         if let Some(c) = &capture {
             methods = methods.into_iter().map(|m| c.wrap(m)).collect();
             // Congestion-state records, when there is congestion control.
-            if port.config().congestion.enabled {
+            if port.config().congestion.controls() {
                 port.set_congestion_log(true);
                 cc_capture = Some(c.congestion_tap());
             }
@@ -445,7 +444,7 @@ impl Endpoint {
         cfg.epoch = next_incarnation();
         let mut env_problem = None;
         match congestion_from_env() {
-            Some(Ok(on)) => cfg.congestion.enabled = on,
+            Some(Ok(mode)) => cfg.congestion.mode = mode,
             Some(Err(e)) => env_problem = Some(e),
             None => {}
         }

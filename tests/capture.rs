@@ -678,7 +678,7 @@ fn congestion_records(
 /// frames, one frame per message.
 fn congestion_on(c: &mut PortConfig, initial: u32) {
     c.bundle = false;
-    c.congestion.enabled = true;
+    c.congestion.mode = bcl::core::CongestionMode::On;
     c.congestion.initial_window = initial;
     c.congestion.min_window = initial.min(2);
 }

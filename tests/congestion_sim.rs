@@ -4,7 +4,7 @@
 //! message must arrive exactly once, in order and intact, the link must be
 //! used, few frames resent, and several senders must share it fairly.
 
-use bcl::core::SendError;
+use bcl::core::{CongestionMode, SendError};
 use bcl::sim::{Bottleneck, FaultProfile};
 use bcl::{Error, SendEvent, SimCluster};
 use proptest::prelude::*;
@@ -32,7 +32,7 @@ struct Run {
     reorder: f64,
     /// Sender `s` starts `s` times this late, when the others keep a queue.
     stagger: Duration,
-    congestion: bool,
+    congestion: CongestionMode,
     /// Congestion control's target queueing delay (None: the default).
     target: Option<Duration>,
 }
@@ -73,7 +73,7 @@ fn run(r: &Run) -> Result<Outcome, TestCaseError> {
     };
     let mut c = SimCluster::new(r.senders + 1, faults, 7, 1500, |_, cfg| {
         cfg.ring_blocks = 1 << 16;
-        cfg.congestion.enabled = r.congestion;
+        cfg.congestion.mode = r.congestion;
         if let Some(t) = r.target {
             cfg.congestion.target_delay = t;
             cfg.congestion.flow_scaling = t;
@@ -223,7 +223,7 @@ proptest! {
     /// again.
     #[test]
     fn one_sender_fills_a_bottleneck_and_resends_at_most_five_percent((neck, delay) in neck()) {
-        let r = Run { senders: 1, messages: 800, size: 8192, neck: Some(neck), delay, reorder: 0.0, stagger: Duration::ZERO, congestion: true, target: None };
+        let r = Run { senders: 1, messages: 800, size: 8192, neck: Some(neck), delay, reorder: 0.0, stagger: Duration::ZERO, congestion: CongestionMode::On, target: None };
         let out = run(&r)?;
         prop_assert!(out.resent <= 0.05, "{:.1} % resent: {out:?} ({r:?})", out.resent * 100.0);
         let link = neck.rate_bytes_per_sec as f64;
@@ -261,7 +261,7 @@ proptest! {
         // the second starts, to send 150 ms after the last start.
         let head_start = (stagger * (senders as u32 - 1)).as_secs_f64();
         let messages = ((rate * (head_start + 0.15 / senders as f64) / 8192.0) as usize).max(200);
-        let r = Run { senders, messages, size: 8192, neck: Some(neck), delay, reorder: 0.0, stagger, congestion: true, target: None };
+        let r = Run { senders, messages, size: 8192, neck: Some(neck), delay, reorder: 0.0, stagger, congestion: CongestionMode::On, target: None };
         let out = run(&r)?;
         println!(
             "{senders} senders, {stagger_ms} ms apart: Jain {:.3}, least share {:.3}, resent {:.4}",
@@ -274,6 +274,50 @@ proptest! {
             out.queue_drops
         );
         prop_assert!(out.resent <= 0.05, "{:.1} % resent: {out:?} ({r:?})", out.resent * 100.0);
+        prop_assert!(out.jain >= 0.6, "Jain {:.3}: {out:?} ({r:?})", out.jain);
+        prop_assert!(
+            out.least_share * 3.0 * senders as f64 >= 1.0,
+            "least share {:.3}: {out:?} ({r:?})",
+            out.least_share
+        );
+    }
+
+    /// The same incasts with the default mode, auto: every sender starts
+    /// dormant (slow start up to the fixed window, whatever the delay) and
+    /// wakes at its first loss or timeout, or when the receiver reports
+    /// frames missing (`CONGESTED`). The first overflow costs resends, and
+    /// then the shares converge as with control from the start. Measured
+    /// over 600 random cases of this shape (two seeds of 300, a test not
+    /// kept): Jain 1.00 in the median, 0.93–0.95 at the 5th percentile,
+    /// 0.83 at worst; least share 0.56 of a fair one at worst; resent
+    /// 0.03 % in the median, 1.5–1.6 % at the 95th percentile, 4.6 % at
+    /// worst; goodput at least 0.93 of the link. Control from the start
+    /// (`on`), same cases: Jain 0.94 at the 5th percentile, 0.78 at worst,
+    /// resent 4.0 % at worst. Without control (`off`): Jain 0.75–0.77 at
+    /// the 5th percentile, resent 4 % in the median and up to 590 %,
+    /// goodput down to 0.27 of the link.
+    #[test]
+    fn incast_in_auto_mode_wakes_every_sender_and_converges(
+        (neck, delay) in neck(),
+        senders in 2usize..6,
+        stagger_ms in prop_oneof![Just(0u64), 1u64..20],
+    ) {
+        let neck = Bottleneck {
+            queue_bytes: neck.queue_bytes.max(senders as u64 * 4 * 1500),
+            ..neck
+        };
+        let stagger = Duration::from_millis(stagger_ms);
+        let rate = neck.rate_bytes_per_sec as f64;
+        let head_start = (stagger * (senders as u32 - 1)).as_secs_f64();
+        let messages = ((rate * (head_start + 0.15 / senders as f64) / 8192.0) as usize).max(200);
+        let r = Run { senders, messages, size: 8192, neck: Some(neck), delay, reorder: 0.0, stagger, congestion: CongestionMode::Auto, target: None };
+        let out = run(&r)?;
+        println!(
+            "auto: {senders} senders, {stagger_ms} ms apart: Jain {:.3}, least share {:.3}, resent {:.4}, goodput {:.3}",
+            out.jain, out.least_share, out.resent, out.goodput / rate
+        );
+        prop_assert!(out.resent <= 0.10, "{:.1} % resent: {out:?} ({r:?})", out.resent * 100.0);
+        prop_assert!(out.goodput >= 0.85 * rate, "goodput {:.3} of the link: {out:?} ({r:?})", out.goodput / rate);
         prop_assert!(out.jain >= 0.6, "Jain {:.3}: {out:?} ({r:?})", out.jain);
         prop_assert!(
             out.least_share * 3.0 * senders as f64 >= 1.0,
@@ -300,7 +344,7 @@ fn a_shallow_queue_needs_a_smaller_target() {
         delay: Duration::from_micros(29),
         reorder: 0.0,
         stagger: Duration::ZERO,
-        congestion: true,
+        congestion: CongestionMode::On,
         target: Some(Duration::from_micros(20)),
     };
     let out = run(&r).unwrap();
@@ -327,12 +371,12 @@ fn without_congestion_control_the_fixed_window_overflows_a_small_queue() {
         delay: Duration::from_micros(10),
         reorder: 0.0,
         stagger: Duration::ZERO,
-        congestion: false,
+        congestion: CongestionMode::Off,
         target: None,
     };
     let off = run(&r).unwrap();
     let on = run(&Run {
-        congestion: true,
+        congestion: CongestionMode::On,
         ..r.clone()
     })
     .unwrap();
@@ -357,7 +401,11 @@ fn random_loss_and_reordering_are_not_congestion() {
             };
             let mut c = SimCluster::new(2, faults, 11, 1500, |_, cfg| {
                 cfg.ring_blocks = 1 << 16;
-                cfg.congestion.enabled = cc;
+                cfg.congestion.mode = if cc {
+                    CongestionMode::On
+                } else {
+                    CongestionMode::Off
+                };
             })
             .unwrap();
             let rx = SimCluster::addr(1);

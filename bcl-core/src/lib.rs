@@ -43,8 +43,8 @@ pub use method::{
 };
 pub use port::{
     ChannelError, CongestionCause, CongestionChange, CongestionConfig, CongestionInfo,
-    LivenessConfig, Port, RailInfo, RailState, Refused, ReleaseError, RouteError, SendError,
-    MAX_RAILS,
+    CongestionMode, LivenessConfig, Port, RailInfo, RailState, Refused, ReleaseError, RouteError,
+    SendError, MAX_RAILS,
 };
 pub use ring::RingSlot;
 pub use stats::{BadFrames, PeerStats, PortStats};

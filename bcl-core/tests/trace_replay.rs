@@ -216,7 +216,7 @@ impl<'t> Replay<'t> {
         ca.epoch = 11;
         // The model is the reliability protocol with a fixed send window;
         // congestion control (which shrinks it) is not modelled.
-        ca.congestion.enabled = false;
+        ca.congestion.mode = bcl_core::CongestionMode::Off;
         let mut cb = PortConfig::new(addr_b(), JOB);
         // One ring block per message, and a ring of `ring` of them; the
         // headroom a message ahead of a gap must leave is one eager
@@ -225,6 +225,7 @@ impl<'t> Replay<'t> {
         cb.ring_block_size = MSG_LEN;
         cb.ring_blocks = ring;
         cb.epoch = 22;
+        cb.congestion.mode = bcl_core::CongestionMode::Off;
         assert!(
             cb.ack_every > nmsg,
             "the model acknowledges on a timer or a duplicate only"

@@ -23,6 +23,7 @@ pub fn cause_code(cause: CongestionCause) -> u8 {
         CongestionCause::Loss => 3,
         CongestionCause::Timeout => 4,
         CongestionCause::Undo => 5,
+        CongestionCause::Echo => 6,
     }
 }
 
@@ -138,10 +139,11 @@ mod tests {
             CongestionCause::Loss,
             CongestionCause::Timeout,
             CongestionCause::Undo,
+            CongestionCause::Echo,
         ]
         .into_iter()
         .map(cause_code)
         .collect();
-        assert_eq!(codes, [1, 2, 3, 4, 5]);
+        assert_eq!(codes, [1, 2, 3, 4, 5, 6]);
     }
 }

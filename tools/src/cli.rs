@@ -33,13 +33,10 @@ pub fn parse_ethertype(text: &str) -> Result<u16, String> {
     Ok(v)
 }
 
-/// Parses `on` or `off`.
-pub fn parse_on_off(text: &str) -> Result<bool, String> {
-    match text {
-        "on" => Ok(true),
-        "off" => Ok(false),
-        _ => Err(format!("{text:?} is neither on nor off")),
-    }
+/// Parses a congestion-control mode: `off`, `auto` or `on`.
+pub fn parse_congestion(text: &str) -> Result<bcl::core::CongestionMode, String> {
+    bcl::core::CongestionMode::parse(text)
+        .ok_or_else(|| format!("{text:?} is none of off, auto and on"))
 }
 
 /// The rails of `--rails`: (method name if given, interface) per rail.
@@ -189,11 +186,13 @@ pub struct CommonArgs {
     pub rto_min_us: Option<u64>,
 
     /// BCL's congestion control (a delay-based window with pacing, for
-    /// methods that may lose frames): on or off. Default: BCL_CONGESTION
-    /// from the environment, else off (BCL-3's fixed send window). On keeps
-    /// a shared bottleneck's queue short (incast through a switch).
-    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
-    pub congestion: Option<bool>,
+    /// methods that may lose frames): off (BCL-3's fixed send window), auto
+    /// (the fixed window until a peer's path loses frames behind a queue,
+    /// controlled from then on) or on (controlled from the first frame).
+    /// Default: BCL_CONGESTION from the environment, else auto. Control
+    /// keeps a shared bottleneck's queue short (incast through a switch).
+    #[arg(long, value_name = "off|auto|on", value_parser = parse_congestion)]
+    pub congestion: Option<bcl::core::CongestionMode>,
 
     /// Give up waiting for the peer after this many milliseconds.
     #[arg(long, default_value_t = 10_000)]

@@ -188,9 +188,9 @@ pub struct EndSpec {
     pub pci: Option<String>,
     /// Capture file of the BCL endpoints (`--pcap`; else `BCL_PCAP`).
     pub pcap: Option<std::path::PathBuf>,
-    /// Congestion control on or off (`--congestion`; else `BCL_CONGESTION`,
-    /// else on).
-    pub congestion: Option<bool>,
+    /// When congestion control acts (`--congestion`; else `BCL_CONGESTION`,
+    /// else auto).
+    pub congestion: Option<bcl::core::CongestionMode>,
     /// Rails (`--rails`): per rail, its method if not `method`, and its
     /// interface. Empty: one NIC (`ifname`).
     pub rails: Vec<(Option<String>, String)>,
@@ -314,8 +314,8 @@ pub fn endpoint_over(
     }
     let mut b = b.rails(rails).mode(spec.mode()).configure(|c| {
         configure(c, mtu, spec.rto_min);
-        if let Some(on) = spec.congestion {
-            c.congestion.enabled = on;
+        if let Some(mode) = spec.congestion {
+            c.congestion.mode = mode;
         }
     });
     if let Some(clock) = clock {

@@ -78,8 +78,8 @@ pub fn join(spec: &EndSpec) -> Result<Option<JobEnd>, String> {
         },
         configure: Box::new(move |cfg, mtu| {
             configure(cfg, mtu, rto_min);
-            if let Some(on) = congestion {
-                cfg.congestion.enabled = on;
+            if let Some(mode) = congestion {
+                cfg.congestion.mode = mode;
             }
         }),
         ..JoinOptions::default()

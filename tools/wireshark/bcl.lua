@@ -91,7 +91,7 @@ local service_kinds = {
     [6] = "clear request", [7] = "clear reply",
 }
 local directions = { [0] = "none (state record)", [1] = "received", [2] = "sent" }
-local cc_causes = { [1] = "increase", [2] = "delay decrease", [3] = "loss", [4] = "timeout", [5] = "undo" }
+local cc_causes = { [1] = "increase", [2] = "delay decrease", [3] = "loss", [4] = "timeout", [5] = "undo", [6] = "echo" }
 local bulk_kinds = { [0] = "none", [1] = "normal channel", [2] = "RMA put", [3] = "RMA get reply" }
 local nak_reasons = { [0] = "none (ACK)", [1] = "gap", [2] = "receive ring full" }
 local statuses = {
@@ -103,8 +103,9 @@ local crc_status_names = { [0] = "Bad", [1] = "Good", [2] = "Unverified", [3] = 
 
 local FLAG_ACK, FLAG_CRC, FLAG_ACK_FRESH, FLAG_UNSEQUENCED, FLAG_BUNDLE, FLAG_PING = 0x1, 0x2, 0x4, 0x8, 0x10, 0x20
 local FLAG_NODE = 0x40
+local FLAG_CONGESTED = 0x80
 local BIT = { 1, 2, 4, 8, 16, 32, 64, 128 }
-local FLAGS_KNOWN = 0x7F
+local FLAGS_KNOWN = 0xFF
 -- An ACK body's length (a node's live ports follow it with FLAG_NODE).
 local ACK_BODY_LEN = 40
 
@@ -164,6 +165,7 @@ f.flag_unsequenced = ProtoField.bool("bcl.flags.unsequenced", "UNSEQUENCED (reli
 f.flag_bundle = ProtoField.bool("bcl.flags.bundle", "BUNDLE (payload is several messages)", 8, nil, FLAG_BUNDLE)
 f.flag_ping = ProtoField.bool("bcl.flags.ping", "PING (liveness: answer with an ACK at once)", 8, nil, FLAG_PING)
 f.flag_node = ProtoField.bool("bcl.flags.node", "NODE (the sender node's live ports follow the ack body)", 8, nil, FLAG_NODE)
+f.flag_congested = ProtoField.bool("bcl.flags.congested", "CONGESTED (frames went missing on their way to the sender lately)", 8, nil, FLAG_CONGESTED)
 f.flag_unknown = ProtoField.uint8("bcl.flags.unknown", "Unknown flag bits", base.HEX, nil, 0x80)
 -- a node's live ports (after an ACK body, FLAG_NODE)
 f.node_live = ProtoField.bytes("bcl.node.live", "Sender node's live ports (bitmap, ports 0-127)")
@@ -418,6 +420,7 @@ local function dissect_frame(tvb, pinfo, tree, ctx)
     if band(flags, FLAG_BUNDLE) ~= 0 then names[#names + 1] = "BUNDLE" end
     if band(flags, FLAG_PING) ~= 0 then names[#names + 1] = "PING" end
     if band(flags, FLAG_NODE) ~= 0 then names[#names + 1] = "NODE" end
+    if band(flags, FLAG_CONGESTED) ~= 0 then names[#names + 1] = "CONGESTED" end
     tree:add(f.generation, tvb(2, 1))
     local ft = tree:add(f.flags, tvb(3, 1))
     ft:append_text(" (" .. (#names > 0 and table.concat(names, ", ") or "none") .. ")")
@@ -428,6 +431,7 @@ local function dissect_frame(tvb, pinfo, tree, ctx)
     ft:add(f.flag_bundle, tvb(3, 1))
     ft:add(f.flag_ping, tvb(3, 1))
     ft:add(f.flag_node, tvb(3, 1))
+    ft:add(f.flag_congested, tvb(3, 1))
     if band(flags, 0xFF - FLAGS_KNOWN) ~= 0 then ft:add(f.flag_unknown, tvb(3, 1)) end
     tree:add(f.job, tvb(4, 4))
     local st = tree:add(f.src, tvb(8, 6), src)

@@ -37,6 +37,10 @@ pub enum CongestionCause {
     /// The peer reported frames resent after a loss as duplicates: the loss
     /// decrease was undone.
     Undo,
+    /// The peer reported frames missing on their way to it (from any
+    /// sender) while our path to it showed a queue: a dormant controller
+    /// (mode auto) woke.
+    Echo,
 }
 
 /// One change of a peer's window of whole frames, as the congestion log
@@ -88,7 +92,7 @@ impl CongestionLog {
         at: Time,
         cause: CongestionCause,
     ) {
-        if p.cc.window_frames() == before {
+        if p.cc.limit_frames(cfg.tx_window) == before {
             return;
         }
         if self.changes.len() >= CONGESTION_LOG_CAPACITY {

@@ -237,13 +237,13 @@ impl Port {
         }
         p.reorder.deadline = deadline;
         if let Some((first, last)) = lost {
-            if self.cfg.congestion.enabled {
+            if self.cfg.congestion.controls() {
                 let before = p.cc;
                 if p.cc.on_loss(&self.cfg.congestion, &mut w.cc, una, next) == Verdict::Decreased {
                     self.stats.congestion_decreases += 1;
                 }
                 if self.cc_log.is_on() {
-                    let before = before.window_frames();
+                    let before = before.limit_frames(self.cfg.tx_window);
                     self.cc_log
                         .record(&self.cfg, p, before, now, CongestionCause::Loss);
                 }
@@ -275,7 +275,7 @@ impl Port {
                 self.stats.congestion_undos += 1;
             }
             if self.cc_log.is_on() {
-                let before = before.window_frames();
+                let before = before.limit_frames(self.cfg.tx_window);
                 self.cc_log
                     .record(&self.cfg, p, before, now, CongestionCause::Undo);
             }

@@ -28,7 +28,7 @@ pub mod node;
 
 pub use bulk::{BulkKind, BulkToken, OutboundBulk};
 pub use channels::{ChannelError, Refused};
-pub use congestion::CongestionConfig;
+pub use congestion::{CongestionConfig, CongestionMode};
 pub use congestion_log::{CongestionCause, CongestionChange, CONGESTION_LOG_CAPACITY};
 pub use lifecycle::STALE_FRAME_LIFETIME;
 pub use liveness::LivenessConfig;
@@ -175,7 +175,7 @@ pub struct CongestionInfo {
 fn congestion_info(cfg: &PortConfig, p: &Peer) -> CongestionInfo {
     let srtt = p.rtt.srtt();
     CongestionInfo {
-        window: p.cc.window_frames().min(cfg.tx_window),
+        window: p.cc.limit_frames(cfg.tx_window),
         base_rtt: p.cc.base_rtt(),
         queueing_delay: p.cc.queueing_delay(srtt),
         pacing_rate: p
@@ -362,6 +362,10 @@ pub struct Port {
     /// Congestion changes recorded for tools, when asked for (see
     /// [`congestion_log`]).
     cc_log: congestion_log::CongestionLog,
+    /// Until this instant, frames to sequenced peers carry
+    /// [`flags::CONGESTED`](crate::wire::flags::CONGESTED): frames were
+    /// missing in a peer's stream lately.
+    congested_until: Time,
     stats: PortStats,
 }
 
@@ -420,6 +424,7 @@ impl Port {
             outstanding: 0,
             bundle_scratch: Vec::new(),
             cc_log: Default::default(),
+            congested_until: Time::ZERO,
             stats: PortStats::default(),
             cfg,
         })
@@ -486,7 +491,7 @@ impl Port {
             backoff_until: (p.busy_until != Time::ZERO).then_some(p.busy_until),
             loss_check_at: (p.reorder.deadline != Time::NEVER).then_some(p.reorder.deadline),
             reorder_window: p.reorder.window(&p.rtt),
-            congestion: (self.cfg.congestion.enabled && !p.reliable)
+            congestion: (self.cfg.congestion.controls() && !p.reliable && !p.cc.is_dormant())
                 .then(|| congestion_info(&self.cfg, p)),
             stats: p.stats,
         }

@@ -122,7 +122,6 @@ impl Port {
             || h.version != wire::VERSION
             || h.frame_type != FrameType::Data as u8
             || flag_bits & (flags::BUNDLE | flags::UNSEQUENCED) != 0
-            || flag_bits & !flags::KNOWN != 0
             || h.channel.get() == SYSTEM_CHANNEL
             || h.job.get() != self.expect.job.0
             || h.dst_node.get() != self.expect.local.node.0

@@ -12,6 +12,12 @@ use crate::seq::Seq;
 use crate::time::Time;
 use crate::wire::{self, bundle, AckBody, Frame, FrameType, NakReason};
 
+/// How long after frames last went missing in a peer's stream the port's
+/// frames carry [`wire::flags::CONGESTED`]: long enough to reach every
+/// sender into it that keeps sending (each frame of ours carries it), short
+/// enough to end soon after the queue stopped overflowing.
+const CONGESTED_ECHO: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// The system channel's number.
 pub(super) const SYSTEM_CHANNEL: u16 = 0;
 
@@ -131,6 +137,9 @@ impl Port {
         };
         if !ack_valid {
             self.stats.bad_frames.bad_ack += 1;
+        }
+        if frame.flags() & wire::flags::CONGESTED != 0 {
+            self.on_congestion_echo(idx, now);
         }
         match frame.kind() {
             _ if sequenced => self.on_sequenced(idx, frame, now),
@@ -415,6 +424,9 @@ impl Port {
             // Say at once that frames are missing.
             if p.nak == NakReason::None {
                 p.nak = NakReason::Gap;
+            }
+            if self.cfg.congestion.controls() {
+                self.congested_until = now + CONGESTED_ECHO;
             }
         } else if p.ack_deadline == Time::NEVER {
             // An overtaken frame filled a hole, or the run after a hole

@@ -307,9 +307,15 @@ impl Port {
     /// to it. (The two directions may go by different methods: a peer that
     /// reaches us over Ethernet waits for our acknowledgements even when we
     /// answer over shared memory, whose frames are unsequenced.)
-    fn fields_to(&self, idx: PeerIdx, kind: FrameType) -> HeaderFields {
+    fn fields_to(&self, idx: PeerIdx, kind: FrameType, now: Time) -> HeaderFields {
         let p = &self.peers[idx as usize];
-        let mut flag_bits = if p.reliable { flags::UNSEQUENCED } else { 0 };
+        let mut flag_bits = if p.reliable {
+            flags::UNSEQUENCED
+        } else if now < self.congested_until {
+            flags::CONGESTED
+        } else {
+            0
+        };
         if p.rx_known && !p.rx_unsequenced {
             flag_bits |= flags::ACK;
             if p.last_ack_sent.before(p.expected) {
@@ -430,7 +436,7 @@ impl Port {
         } else {
             msg.first_seq
         };
-        let mut fields = self.fields_to(idx, msg.kind);
+        let mut fields = self.fields_to(idx, msg.kind, now);
         fields.seq = seq.0;
         fields.channel = msg.channel;
         fields.msg_id = msg.msg_id;
@@ -490,7 +496,7 @@ impl Port {
     /// A sequenced DATA frame left for peer `idx` at `now`: pacing spaces
     /// the next one.
     fn pace(&mut self, idx: PeerIdx, now: Time) {
-        if !self.cfg.congestion.enabled {
+        if !self.cfg.congestion.controls() {
             return;
         }
         let p = &mut self.peers[idx as usize];
@@ -584,11 +590,12 @@ impl Port {
         self.new_data_gate(idx, now) == Gate::Open
     }
 
-    /// Frames peer `idx` may have in flight: its congestion window if it
-    /// is controlled, else the configured window.
+    /// Frames peer `idx` may have in flight: its congestion window (also
+    /// while dormant, when it only grows) if congestion control is on,
+    /// else the configured window.
     pub(super) fn peer_window(&self, idx: PeerIdx) -> u32 {
         let p = &self.peers[idx as usize];
-        if self.cfg.congestion.enabled && !p.reliable {
+        if self.cfg.congestion.controls() && !p.reliable {
             let w =
                 p.cc.allowed_frames(&self.cfg.congestion, p.tx.as_ref().map(|w| &w.cc));
             // Over rails the window is spread: each rail's queue sees its
@@ -614,7 +621,7 @@ impl Port {
     /// stops it, until when.
     pub(super) fn new_data_gate(&self, idx: PeerIdx, now: Time) -> Gate {
         let p = &self.peers[idx as usize];
-        let controlled = self.cfg.congestion.enabled && !p.reliable;
+        let controlled = self.cfg.congestion.controls() && !p.reliable && !p.cc.is_dormant();
         let window = self.peer_window(idx);
         if p.in_flight() >= window {
             return Gate::Closed;
@@ -714,7 +721,7 @@ impl Port {
             x.in_flight += 1;
             member = x.next;
         }
-        let mut fields = self.fields_to(idx, FrameType::Data);
+        let mut fields = self.fields_to(idx, FrameType::Data, now);
         fields.flags |= flags::BUNDLE;
         fields.seq = seq.0;
         fields.msg_id = first_id;
@@ -890,7 +897,7 @@ impl Port {
                 continue;
             }
             let msg = self.messages[slot.msg as usize].as_ref()?;
-            let mut fields = self.fields_to(idx, msg.kind);
+            let mut fields = self.fields_to(idx, msg.kind, now);
             fields.seq = seq.0;
             fields.channel = msg.channel;
             fields.msg_id = msg.msg_id;
@@ -954,7 +961,7 @@ impl Port {
         }
         body.dropped_seq = U32::new(p.nak_dropped.0);
         body.duplicates = p.dups_unreported;
-        let mut fields = self.fields_to(idx, kind);
+        let mut fields = self.fields_to(idx, kind, now);
         if ping {
             fields.flags |= flags::PING;
         }
@@ -1043,9 +1050,17 @@ impl Port {
         // the timeout that resent it was spurious (the round trip outgrew
         // the timeout, behind a growing queue).
         let min_rtt = p.rtt.min_rtt().unwrap_or_default();
+        // Once the timeout has doubled thrice, an acknowledgement of the
+        // oldest frame alone is taken as its resend's: had the first copy
+        // arrived late, the frames sent after it would likely have come
+        // with it. (Taken as spurious, it kept the timeout doubling while
+        // every frame in flight was a lost resend and a standing queue had
+        // raised the least round trip: one frame recovered per timeout, up
+        // to 200 ms each.)
+        let single = advance == 1 && p.rtt.backoff_shift() >= SINGLE_ACK_NOT_SPURIOUS_AFTER;
         let mut spurious = false;
         let mut s = p.una;
-        while !clean && !spurious && s != ack {
+        while !clean && !spurious && !single && s != ack {
             let slot = w.slot(s);
             spurious = slot.sent_count > 1 && now.saturating_since(slot.last_sent) < min_rtt;
             s = s.next();
@@ -1068,6 +1083,13 @@ impl Port {
         }
         if let Some(round_trip) = sample {
             self.congestion_sample(idx, round_trip, advance, ack, next, now);
+        } else if self.cfg.congestion.controls() {
+            // A dormant window grows with what is acknowledged, sample or
+            // not (resends and timeouts leave few clean samples).
+            let p = &mut self.peers[idx as usize];
+            if !p.reliable && p.cc.is_dormant() {
+                p.cc.grow_dormant(advance, self.cfg.tx_window);
+            }
         }
 
         let p = &mut self.peers[idx as usize];
@@ -1161,7 +1183,7 @@ impl Port {
     ) {
         let cfg = &self.cfg.congestion;
         let p = &mut self.peers[idx as usize];
-        if !cfg.enabled || p.reliable {
+        if !cfg.controls() || p.reliable {
             return;
         }
         let Some(w) = p.tx.as_mut() else { return };
@@ -1173,13 +1195,34 @@ impl Port {
             self.stats.congestion_decreases += 1;
         }
         if self.cc_log.is_on() {
-            let before = before.window_frames();
-            let cause = if p.cc.window_frames() < before {
+            let before = before.limit_frames(self.cfg.tx_window);
+            let cause = if p.cc.limit_frames(self.cfg.tx_window) < before {
                 CongestionCause::DelayDecrease
             } else {
                 CongestionCause::Increase
             };
             self.cc_log.record(&self.cfg, p, before, now, cause);
+        }
+    }
+
+    /// Peer `idx` says frames went missing on their way to it lately
+    /// ([`flags::CONGESTED`]): a dormant controller (mode auto) wakes if our
+    /// own path to it shows a queue, as after a loss of our own.
+    pub(super) fn on_congestion_echo(&mut self, idx: PeerIdx, now: Time) {
+        let cfg = &self.cfg.congestion;
+        let p = &mut self.peers[idx as usize];
+        if !cfg.controls() || p.reliable || !p.cc.is_dormant() {
+            return;
+        }
+        let Some(w) = p.tx.as_mut() else { return };
+        let before = p.cc;
+        if p.cc.on_congestion_echo(cfg, &mut w.cc, p.una, p.next_seq) == Verdict::Decreased {
+            self.stats.congestion_decreases += 1;
+            if self.cc_log.is_on() {
+                let before = before.limit_frames(self.cfg.tx_window);
+                self.cc_log
+                    .record(&self.cfg, p, before, now, CongestionCause::Echo);
+            }
         }
     }
 
@@ -1282,7 +1325,7 @@ impl Port {
         }
         p.rtt.back_off();
         let (una, next) = (p.una, p.next_seq);
-        if self.cfg.congestion.enabled && !p.reliable {
+        if self.cfg.congestion.controls() && !p.reliable {
             if let Some(w) = p.tx.as_mut() {
                 let consecutive = p.consecutive_timeouts;
                 let before = p.cc;
@@ -1297,7 +1340,7 @@ impl Port {
                     self.stats.congestion_decreases += 1;
                 }
                 if self.cc_log.is_on() {
-                    let before = before.window_frames();
+                    let before = before.limit_frames(self.cfg.tx_window);
                     self.cc_log
                         .record(&self.cfg, p, before, now, CongestionCause::Timeout);
                 }
@@ -1568,6 +1611,12 @@ impl Port {
 /// minimum timeout, longer than a scheduler stall. Public so that the Spin
 /// model of the protocol (`models/reliability.pml`) is generated from it.
 pub const FULL_RESEND_AFTER_TIMEOUTS: u32 = 3;
+
+/// Doublings of the timeout after which an acknowledgement of the oldest
+/// frame alone, soon after it was resent, counts as the resend's own (the
+/// backoff is reset) rather than a sign the timeout was spurious (the
+/// backoff is kept): see `on_cumulative_ack`.
+const SINGLE_ACK_NOT_SPURIOUS_AFTER: u8 = 3;
 
 /// Frames of a transfer framed one after the other before the next ordered
 /// message may go: large enough to stream efficiently, small enough that a

@@ -25,10 +25,11 @@ pub(super) fn addr(i: usize) -> ProcessAddr {
 pub(super) fn config(i: usize) -> PortConfig {
     let mut c = PortConfig::new(addr(i), JobKey(7));
     c.epoch = 1000 + i as u32;
-    // Congestion control on (off by default), so that every test here runs
-    // through it too; tests that count the frames one transmit round puts
-    // out start at the window's bound.
-    c.congestion.enabled = true;
+    // Congestion control on from the first frame (the default waits for a
+    // loss behind a queue), so that every test here runs through it too;
+    // tests that count the frames one transmit round puts out start at the
+    // window's bound.
+    c.congestion.mode = crate::CongestionMode::On;
     c.congestion.initial_window = 0;
     // Liveness off: these tests run "until nothing moves and no timer is
     // left", and a buffer posted for a live peer that never sends keeps it

@@ -170,8 +170,14 @@ pub mod flags {
     ///
     /// [`NODE_VIEW_LEN`]: super::NODE_VIEW_LEN
     pub const NODE: u8 = 1 << 6;
-    /// All bits this version knows.
-    pub const KNOWN: u8 = ACK | CRC | ACK_FRESH | UNSEQUENCED | BUNDLE | PING | NODE;
+    /// On a sequenced frame: the sender saw frames missing in some peer's
+    /// stream to it lately (a queue on its way overflowed, or frames were
+    /// reordered). A port whose congestion control waits for congestion
+    /// (mode auto) starts controlling its path to the sender if that path
+    /// shows a queue of its own: senders into one receiver that never lose
+    /// a frame themselves would otherwise keep their fixed windows while
+    /// the controlled ones yield to the queue those windows keep.
+    pub const CONGESTED: u8 = 1 << 7;
 }
 
 /// What a frame is.
@@ -234,8 +240,9 @@ pub enum FrameError {
     /// Unknown frame type.
     #[error("unknown frame type {0}")]
     BadType(u8),
-    /// Flag bits this version does not know.
-    #[error("unknown flag bits {0:#06x}")]
+    /// Flag bits that make no sense together (these bits, with the others
+    /// the frame carries).
+    #[error("flag bits {0:#06x} not allowed with the others")]
     BadFlags(u8),
     /// `payload_len` runs past the end of the frame, or the message fields
     /// are inconsistent (fragment past the message end).
@@ -391,8 +398,10 @@ fn check_head(header: &Header) -> Result<FrameType, FrameError> {
     let kind =
         FrameType::from_code(header.frame_type).ok_or(FrameError::BadType(header.frame_type))?;
     let flag_bits = header.flags;
-    if flag_bits & !flags::KNOWN != 0 {
-        return Err(FrameError::BadFlags(flag_bits & !flags::KNOWN));
+    // Every bit of the flags byte has a meaning. Frames of a method that
+    // never loses have no congestion to report.
+    if flag_bits & flags::UNSEQUENCED != 0 && flag_bits & flags::CONGESTED != 0 {
+        return Err(FrameError::BadFlags(flags::CONGESTED));
     }
     Ok(kind)
 }
