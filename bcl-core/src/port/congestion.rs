@@ -89,23 +89,32 @@
 //! change.
 
 //! **When it acts** ([`CongestionConfig::mode`]). `on` controls every
-//! sequenced peer from its first frame. `auto` (the default) leaves a peer
-//! *dormant* until its path shows congestion: BCL-3's fixed window, unpaced,
-//! while the controller only keeps the least round trip seen (the base) and
-//! the latest sample. The first loss or timeout that comes with a queue (the
-//! same test a loss decrease makes: a sample of at least half the target
-//! over the base) wakes it, at half the frames then in flight, slow start
-//! over; from then on the peer is controlled for as long as the port knows
-//! it. If the frames resent for that loss turn out to have arrived
-//! (reordering), the peer goes back to dormant. Why not `on` everywhere:
-//! measured here, control keeps a shaped switch's queue short under incast
-//! (probe p99 about 6 × idle instead of 70 ×, 0.2 % resent instead of
-//! 27 %) at no cost on a plain veth, but through the lab's user-space
-//! impairment bridge, a forwarder that batches more the longer its queue,
-//! it holds throughput to about 0.4 × the fixed window's: there the delay
-//! is scheduling, which a delay signal cannot tell from a queue. A path
-//! that never drops frames never pays for that; one whose queue overflows
-//! is controlled after its first overflow. `off` is BCL-3's fixed window
+//! sequenced peer from its first frame. `auto` (the default) starts a peer
+//! *dormant*: its window only grows, in slow start from the initial window
+//! up to the configured bound, whatever the delay, unpaced (BCL-3's fixed
+//! window after a few round trips); its samples keep only the base and the
+//! latest one. It wakes, at half the window it had in flight, past slow
+//! start, on its first loss or timeout, or when the receiver reports frames
+//! missing on their way to it from any sender (the header flag `CONGESTED`,
+//! which a port sets on its frames for 50 ms after a gap in a peer's
+//! stream): senders into one receiver that never lose a frame themselves
+//! would otherwise keep their windows while the woken ones yield to the
+//! queue those windows keep. Awake, it is controlled as with `on` for as
+//! long as the port knows the peer, except that a wake by a loss or a
+//! timeout is undone (dormant again, with the window before) if the peer
+//! reports the frames resent for it as duplicates: they were reordered, or
+//! a round trip outgrew the timeout behind a queue of fixed windows.
+//!
+//! Why not `on` everywhere: measured here, control keeps a shaped switch's
+//! queue short under incast (probe p99 about 6 × idle instead of 70 ×,
+//! 0.2 % resent instead of 27 %) at no cost on a plain veth, but through the
+//! lab's user-space impairment bridge, a forwarder that batches more the
+//! longer its queue, it holds throughput to about 0.4 × the fixed window's:
+//! there the delay is scheduling, which a delay signal cannot tell from a
+//! queue. A path that never drops a frame never pays for that under `auto`;
+//! one whose queue overflows is controlled from its first overflow. In the
+//! simulator's random incasts `auto` converges as fairly as `on` after that
+//! overflow (`tests/congestion_sim.rs`). `off` is the fixed window
 //! throughout. Only peers whose frames are sequenced (methods that may
 //! lose) are controlled: a method that never loses (shared memory) has its
 //! own flow control and no queue to drop from.
@@ -153,8 +162,9 @@ const PACING_GAIN: (u64, u64) = (5, 4);
 pub enum CongestionMode {
     /// Never: BCL-3's fixed window, unpaced, for every peer.
     Off,
-    /// Per peer, from the first loss or timeout its path shows behind a
-    /// queue; the fixed window until then.
+    /// Per peer, from its first loss or timeout, or from its receiver's
+    /// report of frames missing; until then a window that only grows (slow
+    /// start up to the bound), unpaced.
     #[default]
     Auto,
     /// From a peer's first frame.
@@ -188,7 +198,8 @@ impl CongestionMode {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CongestionConfig {
     /// When to control congestion (default [`CongestionMode::Auto`]: a
-    /// peer's path once it shows a loss behind a queue). Controlled, a
+    /// peer once its path loses a frame or its receiver reports frames
+    /// missing). Controlled, a
     /// shared bottleneck or many senders into one receiver keep short
     /// queues and resend little; not controlled, a forwarder in software
     /// (whose throughput grows with its queue) is not held to a short
