@@ -94,16 +94,19 @@
 //! up to the configured bound, whatever the delay, unpaced (BCL-3's fixed
 //! window after a few round trips); its samples keep only the base and the
 //! latest one. It wakes, at half the window it had in flight, past slow
-//! start, on its first loss or timeout, or when the receiver reports frames
+//! start, on its first frame judged lost (a timeout alone does not wake
+//! it: behind a deep queue of other dormant senders' windows a latecomer's
+//! round trip outgrows its timeout again and again while nothing is lost;
+//! a real tail loss shows as a judged loss once the timeout's probe of the
+//! newest frame is delivered), or when the receiver reports frames
 //! missing on their way to it from any sender (the header flag `CONGESTED`,
 //! which a port sets on its frames for 50 ms after a gap in a peer's
 //! stream): senders into one receiver that never lose a frame themselves
 //! would otherwise keep their windows while the woken ones yield to the
 //! queue those windows keep. Awake, it is controlled as with `on` for as
-//! long as the port knows the peer, except that a wake by a loss or a
-//! timeout is undone (dormant again, with the window before) if the peer
-//! reports the frames resent for it as duplicates: they were reordered, or
-//! a round trip outgrew the timeout behind a queue of fixed windows.
+//! long as the port knows the peer, except that a wake by a loss is undone
+//! (dormant again, with the window before) if the peer reports the frames
+//! resent for it as duplicates: they were only reordered.
 //!
 //! Why not `on` everywhere: measured here, control keeps a shaped switch's
 //! queue short under incast (probe p99 about 6 × idle instead of 70 ×,
@@ -162,7 +165,7 @@ const PACING_GAIN: (u64, u64) = (5, 4);
 pub enum CongestionMode {
     /// Never: BCL-3's fixed window, unpaced, for every peer.
     Off,
-    /// Per peer, from its first loss or timeout, or from its receiver's
+    /// Per peer, from its first frame judged lost, or from its receiver's
     /// report of frames missing; until then a window that only grows (slow
     /// start up to the bound), unpaced.
     #[default]
@@ -497,8 +500,9 @@ impl Congestion {
 
     /// The peer reported frames missing on their way to it, from any
     /// sender ([`flags::CONGESTED`](crate::wire::flags::CONGESTED)): a
-    /// dormant controller wakes, as after a loss of its own, if our path
-    /// shows a queue. Not undone: the frames missing were not ours.
+    /// dormant controller wakes as after a loss of its own. Not undone:
+    /// the frames missing were not ours, so our duplicates say nothing
+    /// about them.
     pub fn on_congestion_echo(
         &mut self,
         cfg: &CongestionConfig,
@@ -512,15 +516,12 @@ impl Congestion {
         self.wake(cfg, round, una, next, false)
     }
 
-    /// A loss, timeout or echo while dormant: control starts at the initial
-    /// window (at most half the frames in
-    /// flight, `next − una`, and at least `min_window`), in slow start up
-    /// to that half, with no decrease for this round trip. The frames in
-    /// flight drain before new ones leave, and resends wait for room in
-    /// the window too, so a fixed window's overflow is not repeated.
-    /// `undoable`: if duplicates later show that the frames resent had
-    /// arrived (reordering, a round trip that outgrew the timeout), the
-    /// peer is dormant again.
+    /// A loss or an echo while dormant: control starts at half the window
+    /// in flight (the lesser of the window and `next − una`; at least
+    /// `min_window`), past slow start, with no decrease for this round
+    /// trip. `undoable`: if duplicates later show that the frames resent
+    /// had arrived (reordering), the peer is dormant again, with the window
+    /// it had.
     fn wake(
         &mut self,
         cfg: &CongestionConfig,
@@ -901,18 +902,20 @@ impl Congestion {
         // A timeout is not undone, even if what it resent turns out to have
         // arrived: a round trip that outgrew the timeout is a queue growing
         // (or a receiver that stalled), and a window restored into it would
-        // time out again. The exception is a wake from dormant (below),
+        // time out again. The exception is a wake from dormant by a loss,
         // which further timeouts do not make final.
         if round.undo & DORMANT == 0 {
             round.undo = 0;
         }
         if self.is_dormant() {
-            // Unlike a decrease, a wake by timeout is undone if what the
-            // timeout resent had arrived: a dormant peer's window is the
-            // fixed one of the other dormant senders through the same
-            // queue, whose round trip may outgrow a timeout measured when
-            // the queue was empty; woken alone, it would yield to them.
-            return self.wake(cfg, round, una, next, true);
+            // A timeout does not wake a dormant peer. Behind a deep queue
+            // of other dormant senders' windows, a latecomer's round trip
+            // outgrows its timeout again and again while nothing is lost;
+            // each wake (even undone later) cut its slow start short, and
+            // it starved. A real tail loss shows soon after all the same:
+            // the timeout's probe resends the newest frame, and its
+            // delivery has the frames before it judged lost.
+            return Verdict::Steady;
         }
         if !self.loss_is_congestion(cfg, round) {
             return Verdict::Steady;
@@ -1655,35 +1658,34 @@ mod tests {
             Verdict::Steady
         );
         assert_eq!(cc.limit_frames(128), 50);
-        // A timeout wakes one too, at half of what the window let fly.
+        // A timeout alone does not wake one (a round trip that outgrew it
+        // behind other senders' windows, or a tail loss that its probe
+        // will show as a loss).
         let (cfg, mut cc, mut round) = dormant();
         assert_eq!(
             cc.on_timeout(&cfg, &mut round, 1, Seq(0), Seq(16)),
-            Verdict::Decreased
+            Verdict::Steady
         );
-        assert_eq!(cc.limit_frames(128), 8);
+        assert!(cc.is_dormant());
+        assert_eq!(cc.limit_frames(128), 16);
     }
 
     #[test]
     fn a_wake_whose_resends_arrived_is_undone_and_one_by_echo_is_not() {
-        for by_timeout in [false, true] {
-            let (cfg, mut cc, mut round) = dormant();
-            cc.grow_dormant(48, 128);
-            let v = if by_timeout {
-                cc.on_timeout(&cfg, &mut round, 1, Seq(0), Seq(64))
-            } else {
-                cc.on_loss(&cfg, &mut round, Seq(0), Seq(64))
-            };
-            assert_eq!(v, Verdict::Decreased);
-            assert_eq!(cc.limit_frames(128), 32);
-            // More timeouts while the resends are under way keep the undo.
-            cc.on_timeout(&cfg, &mut round, 2, Seq(0), Seq(64));
-            assert_eq!(cc.limit_frames(128), cfg.min_window);
-            // The resends were duplicates: dormant again, window as before.
-            assert!(cc.on_spurious_resend(&mut round));
-            assert!(cc.is_dormant());
-            assert_eq!(cc.limit_frames(128), 64);
-        }
+        let (cfg, mut cc, mut round) = dormant();
+        cc.grow_dormant(48, 128);
+        assert_eq!(
+            cc.on_loss(&cfg, &mut round, Seq(0), Seq(64)),
+            Verdict::Decreased
+        );
+        assert_eq!(cc.limit_frames(128), 32);
+        // Timeouts while the resends are under way keep the undo.
+        cc.on_timeout(&cfg, &mut round, 2, Seq(0), Seq(64));
+        assert_eq!(cc.limit_frames(128), cfg.min_window);
+        // The resends were duplicates: dormant again, window as before.
+        assert!(cc.on_spurious_resend(&mut round));
+        assert!(cc.is_dormant());
+        assert_eq!(cc.limit_frames(128), 64);
         // The peer reports frames missing on their way to it: we wake, and
         // duplicates of ours do not undo that.
         let (cfg, mut cc, mut round) = dormant();

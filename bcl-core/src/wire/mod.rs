@@ -173,10 +173,10 @@ pub mod flags {
     /// On a sequenced frame: the sender saw frames missing in some peer's
     /// stream to it lately (a queue on its way overflowed, or frames were
     /// reordered). A port whose congestion control waits for congestion
-    /// (mode auto) starts controlling its path to the sender if that path
-    /// shows a queue of its own: senders into one receiver that never lose
-    /// a frame themselves would otherwise keep their fixed windows while
-    /// the controlled ones yield to the queue those windows keep.
+    /// (mode auto) starts controlling its path to the sender: senders into
+    /// one receiver that never lose a frame themselves would otherwise keep
+    /// their fixed windows while the controlled ones yield to the queue
+    /// those windows keep.
     pub const CONGESTED: u8 = 1 << 7;
 }
 
