@@ -473,8 +473,7 @@ impl Congestion {
     /// While dormant, a round-trip sample that newly acknowledged `acked`
     /// frames grows the window by as many (slow start, up to `max_frames`)
     /// and keeps the base (the least sample) and the latest sample, which
-    /// tell whether our path shows a queue when the peer reports frames
-    /// missing ([`Congestion::on_congestion_echo`]).
+    /// the controller starts from when it wakes.
     fn observe_dormant(
         &mut self,
         round: &mut CongestionRound,

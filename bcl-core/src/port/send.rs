@@ -1206,8 +1206,8 @@ impl Port {
     }
 
     /// Peer `idx` says frames went missing on their way to it lately
-    /// ([`flags::CONGESTED`]): a dormant controller (mode auto) wakes if our
-    /// own path to it shows a queue, as after a loss of our own.
+    /// ([`flags::CONGESTED`]): a dormant controller (mode auto) wakes, as
+    /// after a loss of our own.
     pub(super) fn on_congestion_echo(&mut self, idx: PeerIdx, now: Time) {
         let cfg = &self.cfg.congestion;
         let p = &mut self.peers[idx as usize];
