@@ -153,7 +153,7 @@ pub struct EndpointBuilder {
 
 /// `BCL_CONGESTION` (`off`, `auto` or `on`; also `0`/`1`, `no`/`yes`,
 /// `false`/`true`): when congestion control acts for every endpoint of the
-/// process (default `auto`: per peer, once its path loses frames behind a
+/// process (default `off`; `auto`: per peer, once its path loses frames behind a
 /// queue; see `bcl_core::CongestionMode`), unless the program configures
 /// it itself. `None` when unset.
 fn congestion_from_env() -> Option<Result<bcl_core::CongestionMode, ConfigError>> {

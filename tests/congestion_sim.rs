@@ -305,7 +305,7 @@ proptest! {
         );
     }
 
-    /// The same incasts with the default mode, auto: every sender starts
+    /// The same incasts in mode auto: every sender starts
     /// dormant (slow start up to the fixed window, whatever the delay) and
     /// wakes at its first frame judged lost, or when the receiver reports
     /// frames missing (`CONGESTED`). The first overflow costs resends, and

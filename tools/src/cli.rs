@@ -189,7 +189,7 @@ pub struct CommonArgs {
     /// methods that may lose frames): off (BCL-3's fixed send window), auto
     /// (the fixed window until a peer's path loses frames behind a queue,
     /// controlled from then on) or on (controlled from the first frame).
-    /// Default: BCL_CONGESTION from the environment, else auto. Control
+    /// Default: BCL_CONGESTION from the environment, else off. Control
     /// keeps a shared bottleneck's queue short (incast through a switch).
     #[arg(long, value_name = "off|auto|on", value_parser = parse_congestion)]
     pub congestion: Option<bcl::core::CongestionMode>,

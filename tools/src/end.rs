@@ -189,7 +189,7 @@ pub struct EndSpec {
     /// Capture file of the BCL endpoints (`--pcap`; else `BCL_PCAP`).
     pub pcap: Option<std::path::PathBuf>,
     /// When congestion control acts (`--congestion`; else `BCL_CONGESTION`,
-    /// else auto).
+    /// else off).
     pub congestion: Option<bcl::core::CongestionMode>,
     /// Rails (`--rails`): per rail, its method if not `method`, and its
     /// interface. Empty: one NIC (`ifname`).

@@ -25,8 +25,8 @@ pub(super) fn addr(i: usize) -> ProcessAddr {
 pub(super) fn config(i: usize) -> PortConfig {
     let mut c = PortConfig::new(addr(i), JobKey(7));
     c.epoch = 1000 + i as u32;
-    // Congestion control on from the first frame (the default waits for a
-    // loss behind a queue), so that every test here runs through it too;
+    // Congestion control on from the first frame (off by default), so that
+    // every test here runs through it too;
     // tests that count the frames one transmit round puts out start at the
     // window's bound.
     c.congestion.mode = crate::CongestionMode::On;
