@@ -32,7 +32,12 @@
 //! sample: then the estimate is known to be below the path's round trip (a
 //! queue grew), a short "round trip" of a resend proves nothing, and marks
 //! set by resends would judge every frame still in the queue lost, resend
-//! it, and leave no frame sent once to sample, round after round.
+//! it, and leave no frame sent once to sample, round after round. Nor is a
+//! frame sent once that is delivered after a mark set by a resend taken as
+//! overtaken: the mark's first copy may be the one that arrived, and after
+//! a timeout's probe of the newest frame, the frames behind a lost
+//! acknowledgement would all look overtaken by the whole stall and widen
+//! the window past the timeout.
 
 use super::congestion::Verdict;
 use super::congestion_log::CongestionCause;
@@ -55,6 +60,12 @@ pub(crate) struct RackMark {
     pub rtt_ns: u32,
     /// A frame has been delivered since the window was taken.
     pub known: bool,
+    /// It was a frame sent more than once, whose delivery may be its first
+    /// copy's: frames sent once before it and delivered after it do not
+    /// show reordering (a timeout's probe of the newest frame, arriving
+    /// before the frames behind a lost acknowledgement, would otherwise
+    /// widen the reordering window to the whole stall).
+    pub resent: bool,
 }
 
 /// What the sender knows about reordering on the path to one peer.
@@ -144,7 +155,7 @@ pub(super) fn note_delivered(
         return false;
     }
     if mark.known && sent_before(slot.sent_order, mark.order) {
-        if slot.sent_count == 1 {
+        if slot.sent_count == 1 && !mark.resent {
             reorder.seen = true;
             let expected =
                 Duration::from_nanos(u64::from(mark.rtt_ns)).max(rtt.min_rtt().unwrap_or_default());
@@ -156,6 +167,7 @@ pub(super) fn note_delivered(
         order: slot.sent_order,
         rtt_ns: u32::try_from(round_trip.as_nanos()).unwrap_or(u32::MAX),
         known: true,
+        resent: slot.sent_count > 1,
     };
     true
 }

@@ -269,6 +269,7 @@ impl RailSet {
                         u32::try_from(r.as_nanos()).unwrap_or(u32::MAX)
                     }),
                     known: true,
+                    resent: false,
                 };
             }
             rail.last_delivery = now;

@@ -927,6 +927,16 @@ impl Port {
             }
             self.rail_sent(idx, seq, slot.len, now);
             let p = &mut self.peers[idx as usize];
+            // The oldest frame sent again starts its timeout afresh: its
+            // acknowledgement cannot come before a round trip from now, and
+            // a timeout armed at an older acknowledgement would fire while
+            // the resend is on its way, resending twice more for nothing.
+            if seq == p.una && !p.reliable {
+                let deadline = now + p.rtt.rto(&self.cfg.rto);
+                if p.rto_deadline < deadline {
+                    p.rto_deadline = deadline;
+                }
+            }
             p.stats.retransmits += 1;
             self.stats.retransmits += 1;
             self.ack_carried(idx);
@@ -1378,7 +1388,16 @@ impl Port {
                 w.slot_mut(una).lost = true;
             }
             p.add_retx_range(una, una.next(), false);
-            p.probe_newest = next.plus(u32::MAX) != una;
+            // The newest frame is worth probing only once its
+            // acknowledgement is overdue: sent less than a round trip ago,
+            // it is still on its way, and the copy would arrive as a
+            // duplicate whose acknowledgement looks like reordering.
+            let newest = next.plus(u32::MAX);
+            let overdue = p.tx.as_ref().is_some_and(|w| {
+                let since = now.saturating_since(w.slot(newest).last_sent);
+                since >= p.rtt.srtt().unwrap_or_default()
+            });
+            p.probe_newest = newest != una && overdue;
         }
         p.rto_deadline = now + p.rtt.rto(&self.cfg.rto);
     }
