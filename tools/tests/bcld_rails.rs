@@ -15,6 +15,7 @@
 
 mod bcld_common;
 mod rails_common;
+mod serve_common;
 
 use bcl::core::method::{Method, OpenSpec};
 use bcl::shm::engine::EngineMethod;

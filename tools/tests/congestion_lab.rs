@@ -4,11 +4,12 @@
 //! into one receiver (incast). Needs root; fails loudly without it unless
 //! BCL_SKIP_PRIVILEGED=1.
 
+mod serve_common;
+
 use bcl_lab::{require_privileges, Lab, LabGuard};
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::Child;
 
 const BW: &str = env!("CARGO_BIN_EXE_bcl-bw");
 
@@ -25,34 +26,16 @@ fn lab(file: &str, tag: &str) -> Lab {
 /// A `bcl-bw --serve` on `node` and its descriptor; the rest of its
 /// output is read by a thread (returned) so that it never blocks.
 fn serve(lab: &Lab, node: &str, method: &str) -> (Child, String, std::thread::JoinHandle<String>) {
-    let mut server = lab
-        .command(node, BW)
-        .unwrap()
-        .args([
-            "--method",
-            method,
-            "--serve",
-            "--verify",
-            "--congestion",
-            "on",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(server.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    let rest = std::thread::spawn(move || {
-        let mut s = String::new();
-        out.read_to_string(&mut s).unwrap();
-        s
-    });
-    let descriptor = line
-        .strip_prefix("listening: ")
-        .unwrap_or_else(|| panic!("no listening line: {line:?}"))
-        .trim()
-        .to_string();
-    (server, descriptor, rest)
+    let mut server = lab.command(node, BW).unwrap();
+    server.args([
+        "--method",
+        method,
+        "--serve",
+        "--verify",
+        "--congestion",
+        "on",
+    ]);
+    serve_common::spawn_listening(server)
 }
 
 /// Streams `iters` windows of 64 × 64 KiB from `node` to `descriptor` with

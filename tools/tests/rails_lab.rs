@@ -6,6 +6,7 @@
 //! without it unless BCL_SKIP_PRIVILEGED=1.
 
 mod rails_common;
+mod serve_common;
 
 use bcl_lab::{require_privileges, Lab, LabGuard};
 use serde_json::Value;

@@ -6,9 +6,7 @@
 
 use bcl_lab::Lab;
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 const BW: &str = env!("CARGO_BIN_EXE_bcl-bw");
@@ -37,24 +35,9 @@ pub fn stream_through_an_outage(
         }
         c
     };
-    let mut server = tool("b")
-        .args(["--method", method, "--serve", "--verify", "--rails", two])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(server.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    let rest = std::thread::spawn(move || {
-        let mut s = String::new();
-        out.read_to_string(&mut s).unwrap();
-        s
-    });
-    let descriptor = line
-        .strip_prefix("listening: ")
-        .unwrap_or_else(|| panic!("no listening line: {line:?}"))
-        .trim()
-        .to_string();
+    let mut server = tool("b");
+    server.args(["--method", method, "--serve", "--verify", "--rails", two]);
+    let (mut server, descriptor, rest) = crate::serve_common::spawn_listening(server);
     let iters = (WINDOWS - 1).to_string();
     let mut client = tool("a")
         .args(["--method", method, "--verify", "--rails", two])
