@@ -50,7 +50,7 @@
 #                       [--methods "packet udp afxdp kernel-tcp"]
 #
 # BCL methods run with --congestion on; METHOD/off runs METHOD with it off,
-# METHOD/auto with the default mode, auto (control from a peer's first loss,
+# METHOD/auto with mode auto (control from a peer's first loss,
 # or from the receiver's report of frames missing).
 #                       [--sections "bottleneck incast ab"] [--iters N]
 #                       [--incast-rate 1gbit] [--incast-iters N] [--probe-iters N]
