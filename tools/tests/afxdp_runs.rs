@@ -6,9 +6,10 @@
 //! killed with SIGKILL, and the message of an interface AF_XDP cannot use.
 //! Needs root; fails loudly without it unless BCL_SKIP_PRIVILEGED=1.
 
+mod serve_common;
+
 use bcl_lab::{require_privileges, Lab, LabGuard};
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -251,27 +252,12 @@ fn verified_streams_over_afxdp_including_an_impaired_link() {
 /// `listening:` descriptor.
 fn start_end(lab: &Lab, node: &str, tool: &str, args: &[&str]) -> (Child, Option<String>) {
     let serve = args.contains(&"--serve");
-    let mut child = lab
-        .command(node, tool)
-        .unwrap()
-        .args(args)
-        .stdout(if serve { Stdio::piped() } else { Stdio::null() })
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut end = lab.command(node, tool).unwrap();
+    end.args(args).stderr(Stdio::null());
     if !serve {
-        return (child, None);
+        return (end.stdout(Stdio::null()).spawn().unwrap(), None);
     }
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    let d = line
-        .strip_prefix("listening: ")
-        .unwrap_or_else(|| panic!("no listening line: {line:?}"))
-        .trim()
-        .to_string();
-    // Keep draining the server's output.
-    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    let (child, d, _output) = serve_common::spawn_listening(end);
     (child, Some(d))
 }
 

@@ -20,6 +20,7 @@
 //! Needs root; fails loudly without it unless BCL_SKIP_PRIVILEGED=1.
 
 mod bcld_common;
+mod serve_common;
 
 use bcl::core::method::{Descriptor, LinkId, Method, OpenSpec, TxFrame};
 use bcl::core::wire::{encode, FrameType, HeaderFields, HEADER_LEN};
@@ -139,20 +140,8 @@ fn as_nobody(lab: &Lab, ns: &str, tool: &Path, socket: &Path, args: &[&str]) -> 
 
 /// Starts a `--serve` end and returns it with its descriptor.
 fn serve(mut c: Command) -> (Child, String) {
-    let mut child = c
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    let d = line
-        .strip_prefix("listening: ")
-        .unwrap_or_else(|| panic!("no listening line: {line:?}"))
-        .trim()
-        .to_string();
-    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    c.stderr(Stdio::null());
+    let (child, d, _output) = serve_common::spawn_listening(c);
     (child, d)
 }
 

@@ -4,6 +4,8 @@
 //! was killed. Needs root; fails loudly without it unless
 //! BCL_SKIP_PRIVILEGED=1.
 
+mod serve_common;
+
 use bcl_lab::{require_privileges, Lab};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -159,28 +161,12 @@ fn bw_with_verify_reports_the_same_counts_on_both_sides() {
         dir.path().join("client.json"),
     );
     // The two ends by hand, as a script on two hosts would run them.
-    let mut server = lab
-        .command("b", BW)
-        .unwrap()
+    let mut server = lab.command("b", BW).unwrap();
+    server
         .args(["--method", "udp", "--serve", "--verify", "--json"])
-        .arg(&sj)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = std::io::BufReader::new(server.stdout.take().unwrap());
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
-    // Keep reading the server's report, as a script would.
-    let rest = std::thread::spawn(move || {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut out, &mut s).unwrap();
-        s
-    });
-    let descriptor = line
-        .strip_prefix("listening: ")
-        .expect(&line)
-        .trim()
-        .to_string();
+        .arg(&sj);
+    // The rest of the server's report is read on, as a script would.
+    let (mut server, descriptor, rest) = serve_common::spawn_listening(server);
     assert!(descriptor.starts_with("udp:10.77.1.2:"), "{descriptor}");
     let client = lab
         .command("a", BW)
