@@ -18,7 +18,11 @@
 //!   large part of an idle round, and nothing depends on the time to within
 //!   a few microseconds unless a timer is near, so a busy-polling engine on
 //!   the system clock reuses one reading for up to `CLOCK_REUSE_ROUNDS`
-//!   rounds while no timer is due within `CLOCK_REUSE_HORIZON`.
+//!   rounds while no send is outstanding and no timer is due within
+//!   `CLOCK_REUSE_HORIZON`. An outstanding send may have frames in flight,
+//!   whose acknowledgements are round-trip samples: timed by a reused
+//!   reading, older than a frame's own send time, they came out as zero
+//!   and made the path's base round trip 1 ns.
 //! * **short rounds** (`Schedule::end_round_early`): a round in which a
 //!   direct method brought messages and nothing else has work (nothing to
 //!   transmit, no timer due, no housekeeping) ends right there, handing the
@@ -48,8 +52,7 @@ pub(crate) const IDLE_POLL_EVERY: u64 = 8;
 pub(crate) const CLOCK_REUSE_ROUNDS: u32 = 32;
 /// A timer further away than this from the last reading does not need a
 /// fresh one every round (a transfer's stall check is seconds away; a
-/// retransmission timeout, 200 µs or more, is not, so active network peers
-/// read the clock every round and their RTT samples stay exact).
+/// delayed acknowledgement is not).
 pub(crate) const CLOCK_REUSE_HORIZON: Duration = Duration::from_millis(1);
 
 /// Progress rounds in a row that may end right after a direct method
@@ -143,7 +146,10 @@ impl Schedule {
     /// it may be reused.
     pub(crate) fn round_time(&mut self, clock: &dyn Clock, port: &Port) -> Time {
         let horizon = self.last_now + CLOCK_REUSE_HORIZON;
-        if self.clock_reuse_left > 0 && port.poll_timeout().is_none_or(|t| t > horizon) {
+        if self.clock_reuse_left > 0
+            && port.outstanding_sends() == 0
+            && port.poll_timeout().is_none_or(|t| t > horizon)
+        {
             self.clock_reuse_left -= 1;
             return self.last_now;
         }
@@ -228,5 +234,55 @@ pub(crate) fn quick_poll_limit(queued_work: bool, direct_only: bool, port: &Port
         QUICK_POLLS_DIRECT_ONLY
     } else {
         QUICK_POLLS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bcl_core::{JobKey, PortConfig, ProcessAddr};
+    use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+    /// A clock that moves 1 µs per reading and counts its readings.
+    #[derive(Default)]
+    struct CountingClock {
+        now_ns: AtomicU64,
+        reads: AtomicU32,
+    }
+
+    impl Clock for CountingClock {
+        fn now(&self) -> Time {
+            self.reads.fetch_add(1, Ordering::Relaxed);
+            Time::from_nanos(self.now_ns.fetch_add(1_000, Ordering::Relaxed) + 1_000)
+        }
+    }
+
+    /// Idle busy-polling rounds share a reading; rounds with a send
+    /// outstanding read the clock each, so that a frame's acknowledgement
+    /// is never timed before the frame was sent.
+    #[test]
+    fn idle_rounds_reuse_the_clock_and_rounds_with_a_send_outstanding_read_it() {
+        let clock = CountingClock::default();
+        let mut schedule = Schedule::new(&[], true, true);
+        let mut cfg = PortConfig::new(ProcessAddr::new(1, 0), JobKey(7));
+        cfg.liveness.enabled = false;
+        let mut port = Port::new(cfg).unwrap();
+        for _ in 0..10 {
+            schedule.round_time(&clock, &port);
+        }
+        assert_eq!(clock.reads.load(Ordering::Relaxed), 1, "idle rounds reuse");
+
+        let now = clock.now();
+        port.send(now, ProcessAddr::new(2, 0), b"in flight")
+            .unwrap();
+        assert_eq!(port.outstanding_sends(), 1);
+        let before = clock.reads.load(Ordering::Relaxed);
+        let mut last = now;
+        for _ in 0..10 {
+            let t = schedule.round_time(&clock, &port);
+            assert!(t > last, "round time {t:?} not after {last:?}");
+            last = t;
+        }
+        assert_eq!(clock.reads.load(Ordering::Relaxed), before + 10);
     }
 }
