@@ -110,19 +110,20 @@
 //!
 //! Why not `on` everywhere: measured here, control keeps a shaped switch's
 //! queue short under incast (probe p99 about 6 × idle instead of 70 ×,
-//! 0.2 % resent instead of 27 %) at no cost on a plain veth, but through the
-//! lab's user-space impairment bridge, a forwarder that batches more the
-//! longer its queue, it holds throughput to about 0.4 × the fixed window's:
-//! there the delay is scheduling, which a delay signal cannot tell from a
-//! queue. A path that never drops a frame never pays for that under `auto`;
-//! one whose queue overflows is controlled from its first overflow. In the
-//! simulator's random incasts `auto` converges as fairly as `on` after that
-//! overflow (`tests/congestion_sim.rs`). `off` is the fixed window
-//! throughout, and the default: `auto` costs 9 × on a path that loses at
-//! random through a forwarder whose delay is scheduling (woken by the first
-//! loss, it then runs at `on`'s rate there), and it resent slightly more
-//! than twice the loss rate in one random-loss property case
-//! (`tests/sim_properties.rs`), where `off` and `on` stay under. Only
+//! 0.2 % resent instead of 27 %), but it costs throughput where the round
+//! trip carries delay that is not a queue: on a plain veth with blocking
+//! engines, whose round trips include both ends' wake-ups, `on` reaches
+//! 0.34–0.54 × the fixed window's bandwidth (busy-polling engines reach
+//! about the fixed window's); through the lab's user-space impairment bridge, a forwarder that
+//! batches more the longer its queue, about 0.4 ×. A path that never drops
+//! a frame never pays for that under `auto`; one whose queue overflows is
+//! controlled from its first overflow. In the simulator's random incasts
+//! `auto` converges as fairly as `on` after that overflow
+//! (`tests/congestion_sim.rs`). `off` is the fixed window throughout, and
+//! the default: woken by one loss, `auto` pays `on`'s cost from then on,
+//! and through a slow forwarder that loses at random (10 % in the lab's
+//! bridge) a controlled window of a few frames turns most losses into
+//! timeouts, 5–10 × slower than `off`. Only
 //! peers whose frames are sequenced (methods that may
 //! lose) are controlled: a method that never loses (shared memory) has its
 //! own flow control and no queue to drop from.
